@@ -1,0 +1,23 @@
+# Every target that runs Python depends on $(STAMP): the virtual environment is made and the
+# project installed on first use, so a fresh clone needs nothing but python3.
+SHELL := /bin/bash
+PY ?= python3
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv test
+help:
+	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(PYTHON) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP) ## create .venv and install the project
+
+test: $(STAMP) ## run the whole test suite (unit, multi-process DDS, network namespaces, containers)
+	$(PYTHON) -m pytest -q -ra
+
+include $(sort $(wildcard mk/*.mk))

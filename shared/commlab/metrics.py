@@ -1,0 +1,91 @@
+"""Run output: one folder per run with a manifest and append-only CSV tables.
+
+Rows are flushed as they are written so a run that dies leaves every finished round or step
+readable; the manifest is replaced atomically so a reader never sees half of it.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+
+def git_commit(repo_dir: Path | None = None) -> str:
+    """The checked-out commit, or 'unknown' outside a git checkout (inside a container)."""
+    env_commit = os.environ.get("COMMLAB_GIT_COMMIT")
+    if env_commit:
+        return env_commit
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_dir or Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def new_run_id(kind: str, label: str) -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{label}-{os.getpid()}"
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class CsvTable:
+    """Append-only CSV file with a fixed header; each row is flushed to disk at once."""
+
+    def __init__(self, path: Path, columns: list[str]):
+        self.path = path
+        self.columns = columns
+        new = not path.exists() or path.stat().st_size == 0
+        self._file = open(path, "a", newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=columns, extrasaction="raise")
+        if new:
+            self._writer.writeheader()
+            self._file.flush()
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        missing = set(self.columns) - set(row)
+        if missing:
+            raise KeyError(f"{self.path.name}: row lacks columns {sorted(missing)}")
+        self._writer.writerow(row)
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class RunWriter:
+    """results/<run_id>/: manifest.json plus named CSV tables."""
+
+    def __init__(self, results_dir: Path | str, run_id: str, manifest: Mapping[str, Any]):
+        self.dir = Path(results_dir) / run_id
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.manifest: dict[str, Any] = {"run_id": run_id, "git_commit": git_commit(),
+                                         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                         **manifest}
+        self._tables: dict[str, CsvTable] = {}
+        write_json_atomic(self.dir / "manifest.json", self.manifest)
+
+    def table(self, name: str, columns: list[str]) -> CsvTable:
+        if name not in self._tables:
+            self._tables[name] = CsvTable(self.dir / f"{name}.csv", columns)
+        return self._tables[name]
+
+    def update_manifest(self, **fields: Any) -> None:
+        self.manifest.update(fields)
+        write_json_atomic(self.dir / "manifest.json", self.manifest)
+
+    def close(self, status: str = "completed") -> None:
+        self.update_manifest(status=status, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        for t in self._tables.values():
+            t.close()
