@@ -35,8 +35,20 @@ PYEOF
     docker compose version >&2
 }
 
+# Docker sets the FORWARD policy to DROP and loads br_netfilter, which makes iptables filter
+# frames crossing any Linux bridge: network-namespace labs on plain bridges would lose all
+# traffic. Accept frames bridged within one bridge (docker's isolation between its networks
+# concerns routed traffic and stays in force).
+allow_bridged() {
+    command -v iptables >/dev/null && [ "$(id -u)" = 0 ] || return 0
+    iptables -C DOCKER-USER -m physdev --physdev-is-bridged -j ACCEPT 2>/dev/null \
+        || iptables -I DOCKER-USER -m physdev --physdev-is-bridged -j ACCEPT 2>/dev/null \
+        || log "could not add the bridged-frames ACCEPT rule (namespace tests on bridges may fail)"
+}
+
 if docker info >/dev/null 2>&1; then
     log "an engine already answers; not starting another"
+    allow_bridged
     ensure_compose
     exit 0
 fi
@@ -65,6 +77,7 @@ echo $! > /run/commlab-dockerd.pid
 for _ in $(seq 1 60); do
     if docker info >/dev/null 2>&1; then
         log "engine answers (dockerd pid $(cat /run/commlab-dockerd.pid))"
+        allow_bridged
         ensure_compose
         exit 0
     fi

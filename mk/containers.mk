@@ -1,0 +1,11 @@
+# Containerized testbed: engine bootstrap, images, the default compose experiment.
+.PHONY: docker-engine images up
+
+docker-engine: ## start a Docker engine (addresses in 198.18.0.0/15) and compose v2 if none answers (root)
+	scripts/docker-bootstrap.sh
+
+images: $(STAMP) ## build base + controller/client/worker images (debootstrap base when no registry answers)
+	$(PYTHON) -m commlab.testbed.images
+
+up: images ## run the default experiment in containers: FL int8_sparse, 2 clients, 10mbit (docker compose up)
+	docker compose up

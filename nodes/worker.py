@@ -1,0 +1,37 @@
+"""DDP worker: `WORLD=3 RANK=0 python nodes/worker.py experiments/worker.conf.json`.
+
+Exit codes: 0 trained to the end, 2 bad config or environment, 1 training failed (a lost peer,
+a malformed frame...); the message names the problem.
+"""
+from __future__ import annotations
+
+import sys
+
+from commlab.ddp.config import load_worker_config, world_and_rank
+from commlab.fl.schema import ConfigError
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: WORLD=N RANK=r worker.py CONFIG.json", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_worker_config(argv[0])
+        world, rank = world_and_rank()
+    except ConfigError as e:
+        print(f"worker: config error: {e}", file=sys.stderr)
+        return 2
+    from commlab.dds import DdsError, exit_cleanly_on_sigterm
+    from commlab.ddp.train import run_worker
+    from commlab.dgc import FrameError
+    exit_cleanly_on_sigterm()
+    try:
+        run_worker(cfg, world, rank)
+    except (DdsError, FrameError) as e:
+        print(f"worker {rank}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

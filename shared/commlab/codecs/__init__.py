@@ -1,0 +1,7 @@
+"""Gradient/model codecs behind one interface, with a versioned wire format (see docs/codecs.md)."""
+from commlab.codecs import fp32, int8, int8_sparse, minmax, qsgd, topk  # noqa: F401  (imports register the codecs)
+from commlab.codecs.base import Codec, decode_any, get_codec, names
+from commlab.codecs.error_feedback import ErrorFeedback
+from commlab.codecs.errors import CodecError
+
+__all__ = ["Codec", "CodecError", "ErrorFeedback", "decode_any", "get_codec", "names"]

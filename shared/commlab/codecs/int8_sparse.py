@@ -1,0 +1,42 @@
+"""int8_sparse: top-k selection (topk.py), then the kept values int8-quantized in chunks (int8.py)."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from commlab.codecs import indices, int8, topk
+from commlab.codecs.base import Codec, register
+from commlab.codecs.errors import CodecError
+
+
+@register
+class Int8Sparse(Codec):
+    name = "int8_sparse"
+    codec_id = 4
+    lossy = True
+    params_struct = struct.Struct("<QBQI")  # k, index coding mode, index section bytes, chunk
+
+    def __init__(self, ratio: float = 0.10, chunk: int = 8192, **kw) -> None:
+        super().__init__(**kw)
+        self.ratio = topk.check_ratio(ratio)
+        self.chunk = int8.check_chunk(chunk)
+
+    def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
+        idx = topk.select(vec, self.ratio)
+        mode, idx_bytes = indices.encode(idx, vec.size)
+        scales, q = int8.quantize(vec[idx], self.chunk)
+        return (idx.size, mode, idx_bytes.size, self.chunk), [idx_bytes, scales, q]
+
+    def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
+        k, mode, index_len, chunk = params
+        if chunk == 0:
+            raise CodecError(f"{self.name}: chunk size 0 in frame")
+        idx, rest = topk.split_sparse(payload, numel, k, mode, index_len, self.name)
+        out = np.zeros(numel, np.float32)
+        out[idx] = int8.dequantize(*int8.read_quantized(rest, k, chunk, self.name), chunk)
+        return out
+
+    def payload_size(self, numel: int) -> int:
+        k = topk.num_kept(numel, self.ratio)
+        return indices.bound(numel, k) + 4 * -(-k // self.chunk) + k

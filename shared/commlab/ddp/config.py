@@ -1,0 +1,103 @@
+"""The worker config (experiments/worker.conf.json): typed, validated before anything runs.
+
+Rank and world size are not in the file: they come from the environment (WORLD/RANK, or torchrun's
+WORLD_SIZE/RANK), so every rank of a run reads the same config.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from commlab.dgc.warmup import PAPER_STAGES
+from commlab.fl.config import DatasetSection, DdsSection, ModelSection, _load, _positive
+from commlab.fl.schema import ConfigError
+
+METHODS = ("dense", "dgc")
+
+
+@dataclass(frozen=True)
+class TrainingSection:
+    epochs: int = 2
+    batch_size: int = 32            # per worker
+    lr: float = 0.02
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 1e-4
+    seed: int = 0                   # model init, shards, batch order
+
+    def check(self, where: str) -> None:
+        _positive(where, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr)
+        if not 0 <= self.momentum < 1 or self.weight_decay < 0:
+            raise ConfigError(f"{where}momentum/weight_decay: need 0 <= momentum < 1, weight_decay >= 0")
+        if self.nesterov and self.momentum == 0:
+            raise ConfigError(f"{where}nesterov: needs momentum > 0")
+
+
+@dataclass(frozen=True)
+class DgcSection:
+    final_density: float = 0.001
+    warmup_stages: tuple[float, ...] = PAPER_STAGES
+    warmup_length: float = 1.0      # in warmup_unit, split evenly over the stages
+    warmup_unit: str = "epochs"     # "steps" | "epochs"
+    sample_ratio: float = 0.01      # share of coordinates sampled to estimate the threshold
+    min_sparse_numel: int = 256     # smaller tensors (and every <= 1-dim tensor) go dense
+    fp16_values: bool = True
+    momentum_masking: bool = True
+    clip_norm: float | None = 10.0  # local clipping at clip_norm/sqrt(world); None: off
+
+    def check(self, where: str) -> None:
+        if self.warmup_unit not in ("steps", "epochs"):
+            raise ConfigError(f"{where}warmup_unit: must be 'steps' or 'epochs', got {self.warmup_unit!r}")
+        for name, d in [("final_density", self.final_density)] + [("warmup_stages", s) for s in self.warmup_stages]:
+            if not 0 < d <= 1:
+                raise ConfigError(f"{where}{name}: densities must be in (0, 1], got {d}")
+        if self.warmup_length < 0 or not 0 < self.sample_ratio <= 1:
+            raise ConfigError(f"{where}warmup_length >= 0 and 0 < sample_ratio <= 1 required")
+        if self.clip_norm is not None:
+            _positive(where, clip_norm=self.clip_norm)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    run_id: str
+    results_dir: str
+    dds: DdsSection
+    method: str                       # "dense" | "dgc"
+    link_profile: str = "lan"         # recorded in the manifest; shaping is applied by the testbed
+    model: ModelSection = ModelSection()
+    dataset: DatasetSection = DatasetSection()
+    training: TrainingSection = TrainingSection()
+    dgc: DgcSection = DgcSection()
+    barrier_timeout_s: float = 120.0  # all ranks must have joined by then
+    collective_timeout_s: float = 30.0  # a rank silent for this long is reported lost
+    summary_every: int = 50           # print a profile summary every N steps (rank 0)
+    eval_batch_size: int = 1000
+    threads: int = 1
+
+    def check(self, where: str) -> None:
+        if self.method not in METHODS:
+            raise ConfigError(f"{where}method: must be one of {', '.join(METHODS)}, got {self.method!r}")
+        _positive(where, barrier_timeout_s=self.barrier_timeout_s, threads=self.threads,
+                  collective_timeout_s=self.collective_timeout_s, summary_every=self.summary_every,
+                  eval_batch_size=self.eval_batch_size)
+
+
+def load_worker_config(path: str | Path) -> WorkerConfig:
+    return _load(WorkerConfig, path)
+
+
+def world_and_rank(env: dict[str, str] | None = None) -> tuple[int, int]:
+    """(world, rank) from WORLD/RANK or torchrun's WORLD_SIZE/RANK; ConfigError if absent or bad."""
+    env = dict(os.environ) if env is None else env
+    raw_world = env.get("WORLD", env.get("WORLD_SIZE"))
+    raw_rank = env.get("RANK")
+    if raw_world is None or raw_rank is None:
+        raise ConfigError("set WORLD (or WORLD_SIZE) and RANK in the environment")
+    try:
+        world, rank = int(raw_world), int(raw_rank)
+    except ValueError:
+        raise ConfigError(f"WORLD={raw_world!r} and RANK={raw_rank!r} must be integers") from None
+    if world < 1 or not 0 <= rank < world:
+        raise ConfigError(f"need WORLD >= 1 and 0 <= RANK < WORLD, got WORLD={world} RANK={rank}")
+    return world, rank

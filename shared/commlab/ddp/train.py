@@ -1,0 +1,111 @@
+"""The data-parallel worker loop: join, barrier, train with one gradient exchange per step,
+evaluate together after each epoch, checkpoint, record everything under results/<run-id>/."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from commlab.data import partition
+from commlab.dds import DdsNode, Group
+from commlab.ddp.checkpoint import save_checkpoint
+from commlab.ddp.config import WorkerConfig
+from commlab.ddp.dense import DenseAllreduce
+from commlab.ddp.dgc_exchange import DgcAllgather
+from commlab.ddp.evaluate import distributed_evaluate
+from commlab.ddp.profile import EPOCH_COLUMNS, STEP_COLUMNS, StepProfile
+from commlab.fl.builders import build_dataset, build_fl_model, dds_settings
+from commlab.fl.schema import to_dict
+from commlab.metrics import CsvTable, RunWriter
+
+GROUP = "ddp"
+
+
+def worker_name(rank: int) -> str:
+    return f"worker-{rank}"
+
+
+def log(rank: int, text: str) -> None:
+    print(f"[worker {rank}] {text}", flush=True)
+
+
+def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
+    """Train to the end or raise (PeerLost, BarrierTimeout, FrameError...); results stay readable."""
+    tr = cfg.training
+    data = build_dataset(cfg.dataset)
+    shards = partition(data.train_y, world, "iid", seed=tr.seed)
+    # Every rank must run the same number of steps (each step is a collective): drop the ragged tail.
+    steps_per_epoch = min(len(s) for s in shards) // tr.batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"shards of {min(len(s) for s in shards)} samples hold no batch of {tr.batch_size}")
+    model = build_fl_model(cfg.model, seed=tr.seed, threads=cfg.threads)  # same init on every rank
+    out = Path(cfg.results_dir) / cfg.run_id
+    writer = None
+    if rank == 0:
+        writer = RunWriter(cfg.results_dir, cfg.run_id, {
+            "kind": "ddp", "backend": "docker" if cfg.dds.interface != "lo" else "local",
+            "model": cfg.model.name, "dataset": cfg.dataset.name, "method": cfg.method,
+            "link_profile": cfg.link_profile, "world": world, "epochs": tr.epochs, "config": to_dict(cfg),
+            "seeds": {"model": tr.seed, "shards": tr.seed, "batches": tr.seed, "dgc": tr.seed,
+                      "subset": cfg.dataset.subset_seed},
+            "steps_per_epoch": steps_per_epoch, "status": "running"})
+    out.mkdir(parents=True, exist_ok=True)
+    steps = CsvTable(out / f"steps-rank{rank}.csv", STEP_COLUMNS)
+    epochs = CsvTable(out / f"epochs-rank{rank}.csv", EPOCH_COLUMNS)
+    node = DdsNode(worker_name(rank), dds_settings(cfg.dds))
+    status = "failed"
+    try:
+        group = Group(node, GROUP, rank, world, cfg.collective_timeout_s)
+        exchange = (DenseAllreduce(group, model, tr) if cfg.method == "dense"
+                    else DgcAllgather(group, model, tr, cfg.dgc, steps_per_epoch))
+        log(rank, f"{cfg.method}: {len(shards[rank])} samples, {steps_per_epoch} steps/epoch; waiting for "
+                  f"{world} ranks")
+        group.barrier(cfg.barrier_timeout_s)
+        profile = StepProfile(steps, cfg.summary_every, (lambda s: log(rank, s)) if rank == 0 else None)
+        step = 0
+        for epoch in range(tr.epochs):
+            t_epoch = time.perf_counter()
+            order = np.random.default_rng([tr.seed, epoch, rank]).permutation(shards[rank])
+            model.train()
+            for b in range(steps_per_epoch):
+                profile.record(train_step(model, exchange, node, data, order[b * tr.batch_size:(b + 1) * tr.batch_size],
+                                          step, epoch, rank))
+                step += 1
+            acc, loss = distributed_evaluate(model, data.test_x, data.test_y, group, f"eval/{epoch}",
+                                             cfg.eval_batch_size)
+            epochs.append({"epoch": epoch, "rank": rank, "step": step, "test_accuracy": acc, "test_loss": loss,
+                           "epoch_time_s": time.perf_counter() - t_epoch})
+            save_checkpoint(out / f"checkpoint-rank{rank}.pt", epoch, step, model, exchange.state_dict())
+            log(rank, f"epoch {epoch}: test accuracy {100 * acc:.2f}% loss {loss:.4f}")
+        status = "completed"
+    finally:
+        steps.close()
+        epochs.close()
+        node.close()
+        if writer is not None:
+            writer.close(status)
+
+
+def train_step(model: torch.nn.Module, exchange: DenseAllreduce | DgcAllgather, node: DdsNode, data,
+               batch: np.ndarray, step: int, epoch: int, rank: int) -> dict:
+    """Forward/backward, exchange, update; the steps.csv row of this step."""
+    t0 = time.perf_counter()
+    before = node.stats.snapshot()
+    exchange.optimizer.zero_grad()
+    loss = F.cross_entropy(model(torch.from_numpy(data.train_x[batch])), torch.from_numpy(data.train_y[batch]))
+    loss.backward()
+    t1 = time.perf_counter()
+    compress_s, decompress_s, density = exchange.exchange(step)
+    t2 = time.perf_counter()
+    exchange.optimizer.step()
+    t3 = time.perf_counter()
+    comm = node.stats.since(before)
+    return {"step": step, "epoch": epoch, "rank": rank, "bytes_sent": comm["bytes_sent"],
+            "bytes_received": comm["bytes_received"], "comm_time_s": comm["wait_s"],
+            # compute: forward/backward and the optimizer update
+            "compute_time_s": (t1 - t0) + (t3 - t2),
+            "compress_time_s": compress_s, "decompress_time_s": decompress_s, "step_time_s": t3 - t0,
+            "density": density, "train_loss": loss.item()}

@@ -1,0 +1,118 @@
+"""Who is out there: every node announces its name, participant and roles on a durable topic.
+
+An announcement is keyed by node name with TransientLocal durability, so late joiners and peers
+that re-match after a restart (a new participant under the same name) see it; an update replaces
+the previous one. A peer whose participant lease expires or which leaves turns NOT_ALIVE here.
+"""
+# No `from __future__ import annotations`: the IDL binding resolves these hints at runtime.
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from cyclonedds.core import InstanceState
+from cyclonedds.idl import IdlStruct
+from cyclonedds.idl.annotations import key
+from cyclonedds.idl.types import uint64
+from cyclonedds.pub import DataWriter
+from cyclonedds.sub import DataReader
+from cyclonedds.topic import Topic
+
+from .qos import announcement
+from .reading import ReaderLoop
+
+ANNOUNCE_TOPIC = "commlab_announce"
+
+
+@dataclass
+class Announce(IdlStruct, typename="commlab.dds.Announce"):
+    name: str
+    key("name")
+    participant: str
+    incarnation: uint64
+    info: str  # JSON: {"subscribes": [topic, ...], "groups": {group: rank}}
+
+
+@dataclass
+class Peer:
+    name: str
+    participant: str
+    incarnation: int
+    info: dict[str, Any]
+    alive: bool = True
+    lost_at: Optional[float] = None
+
+
+@dataclass
+class PeerDirectory:
+    """Live view of announced peers, updated by a reader thread; waiters block on `changed`."""
+    own_name: str
+    peers: dict[str, Peer] = field(default_factory=dict)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def on_samples(self, samples: list) -> None:
+        with self.changed:
+            for data, info in samples:
+                if info.valid_data:
+                    a = Announce.deserialize(data)
+                    if a.name != self.own_name:
+                        self.peers[a.name] = Peer(a.name, a.participant, a.incarnation, json.loads(a.info))
+                elif info.instance_state != InstanceState.Alive:  # NOT_ALIVE_*: the writer left or its lease expired
+                    name = Announce.deserialize_key(data).name
+                    peer = self.peers.get(name)
+                    if peer is not None and peer.alive:
+                        peer.alive, peer.lost_at = False, time.monotonic()
+            self.changed.notify_all()
+
+    def wait_for(self, ready: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
+        """Wait until ready() (evaluated under the lock) holds; poll too, since matching is not notified."""
+        deadline = time.monotonic() + timeout_s
+        with self.changed:
+            while not ready():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.changed.wait(min(left, poll_s))
+        return True
+
+    def alive(self) -> dict[str, Peer]:
+        return {n: p for n, p in self.peers.items() if p.alive}
+
+
+class Announcer:
+    """Owns the announcement writer/reader of one node."""
+
+    def __init__(self, participant, name: str, incarnation: int, write_timeout_s: float):
+        self.name, self.incarnation = name, incarnation
+        self.participant_id = str(participant.guid)
+        topic = Topic(participant, ANNOUNCE_TOPIC, Announce, qos=announcement(write_timeout_s))
+        self.directory = PeerDirectory(name)
+        self._writer = DataWriter(participant, topic, qos=announcement(write_timeout_s))
+        self._reader = DataReader(participant, topic, qos=announcement(write_timeout_s))
+        self._loop = ReaderLoop(participant, self._reader, "announce", self.directory.on_samples)
+        self.info: dict[str, Any] = {"subscribes": [], "groups": {}}
+        # Not announced until the first barrier: an announcement promises that the node's readers
+        # exist, so that peers' publishers wait for them to match before writing.
+        self.announced = False
+
+    def publish(self) -> None:
+        self.announced = True
+        self._writer.write(Announce(self.name, self.participant_id, self.incarnation, json.dumps(self.info)))
+
+    def add_subscription(self, topic: str) -> None:
+        if topic not in self.info["subscribes"]:
+            self.info["subscribes"].append(topic)
+            if self.announced:
+                self.publish()
+
+    def join_group(self, group: str, rank: int) -> None:
+        self.info["groups"][group] = rank
+        self.publish()
+
+    def close(self) -> None:
+        self._loop.stop()
+        try:
+            self._writer.dispose(Announce(self.name, self.participant_id, self.incarnation, ""))
+        except Exception:  # leaving anyway; peers fall back on the lease
+            pass

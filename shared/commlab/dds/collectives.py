@@ -1,0 +1,144 @@
+"""DDP collectives over one DDS topic per group: allgather of variable-size bytes and allreduce.
+
+Each rank publishes its contribution as one chunked message whose meta names (key, rank); every
+rank collects `world` contributions per key, so concurrent calls with different keys never mix.
+Allreduce is an allgather of fp32 vectors summed in rank order, so every rank gets bit-identical
+results. A rank whose node is no longer alive (lease expired or left) or which sends nothing within
+timeout_s makes wait() raise PeerLost naming it.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .endpoints import ChunkReader, ChunkWriter
+from .errors import BarrierTimeout, DdsError, PeerLost
+from .reassembly import Assembled
+
+if TYPE_CHECKING:
+    from .node import DdsNode
+
+POLL_S = 0.05
+REMEMBERED_KEYS = 4096
+
+
+class Group:
+    def __init__(self, node: "DdsNode", name: str, rank: int, world: int, timeout_s: float):
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} outside world {world}")
+        self.node, self.name, self.rank, self.world, self.timeout_s = node, name, rank, world, timeout_s
+        self._directory = node.announcer.directory
+        self._parts: dict[str, dict[int, bytes]] = {}
+        self._finished: OrderedDict[str, None] = OrderedDict()  # late copies for these keys are dropped
+        self._barriers = 0
+        self._writer = ChunkWriter(node, f"coll_{name}")
+        self._reader = ChunkReader(node, f"coll_{name}", self._on_message)
+        node.add_closable(self._reader)
+        node.announcer.join_group(name, rank)
+
+    def _on_message(self, msg: Assembled) -> None:
+        meta = json.loads(msg.meta)
+        with self._directory.changed:
+            if meta["key"] not in self._finished:
+                self._parts.setdefault(meta["key"], {})[int(meta["rank"])] = msg.payload
+                self._directory.changed.notify_all()
+
+    def _ranks(self) -> dict[int, bool]:
+        """rank -> alive, for every peer that announced membership of this group."""
+        return {p.info["groups"][self.name]: p.alive for p in self._directory.peers.values()
+                if self.name in p.info.get("groups", {})}
+
+    def barrier(self, timeout_s: float | None = None) -> None:
+        """Every rank waits here until all ranks have arrived (alive, matched, and each sent an
+        empty barrier message); BarrierTimeout names the ranks missing at the deadline."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+
+        def missing() -> list[str]:
+            ranks = self._ranks()
+            absent = [f"rank {r}" for r in range(self.world) if r != self.rank and not ranks.get(r)]
+            return absent or [f"reader of {n}" for n in self._writer.missing_readers()]
+        with self.node.stats.waiting():
+            if not self._directory.wait_for(lambda: not missing(), timeout_s):
+                raise BarrierTimeout(missing(), timeout_s, f"members of group {self.name!r}")
+        self._barriers += 1
+        key = f"barrier/{self._barriers}"
+        try:
+            self._start(key, b"", deadline).wait()
+        except PeerLost as e:
+            raise BarrierTimeout([f"rank {r}" for r in e.ranks], timeout_s, f"members of group {self.name!r}") from e
+
+    def _start(self, key: str, data: bytes | memoryview, deadline: float | None = None) -> "Handle":
+        with self._directory.changed:
+            if key in self._finished or self.rank in self._parts.get(key, {}):
+                raise DdsError(f"group {self.name!r}: key {key!r} was already used")
+            self._parts.setdefault(key, {})[self.rank] = bytes(data)
+        self._writer.write(json.dumps({"key": key, "rank": self.rank}), data)
+        return Handle(self, key, deadline or time.monotonic() + self.timeout_s)
+
+    def allgather_async(self, key: str, data: bytes | memoryview) -> "Handle":
+        return self._start(key, data)
+
+    def allreduce_async(self, key: str, vec: np.ndarray, op: str = "mean") -> "Handle":
+        if op not in ("sum", "mean"):
+            raise ValueError(f"allreduce op must be 'sum' or 'mean', got {op!r}")
+        dense = np.ascontiguousarray(vec, dtype=np.float32).ravel()
+        handle = self._start(key, memoryview(dense).cast("B"))
+        handle.reduce = (op, dense.size)
+        return handle
+
+    def allgather(self, key: str, data: bytes | memoryview) -> list[bytes]:
+        return self.allgather_async(key, data).wait()
+
+    def allreduce(self, key: str, vec: np.ndarray, op: str = "mean") -> np.ndarray:
+        return self.allreduce_async(key, vec, op).wait()
+
+    def _collect(self, key: str, deadline: float) -> list[bytes]:
+        def done_or_lost() -> bool:
+            have = self._parts.get(key, {})
+            ranks = self._ranks()
+            return len(have) == self.world or any(ranks.get(r) is False for r in range(self.world) if r not in have)
+        with self.node.stats.waiting():
+            self._directory.wait_for(done_or_lost, max(0.0, deadline - time.monotonic()), POLL_S)
+        with self._directory.changed:
+            have = self._parts.get(key, {})
+            missing = [r for r in range(self.world) if r not in have]
+            if missing:
+                lost = [r for r in missing if self._ranks().get(r) is False]
+                reason = ("its node is gone (lease expired or left)" if lost
+                          else f"no contribution within {self.timeout_s:.1f}s")
+                self._finish(key)
+                raise PeerLost(lost or missing, self.name, key, reason)
+            self._finish(key)
+            return [have[r] for r in range(self.world)]
+
+    def _finish(self, key: str) -> None:
+        self._parts.pop(key, None)
+        self._finished[key] = None
+        while len(self._finished) > REMEMBERED_KEYS:
+            self._finished.popitem(last=False)
+
+
+class Handle:
+    """An started collective; wait() returns its result or raises PeerLost by the deadline."""
+
+    def __init__(self, group: Group, key: str, deadline: float):
+        self.group, self.key, self.deadline = group, key, deadline
+        self.reduce: tuple[str, int] | None = None
+
+    def wait(self):
+        parts = self.group._collect(self.key, self.deadline)
+        if self.reduce is None:
+            return parts
+        op, numel = self.reduce
+        bad = [r for r, p in enumerate(parts) if len(p) != 4 * numel]
+        if bad:
+            raise DdsError(f"allreduce {self.key!r}: rank(s) {bad} sent a different length than {numel} floats")
+        total = np.frombuffer(parts[0], dtype=np.float32).copy()
+        for p in parts[1:]:
+            total += np.frombuffer(p, dtype=np.float32)
+        return total / np.float32(self.group.world) if op == "mean" else total

@@ -1,0 +1,162 @@
+"""Chunked, reliable publisher and subscriber of one topic.
+
+Publisher: waits until every live peer that announced this topic is matched, then writes the
+message chunk by chunk; a write blocked past write_timeout_s raises DdsWriteTimeout (the sample
+was not delivered). Subscriber: a reader thread reassembles chunks; receive() hands out whole
+messages. Both count wire bytes and pure network wait in the node's CommStats.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from cyclonedds._clayer import ddspy_write
+from cyclonedds.core import DDSException
+from cyclonedds.pub import DataWriter
+from cyclonedds.sub import DataReader
+from cyclonedds.topic import Topic
+
+from .chunk import Chunk, split
+from .errors import DdsWriteTimeout, MessageError
+from .messages import from_wire, to_wire
+from .qos import lossless
+from .reading import ReaderLoop
+from .reassembly import Assembled, Reassembler
+from .stats import wire_bytes
+
+if TYPE_CHECKING:
+    from .node import DdsNode
+
+log = logging.getLogger(__name__)
+RETCODE_TIMEOUT = DDSException.DDS_RETCODE_TIMEOUT
+
+
+def chunk_topic(node: "DdsNode", name: str) -> Topic:
+    return node.topic(f"commlab_{name}", Chunk, lossless(node.settings.write_timeout_s))
+
+
+class ChunkWriter:
+    """Writes (meta, payload) messages as chunks on one topic."""
+
+    def __init__(self, node: "DdsNode", name: str):
+        self.node, self.name = node, name
+        self.writer = DataWriter(node.participant, chunk_topic(node, name), qos=lossless(node.settings.write_timeout_s))
+        self._ids = itertools.count(1)
+
+    def matched_participants(self) -> set[str]:
+        out = set()
+        for handle in self.writer.get_matched_subscriptions():
+            data = self.writer.get_matched_subscription_data(handle)
+            if data is not None:
+                out.add(str(data.participant_key))
+        return out
+
+    def missing_readers(self) -> list[str]:
+        """Live peers that announced this topic but whose reader is not matched yet."""
+        matched = self.matched_participants()
+        return sorted(p.name for p in self.node.announcer.directory.alive().values()
+                      if self.name in p.info.get("subscribes", ()) and p.participant not in matched)
+
+    def wait_for_readers(self, timeout_s: float) -> None:
+        with self.node.stats.waiting():
+            directory = self.node.announcer.directory
+            if not directory.wait_for(lambda: not self.missing_readers(), timeout_s):
+                raise DdsWriteTimeout(self.name, self.missing_readers(), f"readers not matched within {timeout_s:.1f}s")
+
+    def write(self, meta: str, payload: bytes | memoryview) -> None:
+        s = self.node.settings
+        self.wait_for_readers(s.write_timeout_s)
+        copies = len(self.matched_participants() - {self.node.participant_id})
+        msg_id = next(self._ids)
+        sent = 0
+        for chunk in split(self.node.name, self.node.incarnation, msg_id, meta, payload, s.chunk_bytes):
+            ser = chunk.serialize()
+            ser = ser.ljust((len(ser) + 3) & ~3, b"\0")  # the binding's DataWriter.write pads the same way
+            with self.node.stats.waiting():
+                ret = ddspy_write(self.writer._ref, ser)
+            if ret == RETCODE_TIMEOUT:
+                raise DdsWriteTimeout(self.name, self.node.peer_names(self.matched_participants()),
+                                      f"chunk {chunk.index + 1}/{chunk.count} blocked for {s.write_timeout_s:.1f}s")
+            if ret < 0:
+                raise DDSException(ret, f"writing chunk {chunk.index} on topic {self.name!r}")
+            sent += copies * wire_bytes(len(ser), s.fragment_bytes)
+            self.node.stats.add(chunks_sent=copies)
+        self.node.stats.add(bytes_sent=sent, payload_sent=copies * len(payload), messages_sent=copies)
+
+
+class ChunkReader:
+    """Reassembles messages of one topic in its own thread and passes each to on_message."""
+
+    def __init__(self, node: "DdsNode", name: str, on_message: Callable[[Assembled], None]):
+        self.node, self.name, self._on_message = node, name, on_message
+        self.reader = DataReader(node.participant, chunk_topic(node, name), qos=lossless(node.settings.write_timeout_s))
+        self._assembler = Reassembler(name, node.stats, node.settings.reassembly_timeout_s)
+        self._loop = ReaderLoop(node.participant, self.reader, name, self._on_samples, self._assembler.expire)
+        node.announcer.add_subscription(name)
+
+    def _on_samples(self, samples: list) -> None:
+        fragment = self.node.settings.fragment_bytes
+        for data, info in samples:
+            if not info.valid_data:
+                continue
+            self.node.stats.add(bytes_received=wire_bytes(len(data), fragment), chunks_received=1)
+            try:
+                chunk = Chunk.deserialize(data)
+            except Exception as e:
+                self.node.stats.add(malformed_chunks=1)
+                log.warning("topic %s: undecodable chunk of %d bytes dropped: %s", self.name, len(data), e)
+                continue
+            done = self._assembler.add(chunk)
+            if done is not None:
+                self.node.stats.add(messages_received=1, payload_received=len(done.payload))
+                self._on_message(done)
+
+    def close(self) -> None:
+        self._loop.stop()
+
+
+class Publisher:
+    def __init__(self, node: "DdsNode", cls: type):
+        self.cls = cls
+        self._writer = ChunkWriter(node, cls.__name__)
+
+    def publish(self, msg: Any) -> None:
+        if not isinstance(msg, self.cls):
+            raise TypeError(f"publisher of {self.cls.__name__} got {type(msg).__name__}")
+        self._writer.write(*to_wire(msg))
+
+    def wait_for_readers(self, timeout_s: float) -> None:
+        self._writer.wait_for_readers(timeout_s)
+
+
+class Subscriber:
+    def __init__(self, node: "DdsNode", cls: type):
+        self.cls, self._stats = cls, node.stats
+        self.last_sender = ""  # node name of the sender of the last message received
+        self._queue: queue.Queue = queue.Queue()
+        self._reader = ChunkReader(node, cls.__name__, self._queue.put)
+
+    def receive(self, timeout_s: float | None = None) -> Any | None:
+        """The next whole message, or None after timeout_s. A malformed message is logged, counted
+        and skipped; it never ends the wait early."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            with self._stats.waiting():
+                try:
+                    got: Assembled = self._queue.get(timeout=left)
+                except queue.Empty:
+                    return None
+            try:
+                msg = from_wire(self.cls, got.meta, got.payload)
+                self.last_sender = got.sender
+                return msg
+            except MessageError as e:
+                self._stats.add(malformed_chunks=1)
+                log.warning("topic %s: message from %s dropped: %s", self.cls.__name__, got.sender, e)
+
+    def close(self) -> None:
+        self._reader.close()

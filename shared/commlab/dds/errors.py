@@ -1,0 +1,35 @@
+"""The exceptions of the DDS transport; every one names what went wrong and with whom."""
+from __future__ import annotations
+
+
+class DdsError(RuntimeError):
+    """Base class of every transport failure."""
+
+
+class DdsWriteTimeout(DdsError):
+    """A reliable write could not complete within write_timeout_s; the sample was NOT delivered."""
+
+    def __init__(self, topic: str, peers: list[str], detail: str):
+        self.topic, self.peers = topic, peers
+        super().__init__(f"write on topic {topic!r} timed out ({detail}); peer(s): {', '.join(peers) or 'none matched'}")
+
+
+class BarrierTimeout(DdsError):
+    """Not every expected peer matched and announced itself in time."""
+
+    def __init__(self, missing: list[str], timeout_s: float, what: str = "peers"):
+        self.missing = missing
+        super().__init__(f"barrier timed out after {timeout_s:.1f}s; missing {what}: {', '.join(missing)}")
+
+
+class PeerLost(DdsError):
+    """A rank of a collective is gone (lease expired, left) or sent nothing within the timeout."""
+
+    def __init__(self, ranks: list[int], group: str, key: str, reason: str):
+        self.ranks = ranks
+        names = ", ".join(f"rank {r}" for r in ranks)
+        super().__init__(f"{names} lost in group {group!r} during {key!r}: {reason}")
+
+
+class MessageError(DdsError, ValueError):
+    """A received chunk or message is malformed; it is dropped, logged and counted, never delivered."""

@@ -1,0 +1,30 @@
+"""The two QoS profiles of commlab: lossless data, and durable per-node announcements."""
+from __future__ import annotations
+
+from cyclonedds.core import Policy, Qos
+from cyclonedds.util import duration
+
+
+def lossless(write_timeout_s: float) -> Qos:
+    """Reliable + KeepAll + unlimited resources: a write blocks (up to the timeout) rather than drop.
+
+    Volatile: a reader sees only what is written after it matched, which is why publishers wait
+    for the expected readers first (KeepLast silently dropped samples for slow readers).
+    """
+    return Qos(
+        Policy.Reliability.Reliable(max_blocking_time=duration(seconds=write_timeout_s)),
+        Policy.History.KeepAll,
+        Policy.ResourceLimits(max_samples=-1, max_instances=-1, max_samples_per_instance=-1),
+        Policy.Durability.Volatile,
+    )
+
+
+def announcement(write_timeout_s: float) -> Qos:
+    """One durable sample per node name: late joiners and re-started peers see every live node."""
+    return Qos(
+        Policy.Reliability.Reliable(max_blocking_time=duration(seconds=write_timeout_s)),
+        Policy.History.KeepLast(1),
+        Policy.Durability.TransientLocal,
+        Policy.DurabilityService(cleanup_delay=0, history=Policy.History.KeepLast(1),
+                                 max_samples=-1, max_instances=-1, max_samples_per_instance=-1),
+    )

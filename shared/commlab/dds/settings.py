@@ -1,0 +1,101 @@
+"""Per-participant Cyclone DDS configuration: the XML every process of ours must run with.
+
+Cyclone with no configuration multicasts discovery on the first real interface, so the XML always
+pins the interface and (locally) the unicast peer list. Large messages and fragments help only on
+loopback or unshaped links; on a shaped MTU-1500 link they cause drop storms, so they are opt-in.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+from xml.sax.saxutils import escape
+
+# Fragment and message sizes: one DATA_FRAG per UDP datagram in both modes, which keeps
+# the wire-byte estimate in stats.py exact (see docs/transport.md).
+LOOPBACK_FRAGMENT = 60000
+LOOPBACK_MESSAGE = 65000
+MTU_FRAGMENT = 1344
+MTU_MESSAGE = 1456  # 1344 payload + 112 bytes of RTPS/UDP/IP headers <= MTU 1500
+WANTED_SOCKET_BUFFER = 4 * 1024 * 1024
+MAX_DOMAIN_ID = 232  # Cyclone ports are 7400 + 250 * domain: above this they leave the 16-bit range
+
+
+def _sysctl(name: str) -> int | None:
+    try:
+        return int(Path("/proc/sys/net/core", name).read_text().split()[0])
+    except (OSError, ValueError):
+        return None
+
+
+def socket_buffer_bytes(which: str = "rmem_max") -> int:
+    """The wanted buffer, capped at net.core.<which> (a larger minimum makes participant creation fail)."""
+    limit = _sysctl(which)
+    return WANTED_SOCKET_BUFFER if limit is None else min(WANTED_SOCKET_BUFFER, limit)
+
+
+@dataclass(frozen=True)
+class DdsSettings:
+    domain_id: int
+    interface: str = "lo"
+    peers: tuple[str, ...] = ("127.0.0.1",)
+    chunk_bytes: int = 65536
+    write_timeout_s: float = 30.0
+    lease_s: float = 2.0
+    loopback_tuned: bool = True
+    reassembly_timeout_s: float = 60.0
+    max_participants: int = 64
+    extra_xml: str = field(default="", compare=False)  # appended inside <Domain>, e.g. loss injection in tests
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.domain_id <= MAX_DOMAIN_ID:
+            raise ValueError(f"dds.domain_id must be in 0..{MAX_DOMAIN_ID}, got {self.domain_id}")
+        if self.chunk_bytes <= 0:
+            raise ValueError(f"dds.chunk_bytes must be positive, got {self.chunk_bytes}")
+        if self.write_timeout_s <= 0 or self.lease_s <= 0:
+            raise ValueError("dds.write_timeout_s and dds.lease_s must be positive")
+        object.__setattr__(self, "peers", tuple(self.peers))
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> "DdsSettings":
+        """Build from a node config's `dds` section; unknown keys are an error, not ignored."""
+        known = {f for f in cls.__dataclass_fields__ if f != "extra_xml"}
+        unknown = set(section) - known
+        if unknown:
+            raise ValueError(f"unknown key(s) in dds config: {sorted(unknown)}; known: {sorted(known)}")
+        if "domain_id" not in section:
+            raise ValueError("dds config needs 'domain_id'")
+        return cls(**dict(section))
+
+    @property
+    def fragment_bytes(self) -> int:
+        return LOOPBACK_FRAGMENT if self.loopback_tuned else MTU_FRAGMENT
+
+    @property
+    def message_bytes(self) -> int:
+        return LOOPBACK_MESSAGE if self.loopback_tuned else MTU_MESSAGE
+
+    def to_xml(self) -> str:
+        """The Cyclone configuration for one participant of this domain."""
+        if self.peers:
+            # Unicast discovery to the listed peers only: nothing is multicast anywhere.
+            peers = "".join(f'<Peer address="{escape(p)}"/>' for p in self.peers)
+            multicast, peers_xml = "false", f"<Peers>{peers}</Peers>"
+        else:
+            # No peers given (a private bridge in a netns/container): discover by multicast on the
+            # pinned interface only, send data unicast.
+            multicast, peers_xml = "spdp", ""
+        rcv, snd = socket_buffer_bytes("rmem_max"), socket_buffer_bytes("wmem_max")
+        return (
+            '<CycloneDDS><Domain id="any">'
+            f'<General><Interfaces><NetworkInterface name="{escape(self.interface)}"/></Interfaces>'
+            f"<AllowMulticast>{multicast}</AllowMulticast>"
+            f"<MaxMessageSize>{self.message_bytes}B</MaxMessageSize>"
+            f"<FragmentSize>{self.fragment_bytes}B</FragmentSize></General>"
+            f"<Discovery>{peers_xml}<ParticipantIndex>auto</ParticipantIndex>"
+            f"<MaxAutoParticipantIndex>{self.max_participants}</MaxAutoParticipantIndex>"
+            f"<LeaseDuration>{self.lease_s}s</LeaseDuration></Discovery>"
+            f'<Internal><SocketReceiveBufferSize min="{rcv}B"/>'
+            f'<SocketSendBufferSize min="{snd}B"/></Internal>'
+            f"{self.extra_xml}</Domain></CycloneDDS>"
+        )

@@ -1,0 +1,95 @@
+"""Gathering one round's ClientUpdates: deadline, min_clients, hard limit, and rejection of bad ones.
+
+Every update is checked before it can reach the strategy: wrong round (stale or future), unknown
+or repeated client, bad sample count, undecodable or non-finite payload. Rejections are counted
+and logged with the reason, and never stop the round.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from commlab.codecs import Codec, CodecError
+from commlab.fl.strategy import FitRes
+
+
+class RoundFailed(RuntimeError):
+    """Fewer than min_clients valid updates arrived before the round's hard limit."""
+
+
+@dataclass
+class RoundReplies:
+    results: list[FitRes] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (client, reason)
+    rejected: int = 0
+    decode_s: float = 0.0
+
+    def participants(self) -> list[str]:
+        return sorted(r.client_id for r in self.results)
+
+
+@dataclass
+class UpdateCollector:
+    """Validates and decodes the updates of round `rnd` as they arrive from `receive`."""
+    rnd: int
+    expected: list[str]
+    codec: Codec
+    numel: int
+    log: Callable[[str], None]
+    replies: RoundReplies = field(default_factory=RoundReplies)
+
+    def offer(self, msg: Any) -> None:
+        reason = self._check(msg)
+        if reason is None:
+            start = time.perf_counter()
+            try:
+                delta = self.codec.decode(msg.payload, numel=self.numel)
+                if not np.isfinite(delta).all():
+                    reason = "payload holds NaN or Inf"
+                else:
+                    self.replies.results.append(FitRes(msg.client_id, int(msg.num_samples), delta))
+            except CodecError as e:
+                reason = f"malformed payload: {e}"
+            self.replies.decode_s += time.perf_counter() - start
+        if reason is not None:
+            self.replies.rejected += 1
+            self.replies.failures.append((str(msg.client_id), reason))
+            self.log(f"round {self.rnd}: rejected update from {msg.client_id!r} (round {msg.round}): {reason}")
+
+    def _check(self, msg: Any) -> str | None:
+        if msg.round != self.rnd:
+            return f"update is for round {msg.round}, not {self.rnd}"
+        if msg.client_id not in self.expected:
+            return "unknown client"
+        if msg.client_id in self.answered():
+            return "second update in this round"
+        if msg.num_samples <= 0:
+            return f"num_samples is {msg.num_samples}"
+        return None
+
+    def answered(self) -> set[str]:
+        return {r.client_id for r in self.replies.results}
+
+    def collect(self, receive: Callable[[float], Any], started: float, deadline_s: float,
+                hard_limit_s: float, min_clients: int) -> RoundReplies:
+        """Offer received updates until every expected client answered, or the deadline passed
+        with >= min_clients answers; raise RoundFailed at the hard limit."""
+        while len(self.answered()) < len(self.expected):
+            elapsed = time.perf_counter() - started
+            enough = len(self.answered()) >= min_clients
+            if enough and elapsed >= deadline_s:
+                break
+            if elapsed >= hard_limit_s:
+                raise RoundFailed(f"round {self.rnd}: only {len(self.answered())} of min_clients={min_clients} "
+                                  f"valid updates after the hard limit of {hard_limit_s:.0f}s "
+                                  f"(answered: {sorted(self.answered()) or 'none'})")
+            limit = deadline_s if enough else hard_limit_s
+            msg = receive(min(limit - elapsed, 0.5))
+            if msg is not None:
+                self.offer(msg)
+        missing = sorted(set(self.expected) - self.answered())
+        self.replies.failures += [(c, "no valid update by the deadline") for c in missing]
+        return self.replies

@@ -1,0 +1,222 @@
+"""FL node configs: the typed schema of controller.conf.json and client.conf.json.
+
+`load_controller_config(path)` / `load_client_config(path)` read and validate a JSON file and
+raise ConfigError (naming the key or file) before anything is trained or written.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from commlab.fl.schema import ConfigError, from_dict
+
+T = TypeVar("T")
+
+PARTITION_SCHEMES = ("iid", "dirichlet", "shards")
+
+
+def _positive(where: str, **values: float) -> None:
+    for name, v in values.items():
+        if v <= 0:
+            raise ConfigError(f"{where}{name}: must be > 0, got {v}")
+
+
+def _existing(where: str, name: str, path: str | None) -> None:
+    if path is not None and not Path(path).exists():
+        raise ConfigError(f"{where}{name}: file not found: {path}")
+
+
+@dataclass(frozen=True)
+class DdsSection:
+    domain_id: int
+    interface: str = "lo"
+    peers: tuple[str, ...] = ("127.0.0.1",)
+    # Optional transport tuning; None keeps the commlab.dds.DdsSettings default.
+    chunk_bytes: int | None = None
+    write_timeout_s: float | None = None
+    lease_s: float | None = None
+    loopback_tuned: bool | None = None
+
+    def check(self, where: str) -> None:
+        if not 0 <= self.domain_id <= 232:
+            raise ConfigError(f"{where}domain_id: must be in 0..232, got {self.domain_id}")
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    name: str = "mnist_cnn"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DatasetSection:
+    name: str = "mnist"
+    root: str | None = None  # cache directory; None: commlab.data's default
+    # Random subsets (seeded) for fast tests; None uses the whole split.
+    train_subset: int | None = None
+    test_subset: int | None = None
+    subset_seed: int = 0
+
+    def check(self, where: str) -> None:
+        _existing(where, "root", self.root)
+        for name in ("train_subset", "test_subset"):
+            if getattr(self, name) is not None:
+                _positive(where, **{name: getattr(self, name)})
+
+
+@dataclass(frozen=True)
+class PartitionSection:
+    scheme: str = "dirichlet"
+    alpha: float = 0.5            # dirichlet concentration
+    labels_per_client: int = 2    # shards
+    seed: int = 0
+
+    def check(self, where: str) -> None:
+        if self.scheme not in PARTITION_SCHEMES:
+            raise ConfigError(f"{where}scheme: unknown partition scheme {self.scheme!r} "
+                              f"(known: {', '.join(PARTITION_SCHEMES)})")
+        _positive(where, alpha=self.alpha, labels_per_client=self.labels_per_client)
+
+    def params(self) -> dict[str, Any]:
+        """Keyword arguments for commlab.data.partition for this scheme."""
+        return {"iid": {}, "dirichlet": {"alpha": self.alpha},
+                "shards": {"labels_per_client": self.labels_per_client}}[self.scheme]
+
+
+@dataclass(frozen=True)
+class CodecSection:
+    name: str = "fp32"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainingSection:
+    local_epochs: int = 1
+    batch_size: int = 64
+    lr: float = 0.05
+    samples_per_round: int = 6000  # per client and round, drawn from its partition
+    seed: int = 0
+
+    def check(self, where: str) -> None:
+        _positive(where, local_epochs=self.local_epochs, batch_size=self.batch_size, lr=self.lr,
+                  samples_per_round=self.samples_per_round)
+
+
+@dataclass(frozen=True)
+class StrategySection:
+    name: str = "fedavg"
+    server_lr: float = 1.0
+    server_momentum: float = 0.0
+
+    def check(self, where: str) -> None:
+        if self.name != "fedavg":
+            raise ConfigError(f"{where}name: unknown strategy {self.name!r} (known: fedavg)")
+        _positive(where, server_lr=self.server_lr)
+        if not 0 <= self.server_momentum < 1:
+            raise ConfigError(f"{where}server_momentum: must be in [0, 1), got {self.server_momentum}")
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    run_id: str
+    results_dir: str
+    checkpoint_dir: str
+    dds: DdsSection
+    rounds: int
+    expected_clients: int
+    link_profile: str = "lan"      # recorded in the manifest; shaping is applied by the testbed
+    model: ModelSection = ModelSection()
+    dataset: DatasetSection = DatasetSection()
+    partition: PartitionSection = PartitionSection()  # recorded only: each client partitions its own data
+    codec: CodecSection = CodecSection()
+    training: TrainingSection = TrainingSection()
+    strategy: StrategySection = StrategySection()
+    min_clients: int = 1
+    round_deadline_s: float = 120.0     # close the round with >= min_clients answers after this
+    round_hard_limit_s: float = 600.0   # fail if min_clients have not answered by then
+    match_timeout_s: float = 120.0      # barrier before the first round
+    init_path: str | None = None        # checkpoint file or directory to resume from
+    keep_checkpoints: int = 1
+    seed: int = 0                       # model initialisation
+    eval_batch_size: int = 1000
+    threads: int = 1                    # torch intra-op threads (cores are shared)
+
+    def check(self, where: str) -> None:
+        _positive(where, rounds=self.rounds, expected_clients=self.expected_clients,
+                  min_clients=self.min_clients, round_deadline_s=self.round_deadline_s,
+                  match_timeout_s=self.match_timeout_s, keep_checkpoints=self.keep_checkpoints,
+                  eval_batch_size=self.eval_batch_size, threads=self.threads)
+        if self.min_clients > self.expected_clients:
+            raise ConfigError(f"{where}min_clients: {self.min_clients} > expected_clients {self.expected_clients}")
+        if self.round_hard_limit_s < self.round_deadline_s:
+            raise ConfigError(f"{where}round_hard_limit_s: must be >= round_deadline_s")
+        _existing(where, "init_path", self.init_path)
+
+    def client_ids(self) -> list[str]:
+        return [client_name(i) for i in range(self.expected_clients)]
+
+
+@dataclass(frozen=True)
+class OptimizerSection:
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+
+    def check(self, where: str) -> None:
+        if not 0 <= self.momentum < 1:
+            raise ConfigError(f"{where}momentum: must be in [0, 1), got {self.momentum}")
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    run_id: str
+    results_dir: str
+    dds: DdsSection
+    client_id: int
+    num_clients: int
+    link_profile: str = "lan"
+    model: ModelSection = ModelSection()
+    dataset: DatasetSection = DatasetSection()
+    partition: PartitionSection = PartitionSection()
+    optimizer: OptimizerSection = OptimizerSection()
+    idle_timeout_s: float = 300.0   # exit with an error after this long without a command
+    threads: int = 1
+
+    def check(self, where: str) -> None:
+        _positive(where, num_clients=self.num_clients, idle_timeout_s=self.idle_timeout_s, threads=self.threads)
+        if not 0 <= self.client_id < self.num_clients:
+            raise ConfigError(f"{where}client_id: must be in 0..{self.num_clients - 1}, got {self.client_id}")
+
+    @property
+    def name(self) -> str:
+        return client_name(self.client_id)
+
+
+def client_name(index: int) -> str:
+    """DDS participant / barrier name of client `index`."""
+    return f"client-{index}"
+
+
+def _load(cls: type[T], path: str | Path) -> T:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: invalid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object at top level")
+    try:
+        return from_dict(cls, data)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def load_controller_config(path: str | Path) -> ControllerConfig:
+    return _load(ControllerConfig, path)
+
+
+def load_client_config(path: str | Path) -> ClientConfig:
+    return _load(ClientConfig, path)

@@ -1,0 +1,71 @@
+"""What both node programs share: config errors -> exit 2, clean SIGTERM, failures -> exit 1.
+
+Everything that can be wrong with the input (config keys and types, missing files, unknown
+model/dataset/codec names, an unreadable checkpoint) is reported as ConfigError before any
+training starts or any result file is written.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Callable, TypeVar
+
+from commlab.codecs import CodecError, get_codec
+from commlab.fl.config import CodecSection
+from commlab.fl.schema import ConfigError
+
+T = TypeVar("T")
+EXIT_CONFIG = 2
+EXIT_FAILED = 1
+
+
+def as_config_error(what: str, build: Callable[[], T]) -> T:
+    """Run build(); turn the library's bad-input errors into a ConfigError naming `what`."""
+    from commlab.data import DatasetError
+    try:
+        return build()
+    except (ValueError, KeyError, TypeError, DatasetError, FileNotFoundError) as e:
+        raise ConfigError(f"{what}: {e}") from None
+
+
+def check_codec(section: CodecSection, where: str = "codec") -> None:
+    try:
+        get_codec(section.name, **section.params)
+    except CodecError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def backend_name(interface: str) -> str:
+    """Backend recorded in the manifest: the docker backend rewrites dds.interface (eth0)."""
+    return os.environ.get("COMMLAB_BACKEND") or ("local" if interface == "lo" else "docker")
+
+
+def log_to(prefix: str) -> Callable[[str], None]:
+    def log(msg: str) -> None:
+        print(f"[{prefix}] {msg}", flush=True)
+    return log
+
+
+def main(prog: str, run: Callable[[str], None], expected: tuple[type[Exception], ...],
+         argv: list[str] | None = None) -> int:
+    """Run `run(config_path)`; exit 2 for bad config/input, 1 for a failed run, 0 otherwise.
+    `expected` failures (timeouts, lost peers) get one line; anything else its traceback."""
+    from commlab.dds import exit_cleanly_on_sigterm
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print(f"usage: {prog} CONFIG.json", file=sys.stderr)
+        return EXIT_CONFIG
+    exit_cleanly_on_sigterm()
+    try:
+        run(argv[0])
+    except ConfigError as e:
+        print(f"{prog}: config error: {e}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
+    except expected as e:
+        print(f"{prog}: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    except Exception:
+        traceback.print_exc()
+        return EXIT_FAILED
+    return 0

@@ -1,0 +1,35 @@
+"""The client's training step: a seeded subset of its partition, local SGD, the model delta."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from commlab.data import Dataset
+from commlab.fl.strategy import FitIns
+from commlab.models import flatten_params, load_params, train_epoch
+
+
+def round_subset(part: np.ndarray, fit: FitIns, client_index: int) -> np.ndarray:
+    """fit.subset_size samples of the client's partition (all of it if smaller), fixed by
+    (round seed, client): reruns of a round after a controller restart pick the same samples."""
+    rng = np.random.default_rng([fit.seed, client_index])
+    if len(part) <= fit.subset_size:
+        return part
+    return np.sort(rng.choice(part, size=fit.subset_size, replace=False))
+
+
+def local_update(model: torch.nn.Module, global_weights: np.ndarray, data: Dataset, indices: np.ndarray,
+                 fit: FitIns, *, momentum: float, weight_decay: float) -> tuple[np.ndarray, float]:
+    """Train from global_weights for fit.epochs over data[indices]; return (new - global, last epoch loss).
+
+    A fresh optimizer every round: momentum is client-local state that must not leak stale
+    directions from a model the server has since replaced.
+    """
+    load_params(model, global_weights)
+    torch.manual_seed(fit.seed)
+    opt = torch.optim.SGD(model.parameters(), lr=fit.lr, momentum=momentum, weight_decay=weight_decay)
+    loss = float("nan")
+    for epoch in range(fit.epochs):
+        loss = train_epoch(model, data.train_x, data.train_y, indices, batch_size=fit.batch_size,
+                           lr=fit.lr, seed=fit.seed * 1000 + epoch, optimizer=opt)
+    return flatten_params(model) - global_weights, loss

@@ -1,0 +1,184 @@
+"""`python -m commlab.fl.run --codec C --clients N --rounds R --backend local|docker|auto`
+
+Builds the controller and client configs of one FL run (unique DDS domain, run id, results
+folder), then starts the nodes: as local processes (streaming their progress, ending only the
+processes it started) or through the container backend.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from commlab.fl.config import ClientConfig, ControllerConfig
+from commlab.fl.schema import ConfigError, from_dict, to_dict
+from commlab.metrics import new_run_id
+
+NODES_DIR = Path(__file__).resolve().parents[3] / "nodes"
+CLIENT_GRACE_S = 60.0  # how long clients may take to exit after the controller finished
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m commlab.fl.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--codec", default="fp32")
+    p.add_argument("--codec-param", action="append", default=[], metavar="KEY=JSON",
+                   help="codec parameter, e.g. ratio=0.05 (repeatable)")
+    p.add_argument("--clients", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--samples-per-round", type=int, default=6000)
+    p.add_argument("--backend", choices=("local", "docker", "auto"), default="local")
+    p.add_argument("--profile", default="lan", help="link profile (commlab.netem), recorded in the manifest")
+    p.add_argument("--model", default="mnist_cnn")
+    p.add_argument("--dataset", default="mnist")
+    p.add_argument("--partition", choices=("iid", "dirichlet", "shards"), default="dirichlet")
+    p.add_argument("--alpha", type=float, default=0.5)
+    p.add_argument("--labels-per-client", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--min-clients", type=int, default=1)
+    p.add_argument("--deadline", type=float, default=300.0, help="round deadline in seconds")
+    p.add_argument("--train-subset", type=int, help="use a random subset of the training set (fast checks)")
+    p.add_argument("--test-subset", type=int)
+    p.add_argument("--init-path", help="checkpoint file or directory to resume from")
+    p.add_argument("--results-dir", default="results")
+    p.add_argument("--run-id")
+    p.add_argument("--domain-id", type=int, help="DDS domain (default: random in 100..232)")
+    return p.parse_args(argv)
+
+
+def _codec_params(pairs: list[str]) -> dict[str, Any]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"--codec-param {pair!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
+    """Controller and client configs (validated through the same schema the nodes use)."""
+    run_id = a.run_id or new_run_id("fl", a.codec)
+    domain = a.domain_id if a.domain_id is not None else random.Random(time.time_ns() ^ os.getpid()).randrange(100, 233)
+    results = str(Path(a.results_dir).resolve())
+    common = {"run_id": run_id, "results_dir": results, "link_profile": a.profile,
+              "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]},
+              "model": {"name": a.model, "params": {}},
+              "dataset": {"name": a.dataset, "train_subset": a.train_subset, "test_subset": a.test_subset},
+              "partition": {"scheme": a.partition, "alpha": a.alpha, "labels_per_client": a.labels_per_client,
+                            "seed": a.seed}}
+    controller = {**common, "checkpoint_dir": str(Path(results) / run_id / "checkpoints"),
+                  "rounds": a.rounds, "expected_clients": a.clients, "min_clients": a.min_clients,
+                  "codec": {"name": a.codec, "params": _codec_params(a.codec_param)},
+                  "training": {"local_epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
+                               "samples_per_round": a.samples_per_round, "seed": a.seed},
+                  "round_deadline_s": a.deadline, "round_hard_limit_s": max(600.0, 2 * a.deadline),
+                  "init_path": a.init_path, "seed": a.seed}
+    clients = [{**common, "client_id": i, "num_clients": a.clients, "optimizer": {"momentum": a.momentum}}
+               for i in range(a.clients)]
+    # Round-trip through the schema: a bad flag fails here, before any process starts.
+    return (to_dict(from_dict(ControllerConfig, controller)),
+            [to_dict(from_dict(ClientConfig, c)) for c in clients])
+
+
+def _stream(proc: subprocess.Popen, out: list[str]) -> None:
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        out.append(line)
+
+
+def run_local(controller_cfg: dict, client_cfgs: list[dict]) -> int:
+    """Start controller + clients as local processes; non-zero if any of them failed."""
+    cfg_dir = Path(controller_cfg["results_dir"]) / controller_cfg["run_id"] / "configs"
+    cfg_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, cfg in [("controller", controller_cfg)] + [(f"client-{c['client_id']}", c) for c in client_cfgs]:
+        path = cfg_dir / f"{name}.json"
+        path.write_text(json.dumps(cfg, indent=2))
+        paths.append((name, "controller.py" if name == "controller" else "client.py", path))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs: dict[str, subprocess.Popen] = {}
+    threads = []
+    try:
+        for name, script, path in paths:
+            procs[name] = subprocess.Popen([sys.executable, str(NODES_DIR / script), str(path)], env=env,
+                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            threads.append(threading.Thread(target=_stream, args=(procs[name], []), daemon=True))
+            threads[-1].start()
+        controller = procs["controller"]
+        clients = [p for n, p in procs.items() if n != "controller"]
+        # The controller decides the run; stop early only when no client is left to train.
+        while controller.poll() is None and any(c.poll() in (None, 0) for c in clients):
+            time.sleep(0.5)
+        if controller.poll() == 0:
+            deadline = time.monotonic() + CLIENT_GRACE_S
+            while time.monotonic() < deadline and any(c.poll() is None for c in clients):
+                time.sleep(0.2)
+    finally:
+        _end(procs.values())
+    for t in threads:
+        t.join(timeout=5)
+    codes = {n: p.returncode for n, p in procs.items()}
+    failed = {n: c for n, c in codes.items() if c != 0}
+    print(f"[run] exit codes: {codes}" + (f"; FAILED: {', '.join(failed)}" if failed else ""), flush=True)
+    return 1 if failed else 0
+
+
+def _end(procs) -> None:
+    """SIGTERM (nodes exit cleanly on it) then SIGKILL, only for our own children still running."""
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
+        p.terminate()
+    for p in live:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    try:
+        controller, clients = build_configs(a)
+    except ConfigError as e:
+        print(f"commlab.fl.run: config error: {e}", file=sys.stderr)
+        return 2
+    backend = a.backend
+    if backend != "local":
+        try:
+            from commlab.testbed.backend import choose_backend
+            from commlab.testbed.docker_run import run_fl
+        except ImportError as e:
+            if backend == "docker":
+                print(f"commlab.fl.run: docker backend unavailable ({e})", file=sys.stderr)
+                return 2
+            print(f"[run] auto: container backend not installed ({e}); using local processes", flush=True)
+            backend = "local"
+        else:
+            backend = choose_backend(backend)
+    run_dir = Path(controller["results_dir"]) / controller["run_id"]
+    print(f"[run] {controller['run_id']}: codec {a.codec}, {a.clients} clients, {a.rounds} rounds, "
+          f"backend {backend}, DDS domain {controller['dds']['domain_id']}, results {run_dir}", flush=True)
+    if backend == "docker":
+        run_fl(controller, clients, a.profile, Path(controller["results_dir"]))
+        return 0
+    return run_local(controller, clients)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Models by name, parameter/gradient vectors, and the plain SGD loop and evaluation every node reuses.
+
+`flatten_params` / `load_params` fix the wire order of a model: `model.parameters()` order, each
+tensor flattened row-major, float32. Every codec and collective works on that one vector.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class MnistCnn(nn.Module):
+    """The CNN of McMahan et al. (FedAvg, 2017): two 5x5 convolutions (32, 64 channels, each with
+    2x2 max pooling) and two fully connected layers (3136 -> 512 -> 10); 1,663,370 parameters."""
+
+    def __init__(self, in_channels: int = 1, num_classes: int = 10, hidden: int = 512) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 32, 5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
+        self.fc1 = nn.Linear(64 * 7 * 7, hidden)
+        self.fc2 = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+MODELS: dict[str, Callable[..., nn.Module]] = {"mnist_cnn": MnistCnn}
+
+
+def configure_threads(threads: int | None = None) -> None:
+    """Bound torch's thread pools: several training processes share 2 cores, and oversubscribed
+    pools make every one of them slower. Default: COMMLAB_TORCH_THREADS, else 1."""
+    n = threads if threads is not None else int(os.environ.get("COMMLAB_TORCH_THREADS", "1"))
+    torch.set_num_threads(n)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # torch allows this only before its first parallel work; already bounded then
+        pass
+
+
+def build_model(name: str, seed: int = 0, **params) -> nn.Module:
+    """A fresh model; the same (name, seed, params) gives identical weights in every process."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+    configure_threads()
+    with torch.random.fork_rng(devices=[]):  # seeded init without disturbing the caller's RNG
+        torch.manual_seed(seed)
+        return MODELS[name](**params)
+
+
+def num_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def flatten_params(model: nn.Module) -> np.ndarray:
+    """All parameters as one new float32 vector (copy: later training does not change it)."""
+    with torch.no_grad():
+        return torch.cat([p.detach().reshape(-1).float() for p in model.parameters()]).numpy().copy()
+
+
+def _check_length(model: nn.Module, vec: np.ndarray, what: str) -> torch.Tensor:
+    vec = np.asarray(vec)
+    n = num_params(model)
+    if vec.ndim != 1 or vec.size != n:
+        raise ValueError(f"{what} vector has shape {vec.shape}, model {type(model).__name__} needs ({n},)")
+    return torch.from_numpy(np.ascontiguousarray(vec, dtype=np.float32))
+
+
+def load_params(model: nn.Module, vec: np.ndarray) -> None:
+    """Copy a vector from flatten_params (same architecture) into the model's parameters."""
+    flat = _check_length(model, vec, "parameter")
+    offset = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(flat[offset: offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+
+def flatten_grads(model: nn.Module) -> np.ndarray:
+    """All gradients as one float32 vector in flatten_params order; zeros where a grad is None."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).float()
+                      for p in model.parameters()]).numpy().copy()
+
+
+def load_grads(model: nn.Module, vec: np.ndarray) -> None:
+    """Set every parameter's .grad from a vector (e.g. the allreduced mean) before optimizer.step()."""
+    flat = _check_length(model, vec, "gradient")
+    offset = 0
+    for p in model.parameters():
+        p.grad = flat[offset: offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+
+
+def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 1000) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy loss) over all of x, y."""
+    model.eval()
+    correct, loss = 0, 0.0
+    with torch.no_grad():
+        for start in range(0, len(y), batch_size):
+            xb = torch.from_numpy(x[start: start + batch_size])
+            yb = torch.from_numpy(y[start: start + batch_size])
+            out = model(xb)
+            loss += F.cross_entropy(out, yb, reduction="sum").item()
+            correct += int((out.argmax(1) == yb).sum())
+    return correct / len(y), loss / len(y)
+
+
+def train_epoch(model: nn.Module, x: np.ndarray, y: np.ndarray, indices: np.ndarray, *, batch_size: int,
+                lr: float, seed: int, optimizer: torch.optim.Optimizer | None = None) -> float:
+    """One pass of minibatch SGD over x[indices] in an order fixed by seed; returns the mean loss.
+    Pass an optimizer to keep its state (momentum) across epochs; default is plain SGD(lr)."""
+    if len(indices) == 0:
+        raise ValueError("train_epoch got no samples")
+    opt = optimizer if optimizer is not None else torch.optim.SGD(model.parameters(), lr=lr)
+    order = np.random.default_rng(seed).permutation(np.asarray(indices))
+    model.train()
+    total = 0.0
+    for start in range(0, len(order), batch_size):
+        batch = order[start: start + batch_size]
+        opt.zero_grad()
+        loss = F.cross_entropy(model(torch.from_numpy(x[batch])), torch.from_numpy(y[batch]))
+        loss.backward()
+        opt.step()
+        total += loss.item() * len(batch)
+    return total / len(order)

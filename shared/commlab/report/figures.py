@@ -1,0 +1,119 @@
+"""matplotlib figures (Agg backend, PNG), four per settings group, one line or bar set per codec or
+method. Every title carries the group's settings so a figure read alone says what it shows."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on nodes, CI or containers
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+FL_FIGURES = ("bytes", "comm-time", "round-time", "accuracy")
+DDP_FIGURES = ("bytes", "accuracy", "comm-time-max", "comm-time-mean")
+
+
+def subtitle(settings: dict) -> str:
+    size = f"clients={settings['clients']}" if settings["kind"] == "fl" else f"world={settings['world']}"
+    length = f"rounds={settings['rounds']}" if settings["kind"] == "fl" else f"epochs={settings['epochs']}"
+    return (f"link={settings['link_profile']}, {size}, model={settings['model']}, "
+            f"dataset={settings['dataset']},\n{length}, backend={settings['backend']}; "
+            f"latest run per {'codec' if settings['kind'] == 'fl' else 'method'}")
+
+
+def _colors(series: list[str]) -> dict[str, tuple]:
+    cmap = plt.get_cmap("tab10")
+    return {s: cmap(i % 10) for i, s in enumerate(sorted(series))}
+
+
+def _save(fig, ax, title: str, sub: str, path: Path) -> Path:
+    ax.set_title(f"{title}\n{sub}", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    if ax.get_xlabel() != "client":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds, steps, epochs
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _lines(df: pd.DataFrame, x: str, y: str, colors: dict, ax, style: str = "-o", label: str = "{}") -> None:
+    for series, d in df.groupby("series", sort=True):
+        ax.plot(d[x], d[y], style, color=colors[series], label=label.format(series), markersize=3)
+
+
+def _accuracy(df: pd.DataFrame, x: str, ylabel: str, colors: dict, target: float, title: str,
+              sub: str, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    _lines(df.dropna(subset=["test_accuracy"]), x, "test_accuracy", colors, ax)
+    ax.axhline(target, color="grey", linestyle=":", label=f"target {target:g}")
+    ax.set(xlabel=x, ylabel=ylabel)
+    return _save(fig, ax, title, sub, path)
+
+
+def fl_figures(frames: dict[str, pd.DataFrame], settings: dict, group: str, out: Path,
+               target: float) -> list[Path]:
+    """FL: bytes per round, DDS comm time per client, round time, test accuracy."""
+    rounds, clients = frames["rounds"], frames["clients"]
+    colors, sub, paths = _colors(list(rounds["series"].unique())), subtitle(settings), []
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    _lines(rounds, "round", "bytes_up", colors, ax, label="{} up")
+    _lines(rounds, "round", "bytes_down", colors, ax, style="--", label="{} down")
+    ax.set(xlabel="round", ylabel="bytes on the wire per round (all clients)", yscale="log")
+    paths.append(_save(fig, ax, "FL: bytes per round", sub, out / f"{group}-bytes.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if len(clients):
+        stats = clients.groupby(["series", "client_id"])["comm_time_s"].agg(["mean", "max"]).reset_index()
+        ids = sorted(stats["client_id"].unique(), key=str)
+        series = sorted(stats["series"].unique())
+        width = 0.8 / len(series)
+        for i, s in enumerate(series):
+            d = stats[stats["series"] == s].set_index("client_id").reindex(ids)
+            x = np.arange(len(ids)) + i * width
+            ax.bar(x, d["mean"], width, color=colors[s], label=f"{s} (bar mean, tick max)")
+            ax.errorbar(x, d["mean"], yerr=[np.zeros(len(ids)), d["max"] - d["mean"]], fmt="none",
+                        ecolor="black", capsize=3)
+        ax.set_xticks(np.arange(len(ids)) + 0.4 - width / 2, [str(i) for i in ids])
+    ax.set(xlabel="client", ylabel="DDS communication time per round (s)")
+    paths.append(_save(fig, ax, "FL: communication time per client", sub, out / f"{group}-comm-time.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    _lines(rounds, "round", "round_time_s", colors, ax)
+    ax.set(xlabel="round", ylabel="round time (s)")
+    paths.append(_save(fig, ax, "FL: round time", sub, out / f"{group}-round-time.png"))
+
+    paths.append(_accuracy(rounds, "round", "test accuracy", colors, target,
+                           "FL: test accuracy", sub, out / f"{group}-accuracy.png"))
+    return paths
+
+
+def ddp_figures(frames: dict[str, pd.DataFrame], settings: dict, group: str, out: Path,
+                target: float, window: int) -> list[Path]:
+    """DDP: bytes per step, test accuracy, max and mean (over ranks) comm time per window."""
+    per_step, per_window, epochs = frames["per_step"], frames["per_window"], frames["epochs"]
+    colors, sub, paths = _colors(list(per_step["series"].unique())), subtitle(settings), []
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    _lines(per_step, "step", "bytes_sent", colors, ax, style="-")
+    ax.set(xlabel="step", ylabel="bytes sent per step (mean over ranks)", yscale="log")
+    paths.append(_save(fig, ax, "DDP: bytes per step", sub, out / f"{group}-bytes.png"))
+
+    paths.append(_accuracy(epochs, "epoch", "test accuracy (mean over ranks)", colors, target,
+                           "DDP: test accuracy", sub, out / f"{group}-accuracy.png"))
+
+    for stat, word in (("max", "maximum"), ("mean", "mean")):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        _lines(per_window, "step", f"comm_time_{stat}_s", colors, ax)
+        per = "per step" if window == 1 else f"per step, averaged over {window}-step windows"
+        ax.set(xlabel="step" if window == 1 else "step (end of window)",
+               ylabel=f"{stat} over ranks of comm time (s)\n{per}")
+        paths.append(_save(fig, ax, f"DDP: {word} communication time", sub,
+                           out / f"{group}-comm-time-{stat}.png"))
+    return paths

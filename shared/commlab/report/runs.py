@@ -1,0 +1,180 @@
+"""Finding and loading runs under results/: the manifest and every metrics table, validated.
+
+A run that cannot be read whole (missing or broken manifest, truncated or malformed CSV) becomes a
+`Skipped` entry with the reason, so one bad run never takes the whole report down.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+# Columns each table must have (docs/architecture.md, "Results layout"); extra columns are kept.
+COLUMNS = {
+    "rounds": ["round", "round_time_s", "participants", "n_participants", "bytes_up", "bytes_down",
+               "aggregate_time_s", "decode_time_s", "test_accuracy", "test_loss", "rejected_updates"],
+    "clients": ["round", "client_id", "num_samples", "bytes_up", "bytes_down", "comm_time_s",
+                "train_time_s", "encode_time_s", "decode_time_s"],
+    "steps": ["step", "epoch", "rank", "bytes_sent", "bytes_received", "comm_time_s", "compute_time_s",
+              "compress_time_s", "decompress_time_s", "step_time_s", "density", "train_loss"],
+    "epochs": ["epoch", "rank", "step", "test_accuracy", "test_loss", "epoch_time_s"],
+}
+# Text columns, and numeric columns that may be empty (a round or epoch without evaluation).
+TEXT = {"participants", "client_id"}
+OPTIONAL = {"test_accuracy", "test_loss"}
+# Per kind: the settings that define a comparable experiment, the series field, the tables.
+KINDS = {
+    "fl": {"series": "codec", "size": "clients", "length": "rounds",
+           "tables": {"rounds": True, "clients": False}},
+    "ddp": {"series": "method", "size": "world", "length": "epochs",
+            "tables": {"steps": True, "epochs": False}},
+}
+SETTINGS = ("kind", "backend", "model", "dataset", "link_profile", "size", "length")
+METRIC_PATTERNS = ("rounds.csv", "clients*.csv", "steps*.csv", "epochs*.csv")
+
+
+class RunError(ValueError):
+    """A run folder that cannot be reported; the message names the file and the problem."""
+
+
+@dataclass
+class Run:
+    run_id: str
+    path: Path
+    manifest: dict
+    tables: dict[str, pd.DataFrame]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return self.manifest["kind"]
+
+    @property
+    def series(self) -> str:
+        """The codec (FL) or method (DDP) this run compares."""
+        return str(self.manifest[KINDS[self.kind]["series"]])
+
+    @property
+    def settings(self) -> dict:
+        m, k = self.manifest, KINDS[self.kind]
+        return {"kind": self.kind, "backend": m.get("backend", "local"), "model": m["model"],
+                "dataset": m["dataset"], "link_profile": m["link_profile"],
+                k["size"]: int(m[k["size"]]), k["length"]: int(m[k["length"]])}
+
+    @property
+    def group(self) -> str:
+        """File-name-safe name of the settings group, e.g. fl-mnist_cnn-mnist-lan-c3-r5-local."""
+        s, k = self.settings, KINDS[self.kind]
+        name = (f"{s['kind']}-{s['model']}-{s['dataset']}-{s['link_profile']}-"
+                f"{k['size'][0]}{s[k['size']]}-{k['length'][0]}{s[k['length']]}-{s['backend']}")
+        return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+@dataclass
+class Skipped:
+    path: Path
+    reason: str
+
+
+def looks_like_run(path: Path) -> bool:
+    """Run folders hold a manifest or metrics tables; anything else (bench/, report/) is not a run."""
+    return (path / "manifest.json").exists() or any(
+        next(path.glob(p), None) is not None for p in METRIC_PATTERNS)
+
+
+def read_manifest(path: Path) -> dict:
+    file = path / "manifest.json"
+    if not file.exists():
+        raise RunError(f"{file}: missing manifest")
+    try:
+        manifest = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RunError(f"{file}: not valid JSON ({e})") from None
+    if not isinstance(manifest, dict):
+        raise RunError(f"{file}: expected a JSON object")
+    kind = manifest.get("kind")
+    if kind not in KINDS:
+        raise RunError(f"{file}: kind is {kind!r}, expected 'fl' or 'ddp'")
+    k = KINDS[kind]
+    missing = [f for f in ("model", "dataset", "link_profile", k["series"], k["size"], k["length"])
+               if manifest.get(f) in (None, "")]
+    if missing:
+        raise RunError(f"{file}: missing fields {missing}")
+    for f in (k["size"], k["length"]):
+        if not isinstance(manifest[f], int) or isinstance(manifest[f], bool):
+            raise RunError(f"{file}: {f} is {manifest[f]!r}, expected an integer")
+    return manifest
+
+
+def read_table(file: Path, columns: list[str]) -> pd.DataFrame:
+    """Strict CSV read: a short last line (a writer killed mid-row) or a non-number is an error."""
+    raw = file.read_bytes()
+    if raw and not raw.endswith(b"\n"):
+        raise RunError(f"{file}: truncated (last line has no newline)")
+    rows = list(csv.reader(raw.decode("utf-8", errors="replace").splitlines()))
+    if not rows:
+        raise RunError(f"{file}: empty (no header)")
+    header = rows[0]
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise RunError(f"{file}: header lacks columns {missing}")
+    for n, row in enumerate(rows[1:], start=2):
+        if len(row) != len(header):
+            raise RunError(f"{file}: line {n} has {len(row)} fields, header has {len(header)}")
+    df = pd.DataFrame(rows[1:], columns=header)
+    for c in columns:
+        if c in TEXT:
+            continue
+        values = pd.to_numeric(df[c].replace("", None), errors="coerce")
+        bad = values.isna() & ((df[c] != "") | (c not in OPTIONAL))
+        if bad.any():
+            line = int(bad.idxmax()) + 2
+            raise RunError(f"{file}: line {line}, column {c}: {df[c].iloc[line - 2]!r} is not a number")
+        df[c] = values
+    return df
+
+
+def read_tables(path: Path, name: str) -> pd.DataFrame | None:
+    """`<name>.csv` and every `<name>-*.csv` (one per client or rank) concatenated, or None."""
+    files = sorted({*path.glob(f"{name}.csv"), *path.glob(f"{name}-*.csv")})
+    if not files:
+        return None
+    frames = [read_table(f, COLUMNS[name]) for f in files]
+    return pd.concat(frames, ignore_index=True)
+
+
+def load_run(path: Path) -> Run:
+    manifest = read_manifest(path)
+    run = Run(run_id=str(manifest.get("run_id") or path.name), path=path, manifest=manifest, tables={})
+    for name, required in KINDS[manifest["kind"]]["tables"].items():
+        df = read_tables(path, name)
+        if df is None or df.empty:
+            if required:
+                raise RunError(f"{path}: no rows in {name}.csv (run not started or wrong kind?)")
+            run.warnings.append(f"{run.run_id}: no {name}*.csv, figures from it are left out")
+            df = pd.DataFrame(columns=COLUMNS[name])
+        run.tables[name] = df
+    return run
+
+
+def load_runs(results: Path, run_ids: list[str] | None = None,
+              exclude: tuple[Path, ...] = ()) -> tuple[list[Run], list[Skipped]]:
+    """Every run under `results` (or the named ones), and the folders skipped with reasons."""
+    if run_ids:
+        paths = [results / r for r in run_ids]
+    elif results.is_dir():
+        excluded = {p.resolve() for p in exclude}
+        paths = sorted(p for p in results.iterdir() if p.is_dir() and p.resolve() not in excluded
+                       and looks_like_run(p))
+    else:
+        paths = []
+    runs, skipped = [], []
+    for p in paths:
+        try:
+            runs.append(load_run(p))
+        except (RunError, OSError) as e:
+            skipped.append(Skipped(p, str(e)))
+    return runs, skipped

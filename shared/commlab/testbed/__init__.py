@@ -1,0 +1,1 @@
+"""Testbed backends: Docker engine helpers, images, compose runs, link shaping in namespaces."""

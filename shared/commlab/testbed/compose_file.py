@@ -1,0 +1,83 @@
+"""Compose projects for one run: node configs rewritten for containers, and the compose spec.
+
+The docker backend changes only what must differ from the local backend: the `dds` section
+(interface eth0, peers = the other nodes' fixed addresses, MTU-sized fragments for shaped
+links), paths under the results folder (mounted at /results) and `link_profile`. Addresses are
+fixed (198.19.<net>.10+i on an internal network) so every node can list its peers before the
+others exist. Compose accepts JSON, so specs are written as JSON (no YAML library needed).
+"""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .images import node_image
+
+CONTAINER_RESULTS = "/results"
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str                      # service, host and DDS participant name: controller, client-0, worker-1
+    role: str                      # controller | client | worker
+    env: tuple[tuple[str, str], ...] = ()  # extra environment, e.g. RANK/WORLD for workers
+
+
+def addresses(nodes: list[Node], net: int) -> dict[str, str]:
+    return {n.name: f"198.19.{net}.{10 + i}" for i, n in enumerate(nodes)}
+
+
+def container_config(cfg: dict[str, Any], node: str, addrs: dict[str, str], link_profile: str,
+                     host_results: Path) -> dict[str, Any]:
+    """`cfg` as the node inside its container must see it."""
+    out = copy.deepcopy(cfg)
+    out["dds"] = {**cfg["dds"], "interface": "eth0", "loopback_tuned": False,
+                  "peers": [a for name, a in addrs.items() if name != node]}
+    out["link_profile"] = link_profile
+    host = str(host_results.resolve())
+    for key, value in cfg.items():  # results_dir, checkpoint_dir, ... under the host results folder
+        if isinstance(value, str) and (value == host or value.startswith(host + "/")):
+            out[key] = CONTAINER_RESULTS + value[len(host):]
+        elif isinstance(value, str) and key.endswith(("_dir", "_path")) and value.startswith("/") \
+                and key != "results_dir":
+            raise ValueError(f"config key {key}={value!r} is outside the results folder {host}, "
+                             "which is all a container can see")
+    out["results_dir"] = CONTAINER_RESULTS
+    if isinstance(out.get("dataset"), dict):
+        out["dataset"]["root"] = None  # the image carries its own prepared dataset cache
+    return out
+
+
+def compose_spec(nodes: list[Node], *, run_id: str, host_results: Path, net: int,
+                 config_dir: str) -> dict[str, Any]:
+    """One service per node; configs are read from `config_dir` (a path inside the container)."""
+    addrs = addresses(nodes, net)
+    owner = {} if os.geteuid() == 0 else {"COMMLAB_UID": str(os.getuid()), "COMMLAB_GID": str(os.getgid())}
+    services = {}
+    for node in nodes:
+        services[node.name] = {
+            "image": node_image(node.role),
+            "hostname": node.name,
+            "command": [f"{config_dir}/{node.name}.json"],
+            "cap_add": ["NET_ADMIN"],  # tc inside the container
+            "environment": {"COMMLAB_NODE": node.name,
+                            "COMMLAB_BACKEND": "docker", **owner, **dict(node.env)},
+            "volumes": [f"{host_results.resolve()}:{CONTAINER_RESULTS}"],
+            "networks": {"lab": {"ipv4_address": addrs[node.name]}},
+            "stop_grace_period": "15s",
+        }
+    return {
+        "name": project_name(run_id),
+        "services": services,
+        # internal: no gateway off the machine; the subnet is in the benchmarking range.
+        "networks": {"lab": {"driver": "bridge", "internal": True,
+                             "ipam": {"config": [{"subnet": f"198.19.{net}.0/24"}]}}},
+    }
+
+
+def project_name(run_id: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in run_id.lower())
+    return f"cl-{safe}"[:60].rstrip("-_")

@@ -1,0 +1,56 @@
+"""The `setup` service of the static compose files: make one run's node configs, then exit.
+
+A plain `docker compose up` cannot compute a fresh run id or per-node configs, so the first
+service does it, with the same builders as the launchers, into /results/<run-id>/configs/ and
+into the shared volume /lab/ that the node services read their configs from.
+
+    python -m commlab.testbed.compose_setup fl  [launcher flags, e.g. --codec int8_sparse]
+    python -m commlab.testbed.compose_setup ddp [launcher flags]
+Environment: COMPOSE_NET (198.19.<net>.0/24, as in the compose file), LINK_PROFILE.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..metrics import write_json_atomic
+from .compose_file import CONTAINER_RESULTS, Node, addresses, container_config
+
+LAB = Path("/lab")
+
+
+def fl_configs(flags: list[str]) -> tuple[list[Node], list[dict[str, Any]]]:
+    from commlab.fl.run import build_configs, parse_args
+    controller, clients = build_configs(parse_args([*flags, "--results-dir", CONTAINER_RESULTS]))
+    nodes = [Node("controller", "controller")] + [Node(f"client-{i}", "client") for i in range(len(clients))]
+    return nodes, [controller, *clients]
+
+
+def ddp_configs(flags: list[str]) -> tuple[list[Node], list[dict[str, Any]]]:
+    from commlab.ddp.run import build_configs, parse_args
+    workers = build_configs(parse_args([*flags, "--results-dir", CONTAINER_RESULTS]))
+    return [Node(f"worker-{r}", "worker") for r in range(len(workers))], workers
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("fl", "ddp"):
+        print("usage: python -m commlab.testbed.compose_setup fl|ddp [launcher flags]", file=sys.stderr)
+        return 2
+    nodes, cfgs = (fl_configs if argv[0] == "fl" else ddp_configs)(argv[1:])
+    addrs = addresses(nodes, int(os.environ.get("COMPOSE_NET", "100")))
+    profile = os.environ.get("LINK_PROFILE", "10mbit")
+    run_dir = Path(CONTAINER_RESULTS) / cfgs[0]["run_id"]
+    for node, cfg in zip(nodes, cfgs):
+        cfg = container_config(cfg, node.name, addrs, profile, Path(CONTAINER_RESULTS))
+        for folder in (run_dir / "configs", LAB):
+            folder.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(folder / f"{node.name}.json", cfg)
+    print(f"setup: run {cfgs[0]['run_id']}: {len(nodes)} nodes, link profile {profile}; results in "
+          f"results/{cfgs[0]['run_id']}/", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

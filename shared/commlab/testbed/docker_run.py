@@ -1,0 +1,155 @@
+"""Run an FL or DDP experiment as a compose project: one container per node.
+
+The run folder on the host (results/<run-id>/) gets the rewritten node configs (configs/), the
+generated compose.yaml, compose.log (every container's output), link-<node>.json from each
+container's entry point, and whatever the nodes write (manifest.json, CSV tables, checkpoints).
+After the run, the manifest gains `link_applied` (node -> what tc really applied).
+"""
+from __future__ import annotations
+
+import json
+import selectors
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+from ..metrics import git_commit, write_json_atomic
+from .compose_file import CONTAINER_RESULTS, Node, addresses, compose_spec, container_config, project_name
+from .engine import EngineError, docker
+from .images import build_images, images_present
+
+NETS = range(128, 250)  # 198.19.<net>.0/24 for run networks; below 128 stays free for the engine
+CONTROLLER_GRACE_S = 60.0  # clients get this long to leave after the controller has finished
+
+
+class RunFailed(RuntimeError):
+    """A container of the run exited with an error; the message names it and quotes its log."""
+
+
+def run_fl(controller_cfg: dict[str, Any], client_cfgs: list[dict[str, Any]], link_profile: str,
+           results_dir: Path) -> Path:
+    nodes = [Node("controller", "controller")] + [Node(f"client-{i}", "client") for i in range(len(client_cfgs))]
+    return _run(nodes, [controller_cfg, *client_cfgs], link_profile, Path(results_dir), primary="controller")
+
+
+def run_ddp(worker_cfgs: list[dict[str, Any]], link_profile: str, results_dir: Path) -> Path:
+    world = len(worker_cfgs)
+    nodes = [Node(f"worker-{r}", "worker", (("RANK", str(r)), ("WORLD", str(world)))) for r in range(world)]
+    return _run(nodes, worker_cfgs, link_profile, Path(results_dir), primary="worker-0")
+
+
+def free_net(run_id: str) -> int:
+    """A 198.19.<net>.0/24 no engine network uses yet, picked by the run id to spread parallel runs."""
+    ids = docker("network", "ls", "-q").stdout.decode().split()
+    used = docker("network", "inspect", "--format", "{{range .IPAM.Config}}{{.Subnet}} {{end}}", *ids).stdout.decode()
+    start = zlib.crc32(run_id.encode()) % len(NETS)
+    for k in range(len(NETS)):
+        net = NETS[(start + k) % len(NETS)]
+        if f"198.19.{net}.0/24" not in used:
+            return net
+    raise EngineError("every 198.19.128-249.0/24 network is taken: remove stale ones (docker network prune)")
+
+
+def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, results_dir: Path,
+         primary: str) -> Path:
+    run_ids = {c["run_id"] for c in cfgs}
+    if len(run_ids) != 1:
+        raise ValueError(f"node configs disagree on run_id: {sorted(run_ids)}")
+    run_id = run_ids.pop()
+    results_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = results_dir / run_id
+    (run_dir / "configs").mkdir(parents=True, exist_ok=True)
+    if not images_present():
+        print("docker backend: node images missing, building them (make images)", flush=True)
+        build_images()
+    net = free_net(run_id)
+    addrs = addresses(nodes, net)
+    for node, cfg in zip(nodes, cfgs):
+        write_json_atomic(run_dir / "configs" / f"{node.name}.json",
+                          container_config(cfg, node.name, addrs, link_profile, results_dir))
+    spec = compose_spec(nodes, run_id=run_id, host_results=results_dir, net=net,
+                        config_dir=f"{CONTAINER_RESULTS}/{run_id}/configs")
+    for svc in spec["services"].values():
+        svc["environment"]["COMMLAB_GIT_COMMIT"] = git_commit()
+    compose_file = run_dir / "compose.yaml"
+    compose_file.write_text(json.dumps(spec, indent=2))
+    project = project_name(run_id)
+    print(f"docker backend: {len(nodes)} containers on 198.19.{net}.0/24, link profile {link_profile}, "
+          f"compose file {compose_file}", flush=True)
+    try:
+        codes = _up(compose_file, project, primary, run_dir / "compose.log")
+    finally:
+        subprocess.run(["docker", "compose", "-f", str(compose_file), "-p", project, "down", "-t", "5",
+                        "--remove-orphans"], capture_output=True)
+    _record_links(run_dir)
+    failed = {name: code for name, code in codes.items() if code != 0}
+    if failed:
+        raise RunFailed(f"run {run_id}: containers exited with errors {failed}; "
+                        f"see {run_dir / 'compose.log'}:\n{_tail(run_dir / 'compose.log')}")
+    return run_dir
+
+
+def _up(compose_file: Path, project: str, primary: str, log_path: Path) -> dict[str, int]:
+    """`docker compose up`, output to the console and log_path; returns service -> exit code.
+
+    When the primary node (controller / rank 0) has exited, the others get CONTROLLER_GRACE_S
+    to finish before they are stopped, so a crashed primary cannot leave the run hanging."""
+    base = ["docker", "compose", "-f", str(compose_file), "-p", project]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([*base, "up", "--no-color"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert proc.stdout is not None
+        primary_done_at: float | None = None
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        last_poll = 0.0
+        while proc.poll() is None:
+            if sel.select(timeout=1.0):
+                line = proc.stdout.readline()
+                log.write(line)
+                sys.stdout.write(line.decode(errors="replace"))
+                sys.stdout.flush()
+            now = time.monotonic()
+            if now - last_poll > 2.0:
+                last_poll = now
+                if primary_done_at is None and _states(base).get(primary, ("", 0))[0] == "exited":
+                    primary_done_at = now
+                if primary_done_at is not None and now - primary_done_at > CONTROLLER_GRACE_S:
+                    print(f"docker backend: {primary} finished {CONTROLLER_GRACE_S:.0f} s ago; stopping the rest",
+                          flush=True)
+                    subprocess.run([*base, "stop", "-t", "5"], capture_output=True)
+                    primary_done_at = float("inf")
+        rest = proc.stdout.read()
+        log.write(rest)
+        sys.stdout.write(rest.decode(errors="replace"))
+    return {name: code for name, (_, code) in _states(base).items()}
+
+
+def _states(base: list[str]) -> dict[str, tuple[str, int]]:
+    out = subprocess.run([*base, "ps", "-a", "--format", "json"], capture_output=True, text=True)
+    rows: list[dict[str, Any]] = []
+    for line in out.stdout.splitlines():  # one JSON object a line (compose >= 2.21) or one array
+        line = line.strip()
+        if line:
+            parsed = json.loads(line)
+            rows.extend(parsed if isinstance(parsed, list) else [parsed])
+    return {r["Service"]: (r.get("State", ""), int(r.get("ExitCode", 0))) for r in rows}
+
+
+def _record_links(run_dir: Path) -> None:
+    """Put what each container's tc really applied into the manifest (`link_applied`)."""
+    links = {p.stem.removeprefix("link-"): json.loads(p.read_text()) for p in sorted(run_dir.glob("link-*.json"))}
+    manifest_path = run_dir / "manifest.json"
+    if manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+        manifest.update(link_applied=links, backend="docker")
+        write_json_atomic(manifest_path, manifest)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,70 @@
+"""Container entry point: shape eth0 with the run's link profile, record it, then become the node.
+
+    python -m commlab.testbed.entrypoint -- python nodes/client.py CONFIG.json
+
+The profile is the config's `link_profile` and the record goes to the config's
+<results_dir>/<run_id>/link-<node>.json. Environment: COMMLAB_NODE (node name, e.g. client-1,
+which picks the node's entry in the profile), COMMLAB_LINK_PROFILE (overrides the config; empty:
+leave the link alone), COMMLAB_LINK_DEV (default eth0), COMMLAB_UID/COMMLAB_GID (drop root after
+shaping, so result files belong to the host user).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..metrics import write_json_atomic
+from ..netem import LinkError, apply_link, describe, link_for
+
+
+def shape(config_path: str) -> None:
+    try:
+        cfg = json.loads(Path(config_path).read_text())
+    except (OSError, ValueError) as e:
+        raise LinkError(f"cannot read the node config {config_path}: {e}") from None
+    node = os.environ.get("COMMLAB_NODE", "node")
+    profile = os.environ.get("COMMLAB_LINK_PROFILE", cfg.get("link_profile", ""))
+    if not profile:
+        print(f"[{node}] no link profile: link left unshaped", flush=True)
+        return
+    record = {"profile": profile, "node": node,
+              **apply_link(link_for(profile, node), os.environ.get("COMMLAB_LINK_DEV", "eth0"))}
+    print(f"[{node}] profile {profile}: {describe(record)}", flush=True)
+    if "results_dir" in cfg and "run_id" in cfg:
+        run_dir = Path(cfg["results_dir"]) / cfg["run_id"]
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(run_dir / f"link-{node}.json", record)
+        if os.environ.get("COMMLAB_UID"):  # the node, no longer root, must still write here
+            for path in (run_dir, run_dir / f"link-{node}.json"):
+                os.chown(path, int(os.environ["COMMLAB_UID"]), int(os.environ.get("COMMLAB_GID", "-1")))
+
+
+def drop_privileges() -> None:
+    uid, gid = os.environ.get("COMMLAB_UID"), os.environ.get("COMMLAB_GID")
+    if gid:
+        os.setgroups([])
+        os.setgid(int(gid))
+    if uid:
+        os.setuid(int(uid))
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        print("usage: python -m commlab.testbed.entrypoint -- PROGRAM ARGS...", file=sys.stderr)
+        return 2
+    try:
+        shape(argv[-1])
+    except LinkError as e:
+        print(f"link shaping failed: {e}", file=sys.stderr)
+        return 2
+    drop_privileges()
+    os.execvp(argv[0], argv)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

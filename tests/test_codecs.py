@@ -1,0 +1,191 @@
+"""Property tests for every codec: round trips, error bounds, unbiasedness, exact wire sizes."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from commlab.codecs import CodecError, decode_any, get_codec, wire
+from commlab.codecs import bitpack, indices
+
+HEADER = wire.HEADER.size
+F32_EPS = float(np.finfo(np.float32).eps)
+TINY = float(np.float32(1e-37))  # 127 / TINY overflows float32
+
+finite = st.floats(-1e6, 1e6, width=32, allow_nan=False, allow_infinity=False)
+vectors = arrays(np.float32, st.integers(0, 300), elements=finite)
+nonempty = arrays(np.float32, st.integers(1, 300), elements=finite)
+any_float32 = arrays(np.float32, st.integers(0, 100), elements=st.floats(width=32))
+
+settings.register_profile("codecs", max_examples=60, deadline=None)
+settings.load_profile("codecs")
+
+
+def roundtrip(codec, vec):
+    frame = codec.encode(vec)
+    out = decode_any(frame)
+    assert out.dtype == np.float32 and out.shape == vec.shape
+    return frame, out
+
+
+@given(any_float32)
+def test_fp32_is_bit_exact_including_nan_and_inf(vec):
+    frame, out = roundtrip(get_codec("fp32"), vec)
+    assert out.view(np.uint32).tolist() == vec.view(np.uint32).tolist()
+    assert len(frame) == get_codec("fp32").wire_size(vec.size) == HEADER + 4 * vec.size
+
+
+@given(vectors, st.integers(1, 64))
+def test_int8_error_within_half_a_step_and_size_formula(vec, chunk):
+    codec = get_codec("int8", chunk=chunk)
+    frame, out = roundtrip(codec, vec)
+    nchunks = math.ceil(vec.size / chunk)
+    assert len(frame) == codec.wire_size(vec.size) == HEADER + 4 + 4 * nchunks + vec.size
+    for c in range(nchunks):
+        part = slice(c * chunk, (c + 1) * chunk)
+        amax = float(np.abs(vec[part]).max())
+        step = amax / 127
+        assert np.all(np.abs(out[part] - vec[part]) <= step / 2 + 4 * F32_EPS * amax)
+
+
+def test_int8_default_chunk_size_is_about_d_plus_4d_over_c():
+    vec = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
+    assert len(get_codec("int8").encode(vec)) == HEADER + 4 + 100_000 + 4 * math.ceil(100_000 / 8192)
+
+
+@pytest.mark.parametrize("name", ["int8", "int8_sparse", "minmax4", "qsgd4"])
+@pytest.mark.parametrize("bad", [np.inf, np.nan, 3e38])
+def test_lossy_codecs_reject_values_they_cannot_represent(name, bad):
+    with pytest.raises(CodecError, match="must be finite"):
+        get_codec(name).encode(np.array([1.0, bad], np.float32))
+
+
+@given(arrays(np.float32, st.integers(1, 50), elements=st.floats(-TINY, TINY, width=32)))
+def test_int8_handles_subnormal_chunks(vec):
+    _, out = roundtrip(get_codec("int8", chunk=8), vec)
+    amax = float(np.abs(vec).max())
+    assert np.all(np.abs(out - vec) <= amax / 254 + 1e-44)
+
+
+def kept_and_dropped(vec, out):
+    kept = out != 0
+    return np.abs(vec[kept]), np.abs(vec[~kept])
+
+
+@given(nonempty, st.floats(0.01, 1.0))
+def test_fp32_sparse_keeps_exact_top_k(vec, ratio):
+    codec = get_codec("fp32_sparse", ratio=ratio)
+    frame, out = roundtrip(codec, vec)
+    k = min(vec.size, max(1, math.ceil(ratio * vec.size)))
+    nonzero_kept = np.count_nonzero(out)
+    assert nonzero_kept <= k
+    assert np.array_equal(out[out != 0], vec[out != 0])  # kept values are exact
+    kept, dropped = kept_and_dropped(vec, out)
+    if kept.size and dropped.size:
+        assert kept.min() >= dropped.max() or np.count_nonzero(vec) <= k
+    assert len(frame) <= codec.wire_size(vec.size)
+
+
+@given(vectors)
+def test_fp32_sparse_with_ratio_one_is_lossless(vec):
+    _, out = roundtrip(get_codec("fp32_sparse", ratio=1.0), vec)
+    assert np.array_equal(out, vec)
+
+
+@given(nonempty, st.floats(0.05, 1.0), st.integers(1, 16))
+def test_int8_sparse_error_on_kept_values(vec, ratio, chunk):
+    codec = get_codec("int8_sparse", ratio=ratio, chunk=chunk)
+    frame, out = roundtrip(codec, vec)
+    ref = get_codec("fp32_sparse", ratio=ratio).encode(vec)
+    top = decode_any(ref)
+    kept_vals = top[top != 0] if np.count_nonzero(top) else top[:0]
+    amax = float(np.abs(vec).max())
+    # Every error is bounded by half the largest chunk step plus float slack.
+    assert np.all(np.abs(out - top) <= amax / 254 + 4 * F32_EPS * amax)
+    k = min(vec.size, max(1, math.ceil(ratio * vec.size)))
+    assert len(frame) <= codec.wire_size(vec.size)
+    assert len(frame) - (len(ref) - 4 * k) == 4 + 4 * math.ceil(k / chunk) + k  # same indices, int8 values
+    assert kept_vals.size <= k
+
+
+def test_sparse_sizes_at_ten_percent_density_meet_targets():
+    vec = np.random.default_rng(1).standard_normal(1_000_000).astype(np.float32)
+    assert len(get_codec("int8_sparse").encode(vec)) <= 0.06 * vec.nbytes
+    assert len(get_codec("fp32_sparse").encode(vec)) <= 0.13 * vec.nbytes
+
+
+@given(vectors, st.integers(1, 8))
+def test_minmax_error_within_half_a_step_and_size_formula(vec, bits):
+    codec = get_codec(f"minmax{bits}")
+    frame, out = roundtrip(codec, vec)
+    assert len(frame) == codec.wire_size(vec.size) == HEADER + 1 + 8 + math.ceil(vec.size * bits / 8)
+    if vec.size:
+        lo, hi = float(vec.min()), float(vec.max())
+        step = (hi - lo) / (2**bits - 1)
+        assert np.all(np.abs(out - vec) <= step / 2 + 8 * F32_EPS * max(abs(lo), abs(hi)))
+
+
+@given(st.integers(1, 8), st.integers(0, 100), st.data())
+def test_bitpack_round_trip(bits, count, data):
+    values = np.array(data.draw(st.lists(st.integers(0, 2**bits - 1), min_size=count, max_size=count)), np.uint8)
+    stream = bitpack.pack(values, bits)
+    assert stream.size == math.ceil(count * bits / 8)
+    assert np.array_equal(bitpack.unpack(stream, count, bits), values)
+
+
+@given(st.integers(1, 5000), st.data())
+def test_index_coding_round_trip_picks_smaller_form(numel, data):
+    chosen = data.draw(st.sets(st.integers(0, numel - 1), max_size=min(numel, 600)))
+    idx = np.array(sorted(chosen), np.int64)
+    mode, coded = indices.encode(idx, numel)
+    assert np.array_equal(indices.decode(mode, coded, numel, idx.size), idx)
+    varint = sum(indices.varint_len(d) for d in np.diff(idx, prepend=0))
+    assert coded.size == min(varint, math.ceil(numel / 8))
+    assert coded.size <= indices.bound(numel, idx.size)
+
+
+@given(arrays(np.float32, st.integers(1, 40), elements=st.floats(-10, 10, width=32)), st.integers(1, 16))
+@settings(max_examples=8)
+def test_qsgd_is_unbiased(vec, levels):
+    codec = get_codec(f"qsgd{levels}", seed=0)
+    draws = 1000
+    total = np.zeros(vec.size, np.float64)
+    norm = float(np.linalg.norm(vec.astype(np.float64)))
+    for _ in range(draws):
+        out = decode_any(codec.encode(vec))
+        assert np.all(np.abs(out - vec) <= norm / levels * (1 + 1e-5) + 1e-6)
+        total += out
+    # Per-element error of one draw lies in an interval of width norm/levels: std <= norm/(2 levels).
+    tol = 6 * norm / (2 * levels * math.sqrt(draws)) + 1e-5 * (norm + 1)
+    assert np.all(np.abs(total / draws - vec) <= tol)
+
+
+@given(vectors, st.integers(1, 255))
+def test_qsgd_size_formula_and_seeded_reproducibility(vec, levels):
+    frame = get_codec(f"qsgd{levels}", seed=7).encode(vec)
+    assert frame == get_codec(f"qsgd{levels}", seed=np.random.default_rng(7)).encode(vec)
+    bits = levels.bit_length()
+    assert len(frame) == get_codec(f"qsgd{levels}").wire_size(vec.size) == HEADER + 1 + 4 + math.ceil(vec.size / 8) + math.ceil(vec.size * bits / 8)
+
+
+def test_get_codec_names_and_bad_parameters():
+    assert get_codec("minmax4").name == "minmax4" and get_codec("qsgd16").levels == 16
+    assert [get_codec(n).lossy for n in ("fp32", "int8", "fp32_sparse", "int8_sparse")] == [False, True, True, True]
+    with pytest.raises(CodecError, match="unknown codec 'int4'"):
+        get_codec("int8".replace("8", "4"))
+    with pytest.raises(CodecError, match="bad parameters"):
+        get_codec("int8", ratio=0.1)
+    for bad in ("minmax0", "minmax9", "qsgd0", "qsgd256"):
+        with pytest.raises(CodecError):
+            get_codec(bad)
+    with pytest.raises(CodecError, match="ratio"):
+        get_codec("fp32_sparse", ratio=0.0)
+
+
+def test_encode_rejects_matrices():
+    with pytest.raises(CodecError, match="flat vector"):
+        get_codec("fp32").encode(np.zeros((2, 2), np.float32))

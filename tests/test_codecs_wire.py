@@ -1,0 +1,189 @@
+"""Decoders facing untrusted bytes: every malformed frame raises CodecError and nothing else,
+without huge allocations; plus the error-feedback memory."""
+from __future__ import annotations
+
+import struct
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commlab.codecs import CodecError, ErrorFeedback, decode_any, get_codec, wire
+
+settings.register_profile("codecs-fuzz", max_examples=150, deadline=None)
+settings.load_profile("codecs-fuzz")
+# A numpy warning (overflow, invalid cast) inside a decoder means a silently wrong vector.
+pytestmark = pytest.mark.filterwarnings("error")
+
+CODECS = ["fp32", "int8", "fp32_sparse", "int8_sparse", "minmax3", "minmax8", "qsgd1", "qsgd16"]
+CAP = 1 << 16  # decoders in these tests may produce at most 256 KiB
+
+
+def valid_frames() -> list[bytes]:
+    rng = np.random.default_rng(3)
+    frames = []
+    for name in CODECS:
+        params = {"seed": 0} if name.startswith("qsgd") else {}
+        if "int8" in name:
+            params["chunk"] = 16
+        for vec in (rng.standard_normal(100).astype(np.float32), np.zeros(3, np.float32), np.zeros(0, np.float32)):
+            frames.append(get_codec(name, **params).encode(vec))
+    # A bitmap-coded sparse frame too (dense selection makes the bitmap smaller than varints).
+    frames.append(get_codec("fp32_sparse", ratio=0.9).encode(rng.standard_normal(200).astype(np.float32)))
+    return frames
+
+
+FRAMES = valid_frames()
+
+
+def decode_only_codec_error(frame) -> None:
+    """Decoding either succeeds with a sane vector or raises CodecError; allocations stay small."""
+    tracemalloc.start()
+    try:
+        out = decode_any(frame, max_numel=CAP)
+    except CodecError:
+        out = None
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    assert peak < 64 * CAP + 64 * len(frame) + (1 << 20), f"peak allocation {peak} bytes"
+    if out is not None:
+        assert out.dtype == np.float32 and out.ndim == 1 and out.size <= CAP
+
+
+@given(st.binary(max_size=200))
+def test_random_bytes(data):
+    decode_only_codec_error(data)
+
+
+@given(st.sampled_from(range(7)), st.binary(max_size=120))
+def test_random_bytes_after_a_valid_header_prefix(codec_id, tail):
+    head = wire.MAGIC + bytes([wire.VERSION, codec_id, wire.DTYPE_FLOAT32])
+    decode_only_codec_error(head + tail)
+
+
+@given(st.sampled_from(FRAMES), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=6))
+def test_mutated_bytes(frame, edits):
+    buf = bytearray(frame)
+    for pos, value in edits:
+        buf[pos % len(buf)] = value
+    decode_only_codec_error(bytes(buf))
+
+
+@given(st.sampled_from(FRAMES), st.sampled_from([8, 16]), st.integers(0, 2**64 - 1))
+def test_header_lengths_overwritten(frame, offset, value):
+    buf = bytearray(frame)
+    struct.pack_into("<Q", buf, offset, value)
+    decode_only_codec_error(bytes(buf))
+
+
+@given(st.sampled_from(FRAMES), st.integers(0, 64), st.binary(max_size=16))
+def test_truncated_or_extended(frame, cut, extra):
+    decode_only_codec_error(frame[: max(0, len(frame) - cut)] + extra)
+
+
+@given(st.sampled_from(FRAMES))
+def test_valid_frames_still_decode(frame):
+    decode_only_codec_error(frame)
+    assert decode_any(frame).size == struct.unpack_from("<Q", frame, 8)[0]
+
+
+def frame_with(codec: str, vec: np.ndarray, **fields) -> bytes:
+    """Re-pack a valid frame with some header fields replaced (lengths kept consistent)."""
+    frame = get_codec(codec).encode(vec)
+    magic, version, cid, dtype, plen, numel, paylen = wire.HEADER.unpack_from(frame)
+    values = dict(magic=magic, version=version, cid=cid, dtype=dtype, plen=plen, numel=numel, paylen=paylen)
+    values.update(fields)
+    body = fields.pop("body", frame[wire.HEADER.size :])
+    return wire.HEADER.pack(*(values[k] for k in ("magic", "version", "cid", "dtype", "plen", "numel", "paylen"))) + body
+
+
+VEC = np.arange(1, 11, dtype=np.float32)
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (b"", "truncated"),
+        (frame_with("fp32", VEC, magic=b"XXXX"), "bad magic"),
+        (frame_with("fp32", VEC, version=9), "wire version 9"),
+        (frame_with("fp32", VEC, dtype=2), "dtype"),
+        (frame_with("fp32", VEC, cid=99), "unknown codec id 99"),
+        (frame_with("fp32", VEC, numel=2**40), "exceeds the cap"),
+        (frame_with("fp32", VEC, numel=2**31), "need 8589934592"),
+        (frame_with("fp32", VEC) + b"\0", "oversized"),
+        (frame_with("fp32", VEC)[:-1], "truncated"),
+        (frame_with("fp32", VEC, numel=11), "payload 40 bytes"),
+        (frame_with("int8", VEC, numel=2**31 - 1), "need"),
+    ],
+)
+def test_specific_errors(frame, message):
+    with pytest.raises(CodecError, match=message):
+        decode_any(frame)
+
+
+def sparse_frame(idx_bytes: bytes, k: int, numel: int = 10, mode: int = 0) -> bytes:
+    params = struct.pack("<QBQ", k, mode, len(idx_bytes))
+    return wire.build(3, numel, params, [idx_bytes, np.ones(k, np.float32)])
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (sparse_frame(bytes([3, 0]), 2), "not strictly increasing"),
+        (sparse_frame(bytes([3, 7]), 2), "out of range"),
+        (sparse_frame(bytes([0x83]), 1), "complete values"),
+        (sparse_frame(bytes([0x80] * 5 + [1]), 1), "longer than 5"),
+        (sparse_frame(bytes([1, 2]), 11), "11 kept values for only 10"),
+        (sparse_frame(bytes([0x01, 0x04]), 1, mode=1), "bits set past the end"),
+        (sparse_frame(bytes([1]), 1, mode=7), "unknown index coding mode 7"),
+    ],
+)
+def test_sparse_index_errors(frame, message):
+    with pytest.raises(CodecError, match=message):
+        decode_any(frame)
+
+
+def test_non_finite_scales_are_rejected():
+    frame = bytearray(get_codec("int8", chunk=4).encode(VEC))
+    struct.pack_into("<f", frame, wire.HEADER.size + 4, float("nan"))
+    with pytest.raises(CodecError, match="scales must be finite"):
+        decode_any(bytes(frame))
+
+
+def test_expected_numel_is_checked_before_decoding():
+    frame = get_codec("int8_sparse").encode(VEC)
+    assert decode_any(frame, numel=10).size == 10
+    with pytest.raises(CodecError, match="frame has 10 elements, expected 11"):
+        get_codec("int8_sparse").decode(frame, numel=11)
+    with pytest.raises(CodecError, match="codec id 4, expected 2"):
+        get_codec("int8").decode(frame)
+
+
+@pytest.mark.parametrize("name", ["int8", "int8_sparse", "fp32_sparse", "minmax4", "qsgd8"])
+def test_error_feedback_conserves_the_sum(name):
+    rng = np.random.default_rng(5)
+    codec, ef = get_codec(name), ErrorFeedback()
+    inputs = [rng.standard_normal(1000).astype(np.float32) for _ in range(20)]
+    sent = np.zeros(1000, np.float64)
+    for step, vec in enumerate(inputs):
+        x = ef.compensate(vec)
+        decoded = decode_any(codec.encode(x))
+        ef.update(x, decoded)
+        sent += decoded
+        if step == 9:  # a checkpoint/restore mid-way must not lose the residual
+            restored = ErrorFeedback()
+            restored.load_state_dict(ef.state_dict())
+            ef = restored
+    total = np.sum(inputs, axis=0, dtype=np.float64)
+    np.testing.assert_allclose(sent + ef.residual, total, atol=1e-4)
+    assert np.abs(ef.residual).max() > 0  # the codec really was lossy
+
+
+def test_error_feedback_rejects_shape_change():
+    ef = ErrorFeedback()
+    ef.update(np.ones(3, np.float32), np.zeros(3, np.float32))
+    with pytest.raises(CodecError, match="residual has shape"):
+        ef.compensate(np.ones(4, np.float32))

@@ -1,0 +1,220 @@
+"""Multi-process DDS tests on loopback: spawn start method, each test on its own domain id (180-189)."""
+from __future__ import annotations
+
+import hashlib
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from commlab.dds import (BarrierTimeout, ClientUpdate, DdsNode, DdsSettings, Group, ModelBlob, PeerLost, TrainCmd)
+from commlab.dds.chunk import Chunk
+from commlab.dds.endpoints import ChunkWriter
+
+pytestmark = pytest.mark.slow
+CTX = mp.get_context("spawn")
+
+
+def _settings(domain: int, **kw) -> DdsSettings:
+    return DdsSettings(domain_id=domain, write_timeout_s=10.0, **kw)
+
+
+def _digest(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def _join(procs, timeout=60):
+    for p in procs:
+        p.join(timeout)
+        assert p.exitcode == 0, f"{p.name} exited with {p.exitcode}"
+
+
+def _client_echo(domain: int, n: int) -> None:
+    with DdsNode("client-0", _settings(domain, chunk_bytes=65536)) as node:
+        cmds, blobs, up = node.subscriber(TrainCmd), node.subscriber(ModelBlob), node.publisher(ClientUpdate)
+        node.barrier({"controller"}, 20)
+        cmd = cmds.receive(20)
+        digests = [_digest(blobs.receive(20).payload) for _ in range(n)]
+        up.publish(ClientUpdate(round=cmd.round, client_id=f"{cmd.run_id}:{';'.join(digests)}", num_samples=n,
+                                payload=b"u" * 3_000_000))
+        node.barrier({"controller"}, 20)
+        time.sleep(0.5)  # let the last write be acknowledged before the participant goes
+
+
+def test_big_chunked_messages_arrive_whole_in_order():
+    payloads = [os.urandom(10_000_000), np.arange(425_000, dtype=np.float32).tobytes(), b""]
+    p = CTX.Process(target=_client_echo, args=(180, len(payloads)), name="client-0")
+    p.start()
+    try:
+        with DdsNode("controller", _settings(180)) as node:
+            up, cmds, blobs = node.subscriber(ClientUpdate), node.publisher(TrainCmd), node.publisher(ModelBlob)
+            node.barrier({"client-0"}, 20)
+            cmds.publish(TrainCmd(round=4, epochs=1, lr=0.1, seed=1, subset_size=10, codec="fp32",
+                                  codec_params={"k": [1, 2]}, deadline_s=5.0, batch_size=8, run_id="r"))
+            for i, b in enumerate(payloads):
+                blobs.publish(ModelBlob(round=4, model_version=i, payload=b))
+            reply = up.receive(30)
+            assert reply is not None and reply.round == 4 and up.last_sender == "client-0"
+            assert reply.client_id == "r:" + ";".join(_digest(b) for b in payloads)
+            assert reply.payload == b"u" * 3_000_000
+            s = node.stats.snapshot()
+            sent = sum(len(b) for b in payloads)
+            assert s["payload_sent"] == sent and sent < s["bytes_sent"] < sent * 1.01
+            assert s["payload_received"] == 3_000_000 and s["chunks_received"] == 46
+            assert s["malformed_chunks"] == s["duplicate_chunks"] == s["expired_messages"] == 0
+            node.barrier({"client-0"}, 20)
+    finally:
+        _join([p])
+
+
+def _announce_and_wait(domain: int, name: str, seconds: float) -> None:
+    with DdsNode(name, _settings(domain)) as node:
+        node.barrier(set(), 1)
+        time.sleep(seconds)
+
+
+def test_barrier_timeout_names_only_the_missing_peers():
+    p = CTX.Process(target=_announce_and_wait, args=(181, "client-1", 8.0))
+    p.start()
+    try:
+        with DdsNode("controller", _settings(181)) as node:
+            node.barrier({"client-1"}, 15)
+            t = time.monotonic()
+            with pytest.raises(BarrierTimeout) as e:
+                node.barrier({"client-1", "client-7", "client-9"}, 1.0)
+            assert time.monotonic() - t < 3
+            assert "client-7" in str(e.value) and "client-9" in str(e.value) and "client-1" not in str(e.value)
+            assert e.value.missing == ["client-7", "client-9"]
+    finally:
+        _join([p])
+
+
+def _rank(domain: int, rank: int, world: int, q, die_after_barrier: bool = False) -> None:
+    with DdsNode(f"worker-{rank}", _settings(domain)) as node:
+        g = Group(node, "ddp", rank, world, timeout_s=10.0)
+        g.barrier(30)
+        if die_after_barrier:
+            os.kill(os.getpid(), signal.SIGKILL)
+        sizes = {0: 0, 1: 70_000, 2: 300_001}  # rank 0 sends EMPTY bytes
+        mine = bytes([rank + 1]) * sizes[rank]
+        h1 = g.allgather_async("1/sparse", mine)
+        h2 = g.allreduce_async("1/dense", np.full(100_000, rank + 1, np.float32), op="mean")
+        h3 = g.allgather_async("1/empty", b"")
+        # waited in reverse order: keys keep concurrent calls apart
+        empty, dense, gathered = h3.wait(), h2.wait(), h1.wait()
+        total = g.allreduce("2/dense", np.arange(5, dtype=np.float32) * rank, op="sum")
+        g.barrier(30)
+        q.put((rank, [len(x) for x in gathered], [x[:1] for x in gathered], float(dense[0]), dense.shape,
+               [len(x) for x in empty], total.tolist(), node.stats.snapshot()))
+        g.barrier(30)
+
+
+def test_allgather_and_allreduce_three_ranks_with_empty_payloads():
+    q = CTX.Queue()
+    procs = [CTX.Process(target=_rank, args=(182, r, 3, q), name=f"rank{r}") for r in range(3)]
+    for p in procs:
+        p.start()
+    try:
+        results = sorted(q.get(timeout=90) for _ in procs)
+    finally:
+        _join(procs)
+    for rank, lens, firsts, dense0, shape, empty, total, stats in results:
+        assert lens == [0, 70_000, 300_001] and firsts == [b"", b"\x02", b"\x03"]
+        assert dense0 == pytest.approx(2.0) and shape == (100_000,)
+        assert empty == [0, 0, 0]
+        assert total == [0.0, 3.0, 6.0, 9.0, 12.0]
+        assert stats["bytes_received"] > stats["payload_received"] > 0 and stats["wait_s"] > 0
+
+
+def _survivor(domain: int, rank: int, q) -> None:
+    with DdsNode(f"worker-{rank}", _settings(domain, lease_s=2.0)) as node:
+        g = Group(node, "ddp", rank, 3, timeout_s=8.0)
+        g.barrier(30)
+        t = time.monotonic()
+        try:
+            g.allreduce("7/dense", np.ones(1000, np.float32))
+            q.put((rank, "no error", 0.0))
+        except PeerLost as e:
+            q.put((rank, str(e), time.monotonic() - t))
+
+
+def test_killed_rank_makes_every_other_rank_fail_with_peer_lost_in_time():
+    q = CTX.Queue()
+    procs = [CTX.Process(target=_survivor, args=(183, r, q)) for r in (0, 1)]
+    victim = CTX.Process(target=_rank, args=(183, 2, 3, q, True))
+    for p in procs + [victim]:
+        p.start()
+    try:
+        results = sorted(q.get(timeout=60) for _ in procs)
+    finally:
+        _join(procs)
+        victim.join(10)
+    assert victim.exitcode == -signal.SIGKILL
+    for rank, message, elapsed in results:
+        assert "rank 2" in message and "rank 0" not in message and "rank 1" not in message
+        assert elapsed < 8.0
+
+
+def _bad_sender(domain: int) -> None:
+    with DdsNode("sender", _settings(domain)) as node:
+        node.barrier({"receiver"}, 20)
+        w = ChunkWriter(node, "ModelBlob")
+        w.wait_for_readers(10)
+        meta = '{"round": 1, "model_version": 1}'
+        raw = [Chunk("sender", node.incarnation, 900, i, 3, 3000, meta if i == 0 else "", bytes([i]) * 1000)
+               for i in range(3)]
+        for c in (raw[1], raw[0], raw[1], raw[2], raw[2]):  # out of order with duplicates: one good message
+            w.writer.write(c)
+        w.writer.write(Chunk("sender", node.incarnation, 901, 0, 2, 2000, meta, b"x" * 1000))
+        w.writer.write(Chunk("sender", node.incarnation, 901, 1, 5, 2000, "", b"y" * 1000))  # count contradicts
+        w.writer.write(Chunk("sender", node.incarnation, 902, 0, 1, 4, "{not json", b"abcd"))  # bad meta
+        node.publisher(ModelBlob).publish(ModelBlob(round=2, model_version=2, payload=b"ok"))
+        node.barrier({"receiver"}, 20)
+        time.sleep(0.5)
+
+
+def test_malformed_and_duplicate_chunks_are_dropped_and_counted():
+    p = CTX.Process(target=_bad_sender, args=(184,))
+    p.start()
+    try:
+        with DdsNode("receiver", _settings(184)) as node:
+            blobs = node.subscriber(ModelBlob)
+            node.barrier({"sender"}, 20)
+            first, second = blobs.receive(20), blobs.receive(20)
+            assert first.payload == b"\x00" * 1000 + b"\x01" * 1000 + b"\x02" * 1000
+            assert (second.round, second.payload) == (2, b"ok")
+            assert blobs.receive(0.5) is None
+            s = node.stats.snapshot()
+            assert s["duplicate_chunks"] == 2 and s["malformed_chunks"] == 2
+            node.barrier({"sender"}, 20)
+    finally:
+        _join([p])
+
+
+def _controller(domain: int, rnd: int, q) -> None:
+    with DdsNode("controller", _settings(domain)) as node:
+        up, cmds = node.subscriber(ClientUpdate), node.publisher(TrainCmd)
+        node.barrier({"client-0"}, 20)
+        cmds.publish(TrainCmd(round=rnd, epochs=1, lr=0.1, seed=rnd, subset_size=1, codec="fp32"))
+        reply = up.receive(20)
+        q.put(None if reply is None else reply.round)
+
+
+def test_clients_survive_a_controller_restart():
+    q = CTX.Queue()
+    with DdsNode("client-0", _settings(185)) as node:
+        cmds, up = node.subscriber(TrainCmd), node.publisher(ClientUpdate)
+        node.barrier(set(), 1)
+        for rnd in (1, 2):  # the second controller is a new participant under the same name
+            ctl = CTX.Process(target=_controller, args=(185, rnd, q))
+            ctl.start()
+            try:
+                cmd = cmds.receive(30)
+                assert cmd is not None and cmd.round == rnd
+                up.publish(ClientUpdate(round=rnd, client_id="client-0", num_samples=1))
+                assert q.get(timeout=30) == rnd
+            finally:
+                _join([ctl])

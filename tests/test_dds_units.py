@@ -1,0 +1,114 @@
+"""Single-process tests of the DDS transport pieces: config XML, chunking, reassembly, messages, stats."""
+from __future__ import annotations
+
+import pytest
+
+from commlab.dds import ClientUpdate, CommStats, DdsSettings, MessageError, ModelBlob, TrainCmd, wire_bytes
+from commlab.dds.chunk import Chunk, split
+from commlab.dds.messages import from_wire, to_wire
+from commlab.dds.reassembly import Reassembler
+from commlab.dds.settings import socket_buffer_bytes
+
+
+def test_local_xml_pins_loopback_and_never_multicasts():
+    xml = DdsSettings(domain_id=7, lease_s=2.0).to_xml()
+    assert '<NetworkInterface name="lo"/>' in xml
+    assert '<Peer address="127.0.0.1"/>' in xml
+    assert "<AllowMulticast>false</AllowMulticast>" in xml
+    assert "<LeaseDuration>2.0s</LeaseDuration>" in xml
+    assert "<MaxAutoParticipantIndex>64</MaxAutoParticipantIndex>" in xml
+
+
+def test_socket_buffers_never_exceed_rmem_max():
+    with open("/proc/sys/net/core/rmem_max") as f:
+        limit = int(f.read())
+    assert socket_buffer_bytes("rmem_max") <= limit
+    assert f'SocketReceiveBufferSize min="{socket_buffer_bytes("rmem_max")}B"' in DdsSettings(domain_id=1).to_xml()
+
+
+def test_netns_xml_uses_own_interface_and_mtu_fragments():
+    s = DdsSettings(domain_id=3, interface="veth1", peers=("198.18.0.1", "198.18.0.2"), loopback_tuned=False)
+    xml = s.to_xml()
+    assert '<NetworkInterface name="veth1"/>' in xml and '<Peer address="198.18.0.2"/>' in xml
+    assert "<FragmentSize>1344B</FragmentSize>" in xml and "<MaxMessageSize>1456B</MaxMessageSize>" in xml
+    assert "<AllowMulticast>spdp</AllowMulticast>" in DdsSettings(domain_id=3, interface="eth0", peers=()).to_xml()
+
+
+def test_config_errors_name_the_problem():
+    with pytest.raises(ValueError, match="chunk_byte"):
+        DdsSettings.from_config({"domain_id": 1, "chunk_byte": 5})
+    with pytest.raises(ValueError, match="domain_id"):
+        DdsSettings(domain_id=300)
+    assert DdsSettings.from_config({"domain_id": 4, "peers": ["127.0.0.1"]}).peers == ("127.0.0.1",)
+
+
+def test_split_covers_payload_and_empty_payload_gives_one_chunk():
+    data = bytes(range(256)) * 1000
+    chunks = list(split("a", 1, 9, "{}", data, 10000))
+    assert [c.index for c in chunks] == list(range(26)) and {c.count for c in chunks} == {26}
+    assert b"".join(bytes(c.payload) for c in chunks) == data and chunks[0].meta == "{}" and chunks[1].meta == ""
+    empty = list(split("a", 1, 10, "m", b"", 10000))
+    assert len(empty) == 1 and empty[0].count == 1 and len(empty[0].payload) == 0
+
+
+def _roundtrip(c: Chunk) -> Chunk:
+    return Chunk.deserialize(c.serialize())
+
+
+def test_reassembly_out_of_order_with_duplicates_and_interleaved_senders():
+    stats = CommStats()
+    r = Reassembler("t", stats, timeout_s=10)
+    a = [_roundtrip(c) for c in split("a", 1, 1, "A", b"a" * 2500, 1000)]
+    b = [_roundtrip(c) for c in split("b", 1, 1, "B", b"b" * 1500, 1000)]  # same msg_id, other sender
+    out = [r.add(c) for c in (a[2], b[1], a[0], a[0], b[0], a[1])]
+    done = [m for m in out if m is not None]
+    assert [(m.sender, m.meta, m.payload) for m in done] == [("b", "B", b"b" * 1500), ("a", "A", b"a" * 2500)]
+    assert stats.duplicate_chunks == 1
+    assert r.add(a[1]) is None and stats.duplicate_chunks == 2  # a late copy of a delivered message
+
+
+def test_malformed_chunks_drop_the_message_and_are_counted():
+    stats = CommStats()
+    r = Reassembler("t", stats, timeout_s=10)
+    good = list(split("a", 1, 5, "", b"x" * 3000, 1000))
+    bad = Chunk("a", 1, 5, 1, 7, 3000, "", b"y" * 1000)  # count disagrees
+    assert r.add(good[0]) is None and r.add(bad) is None
+    assert stats.malformed_chunks == 1
+    assert r.add(good[1]) is None and r.add(good[2]) is None  # the dropped message never completes
+    assert r.add(Chunk("c", 1, 1, 3, 2, 10, "", b"")) is None and stats.malformed_chunks == 2  # index >= count
+    assert r.add(Chunk("d", 1, 1, 0, 1, 5, "", b"toolong")) is None and stats.malformed_chunks == 3
+
+
+def test_incomplete_messages_expire_and_are_counted():
+    stats = CommStats()
+    r = Reassembler("t", stats, timeout_s=5)
+    r.add(next(split("a", 1, 1, "", b"x" * 3000, 1000)))
+    assert r.expire(now=0.0) == []
+    assert r.expire(now=1e12) == [("a", 1, 1)] and stats.expired_messages == 1
+
+
+def test_messages_roundtrip_and_reject_bad_meta():
+    cmd = TrainCmd(round=3, epochs=1, lr=0.05, seed=7, subset_size=100, codec="int8", codec_params={"chunk": 256},
+                   deadline_s=30.0, batch_size=32, run_id="r1")
+    assert from_wire(TrainCmd, *to_wire(cmd)) == cmd
+    upd = ClientUpdate(round=1, client_id="client-2", num_samples=600, payload=b"\x00\x01")
+    assert from_wire(ClientUpdate, *to_wire(upd)) == upd
+    meta, _ = to_wire(ModelBlob(round=1, model_version=2))
+    with pytest.raises(MessageError, match="model_version"):
+        from_wire(ModelBlob, meta.replace("model_version", "version"), b"")
+    with pytest.raises(MessageError, match="not JSON"):
+        from_wire(ModelBlob, "{", b"")
+    with pytest.raises(MessageError, match="no payload"):
+        from_wire(TrainCmd, to_wire(cmd)[0], b"zz")
+
+
+def test_wire_bytes_formula_and_stats_deltas():
+    assert wire_bytes(1000, 1344) == 1000 + 100
+    assert wire_bytes(2689, 1344) == 2692 + 3 * 112  # padded to 4, three fragments
+    s = CommStats()
+    before = s.snapshot()
+    s.add(bytes_sent=10, wait_s=0.5)
+    with s.waiting():
+        pass
+    d = s.since(before)
+    assert d["bytes_sent"] == 10 and d["wait_s"] >= 0.5 and d["bytes_received"] == 0

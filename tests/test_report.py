@@ -1,0 +1,169 @@
+"""The report over results/: numbers equal the metrics files, figures are drawn, settings groups
+are kept apart, broken runs are skipped with a reason, and no runs gives the how-to message."""
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from statistics import mean
+
+import matplotlib.image
+import numpy as np
+import pandas as pd
+import pytest
+
+from commlab.report.__main__ import main
+from commlab.report.figures import DDP_FIGURES, FL_FIGURES
+
+FIXTURE = Path(__file__).parent / "fixtures" / "results"
+FL_LAN = "fl-mnist_cnn-mnist-lan-c3-r5-local"
+FL_DOCKER = "fl-mnist_cnn-mnist-1mbit-c3-r5-docker"
+DDP = "ddp-mnist_cnn-mnist-lan-w2-e2-local"
+BROKEN = ["20250101-130000-ddp-dgc-truncated", "20250101-140000-fl-int8-badmanifest",
+          "20250101-150000-fl-int8-nomanifest"]
+
+
+def rows(run: str, pattern: str) -> list[dict]:
+    out = []
+    for f in sorted((FIXTURE / run).glob(pattern)):
+        with open(f, newline="") as fh:
+            out += list(csv.DictReader(fh))
+    return out
+
+
+def col(rs: list[dict], name: str) -> list[float]:
+    return [float(r[name]) for r in rs]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> tuple[Path, pd.DataFrame, str]:
+    out = tmp_path_factory.mktemp("report")
+    assert main(["--results", str(FIXTURE), "--out", str(out), "--target-accuracy", "0.97"]) == 0
+    summary = pd.read_csv(out / "summary.csv").set_index("run_id")
+    return out, summary, (out / "report.md").read_text()
+
+
+def test_fl_numbers_equal_metrics_files(report):
+    _, summary, _ = report
+    fp32, sparse = "20250101-100000-fl-fp32-101", "20250101-101000-fl-int8_sparse-102"
+    for run in (fp32, sparse):
+        rounds, clients = rows(run, "rounds.csv"), rows(run, "clients*.csv")
+        s = summary.loc[run]
+        assert s["units"] == len(rounds) == 5
+        assert s["bytes_up_per_unit"] == pytest.approx(mean(col(rounds, "bytes_up")))
+        assert s["bytes_down_per_unit"] == pytest.approx(mean(col(rounds, "bytes_down")))
+        assert s["comm_time_mean_s"] == pytest.approx(mean(col(clients, "comm_time_s")))
+        assert s["comm_time_max_s"] == pytest.approx(max(col(clients, "comm_time_s")))
+        assert s["unit_time_mean_s"] == pytest.approx(mean(col(rounds, "round_time_s")))
+        assert s["final_accuracy"] == pytest.approx(float(rounds[-1]["test_accuracy"]))
+    # The int8_sparse run lost client2 in round 4: 14 client rows, not 15.
+    assert len(rows(sparse, "clients*.csv")) == 14
+    ratio = mean(col(rows(fp32, "rounds.csv"), "bytes_up")) / mean(col(rows(sparse, "rounds.csv"), "bytes_up"))
+    assert summary.loc[sparse, "compression_ratio"] == pytest.approx(ratio)
+    assert summary.loc[fp32, "compression_ratio"] == pytest.approx(1.0)
+    # Time to target: sum of round times up to the first round at or above 0.97.
+    rounds = rows(fp32, "rounds.csv")
+    first = next(i for i, r in enumerate(rounds) if float(r["test_accuracy"]) >= 0.97)
+    assert summary.loc[fp32, "time_to_target_s"] == pytest.approx(sum(col(rounds[:first + 1], "round_time_s")))
+    assert summary.loc[fp32, "target_reached_at"] == float(rounds[first]["round"])
+    assert np.isnan(summary.loc[sparse, "time_to_target_s"])  # never reached 0.97
+
+
+def test_ddp_numbers_equal_metrics_files(report):
+    _, summary, _ = report
+    dense, dgc = "20250101-120000-ddp-dense-301", "20250101-121000-ddp-dgc-302"
+    for run in (dense, dgc):
+        steps, epochs = rows(run, "steps-rank*.csv"), rows(run, "epochs-rank*.csv")
+        s = summary.loc[run]
+        assert s["units"] == len({r["step"] for r in steps}) == 40
+        assert s["bytes_up_per_unit"] == pytest.approx(mean(col(steps, "bytes_sent")))
+        assert s["comm_time_mean_s"] == pytest.approx(mean(col(steps, "comm_time_s")))
+        assert s["comm_time_max_s"] == pytest.approx(max(col(steps, "comm_time_s")))
+        slowest = {}
+        for r in steps:  # a synchronous step lasts as long as its slowest rank
+            slowest[r["step"]] = max(slowest.get(r["step"], 0.0), float(r["step_time_s"]))
+        assert s["unit_time_mean_s"] == pytest.approx(mean(slowest.values()))
+        last = max(int(r["epoch"]) for r in epochs)
+        assert s["final_accuracy"] == pytest.approx(
+            mean(float(r["test_accuracy"]) for r in epochs if int(r["epoch"]) == last))
+    ratio = (mean(col(rows(dense, "steps-rank*.csv"), "bytes_sent"))
+             / mean(col(rows(dgc, "steps-rank*.csv"), "bytes_sent")))
+    assert summary.loc[dgc, "compression_ratio"] == pytest.approx(ratio)
+    assert ratio > 5  # DGC sends far less than dense
+
+
+def test_every_figure_is_written_and_not_blank(report):
+    out, _, text = report
+    expected = ([f"{g}-{n}.png" for g in (FL_LAN, FL_DOCKER) for n in FL_FIGURES]
+                + [f"{DDP}-{n}.png" for n in DDP_FIGURES])
+    assert sorted(p.name for p in out.glob("*.png")) == sorted(expected)
+    for name in expected:
+        img = matplotlib.image.imread(out / name)
+        assert img.shape[0] > 100 and img.shape[1] > 100
+        assert img.std() > 0
+        rgba = np.ascontiguousarray((img * 255).astype(np.uint8)).view(np.uint32)  # one int a pixel
+        assert len(np.unique(rgba)) > 10, name  # more than background, frame and one line colour
+        assert f"]({name})" in text
+
+
+def test_settings_groups_are_kept_apart(report):
+    _, summary, text = report
+    assert set(summary["group"]) == {FL_LAN, FL_DOCKER, DDP}
+    # fp32 ran on both backends and links: two separate rows, each its group's reference.
+    fp32 = summary[(summary["kind"] == "fl") & (summary["series"] == "fp32")]
+    assert sorted(fp32["group"]) == sorted([FL_LAN, FL_DOCKER])
+    assert summary.loc["20250101-111500-fl-int8-202", "group"] == FL_DOCKER
+    for group, settings in ((FL_LAN, "link_profile=lan, clients=3"), (FL_DOCKER, "backend=docker")):
+        assert f"## {group}" in text and settings in text
+    # Two int8_sparse runs with the same settings: the latest is shown, the older one only listed.
+    assert summary.loc["20250101-101000-fl-int8_sparse-102", "shown"]
+    assert not summary.loc["20250101-093000-fl-int8_sparse-99", "shown"]
+    assert "Older runs" in text and "20250101-093000-fl-int8_sparse-99" in text
+
+
+def test_broken_runs_are_skipped_with_reason(report, capsys):
+    _, summary, text = report
+    assert not set(BROKEN) & set(summary.index)
+    assert "bench" not in summary["group"].values
+    assert "steps-rank1.csv: truncated" in text
+    assert "manifest.json: not valid JSON" in text
+    assert "manifest.json: missing manifest" in text
+
+
+def test_only_named_runs(tmp_path, capsys):
+    run = "20250101-121000-ddp-dgc-302"
+    assert main(["--results", str(FIXTURE), "--runs", run, "--out", str(tmp_path)]) == 0
+    assert list(pd.read_csv(tmp_path / "summary.csv")["run_id"]) == [run]
+    assert np.isnan(pd.read_csv(tmp_path / "summary.csv")["compression_ratio"][0])  # no dense run named
+    with pytest.raises(SystemExit) as e:
+        main(["--results", str(FIXTURE), "--runs", "no-such-run", "--out", str(tmp_path)])
+    assert e.value.code == 2
+    assert "no-such-run" in capsys.readouterr().err
+
+
+def test_no_runs_prints_how_to_make_one(tmp_path, capsys):
+    (tmp_path / "results" / "bench").mkdir(parents=True)
+    assert main(["--results", str(tmp_path / "results")]) == 0
+    out = capsys.readouterr().out
+    assert "No runs found" in out and "make fl-int8_sparse" in out
+    assert not list((tmp_path / "results" / "report").glob("*.png"))
+    assert main(["--results", str(tmp_path / "missing")]) == 0
+    assert "No runs found" in capsys.readouterr().out
+
+
+def test_run_that_goes_bad_is_skipped_and_others_reported(tmp_path, capsys):
+    results = tmp_path / "results"
+    for run in ("20250101-100000-fl-fp32-101", "20250101-101000-fl-int8_sparse-102"):
+        shutil.copytree(FIXTURE / run, results / run)
+    bad = results / "20250101-101000-fl-int8_sparse-102"
+    (bad / "rounds.csv").write_text((bad / "rounds.csv").read_text().replace(",0.9668,", ",oops,"))
+    manifest = json.loads((results / "20250101-100000-fl-fp32-101" / "manifest.json").read_text())
+    assert main(["--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "rounds.csv: line 6, column test_accuracy: 'oops' is not a number" in out
+    summary = pd.read_csv(results / "report" / "summary.csv")
+    assert list(summary["run_id"]) == [manifest["run_id"]]
+    # A second report over the same results ignores the report folder it wrote.
+    assert main(["--results", str(results)]) == 0
+    assert "Report on 1 run(s)" in capsys.readouterr().out
