@@ -100,3 +100,8 @@ def test_train_epoch_rejects_empty_indices(small):
     with pytest.raises(ValueError, match="no samples"):
         train_epoch(build_model("mnist_cnn"), small.train_x, small.train_y, np.array([], np.int64),
                     batch_size=8, lr=0.1, seed=0)
+
+
+def test_evaluate_rejects_empty_set(small):
+    with pytest.raises(ValueError, match="no samples"):
+        evaluate(build_model("mnist_cnn"), small.test_x[:0], small.test_y[:0])

@@ -6,7 +6,7 @@ tensor flattened row-major, float32. Every codec and collective works on that on
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -65,22 +65,25 @@ def flatten_params(model: nn.Module) -> np.ndarray:
         return torch.cat([p.detach().reshape(-1).float() for p in model.parameters()]).numpy().copy()
 
 
-def _check_length(model: nn.Module, vec: np.ndarray, what: str) -> torch.Tensor:
+def _pieces(model: nn.Module, vec: np.ndarray, what: str) -> Iterator[tuple[nn.Parameter, torch.Tensor]]:
+    """(parameter, matching slice of vec) pairs, after checking vec has the model's length."""
     vec = np.asarray(vec)
     n = num_params(model)
     if vec.ndim != 1 or vec.size != n:
         raise ValueError(f"{what} vector has shape {vec.shape}, model {type(model).__name__} needs ({n},)")
-    return torch.from_numpy(np.ascontiguousarray(vec, dtype=np.float32))
+    flat = torch.from_numpy(np.ascontiguousarray(vec, dtype=np.float32))
+    offset = 0
+    for p in model.parameters():
+        yield p, flat[offset: offset + p.numel()].view_as(p)
+        offset += p.numel()
 
 
 def load_params(model: nn.Module, vec: np.ndarray) -> None:
     """Copy a vector from flatten_params (same architecture) into the model's parameters."""
-    flat = _check_length(model, vec, "parameter")
-    offset = 0
+    pieces = list(_pieces(model, vec, "parameter"))  # validate before touching any weight
     with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(flat[offset: offset + p.numel()].view_as(p))
-            offset += p.numel()
+        for p, piece in pieces:
+            p.copy_(piece)
 
 
 def flatten_grads(model: nn.Module) -> np.ndarray:
@@ -91,15 +94,14 @@ def flatten_grads(model: nn.Module) -> np.ndarray:
 
 def load_grads(model: nn.Module, vec: np.ndarray) -> None:
     """Set every parameter's .grad from a vector (e.g. the allreduced mean) before optimizer.step()."""
-    flat = _check_length(model, vec, "gradient")
-    offset = 0
-    for p in model.parameters():
-        p.grad = flat[offset: offset + p.numel()].view_as(p).clone()
-        offset += p.numel()
+    for p, piece in list(_pieces(model, vec, "gradient")):
+        p.grad = piece.clone()
 
 
 def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 1000) -> tuple[float, float]:
     """(accuracy, mean cross-entropy loss) over all of x, y."""
+    if len(y) == 0:
+        raise ValueError("evaluate got no samples")
     model.eval()
     correct, loss = 0, 0.0
     with torch.no_grad():

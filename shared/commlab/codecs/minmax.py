@@ -34,9 +34,13 @@ class MinMax(Codec):
         if not max(abs(lo), abs(hi)) <= MAX_MAGNITUDE:
             raise CodecError(f"{self.name}: values must be finite with magnitude <= {MAX_MAGNITUDE:g}")
         scale = np.float32((hi - lo) / ((1 << self.bits) - 1))
-        inv = np.float32(1 / scale) if scale > 0 else np.float32(0)
         t = np.subtract(vec, np.float32(lo))
-        t *= inv
+        if scale >= np.finfo(np.float32).tiny:
+            t *= np.float32(1 / scale)
+        elif scale > 0:  # subnormal scale: its reciprocal overflows float32, so divide
+            t /= scale
+        else:
+            t[:] = 0
         np.rint(t, out=t)
         np.clip(t, 0, (1 << self.bits) - 1, out=t)
         q = t.astype(np.uint8)

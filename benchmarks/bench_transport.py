@@ -1,0 +1,141 @@
+"""DDS vs a plain TCP socket between the same two endpoints, with the same payloads.
+
+    python benchmarks/bench_transport.py            # loopback, then a 10 Mbit/s tbf link between namespaces
+
+Each measurement: the sender writes `count` messages of one size; the receiver hashes everything
+and acknowledges the batch with the SHA-256; goodput = payload bytes / (first write -> ack).
+DDS ends are `python -m commlab.dds.probe`; TCP ends are this script's tcp-send/tcp-recv.
+Prints goodput of both and the DDS/TCP ratio (targets: >= 0.5 loopback, >= 0.9 shaped).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from commlab.dds.netns import NetnsUnavailable, veth_pair
+from commlab.dds.probe import parse_sizes
+
+HERE = Path(__file__).resolve()
+LOOPBACK_SIZES = "65536x100,1700000x20,10000000x5"
+SHAPED_SIZES = "65536x20,1700000x2,10000000x1"
+TCP_PORT = 47100
+LEN = struct.Struct("!Q")
+
+
+def tcp_send(peer: str, sizes: list[tuple[int, int]]) -> None:
+    for _ in range(100):  # the receiver may still be starting
+        try:
+            conn = socket.create_connection((peer, TCP_PORT))
+            break
+        except ConnectionRefusedError:
+            time.sleep(0.1)
+    with conn:
+        for size, count in sizes:
+            payload = os.urandom(size)
+            start = time.perf_counter()
+            for _ in range(count):
+                conn.sendall(LEN.pack(size))
+                conn.sendall(payload)
+            ack = _recv_exact(conn, 32, bytearray(32))
+            seconds = time.perf_counter() - start
+            if bytes(ack) != hashlib.sha256(payload * count).digest():
+                raise SystemExit(f"size {size}: wrong acknowledgement")
+            print(json.dumps({"size": size, "count": count, "seconds": seconds,
+                              "goodput_MBps": size * count / seconds / 1e6}), flush=True)
+
+
+def _recv_exact(conn: socket.socket, n: int, buf: bytearray) -> memoryview:
+    view = memoryview(buf)[:n]
+    got = 0
+    while got < n:
+        r = conn.recv_into(view[got:])
+        if r == 0:
+            raise SystemExit("connection closed early")
+        got += r
+    return view
+
+
+def tcp_recv(bind: str, sizes: list[tuple[int, int]]) -> None:
+    with socket.create_server((bind, TCP_PORT), reuse_port=True) as srv:
+        conn, _ = srv.accept()
+        with conn:
+            buf = bytearray(max(s for s, _ in sizes))
+            for size, count in sizes:
+                h = hashlib.sha256()
+                for _ in range(count):
+                    (n,) = LEN.unpack(_recv_exact(conn, 8, bytearray(8)))
+                    h.update(_recv_exact(conn, n, buf))
+                conn.sendall(h.digest())
+
+
+def run_pair(recv_cmd: list[str], send_cmd: list[str]) -> list[dict]:
+    receiver = subprocess.Popen(recv_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        sender = subprocess.run(send_cmd, capture_output=True, text=True, timeout=900)
+        if sender.returncode != 0:
+            raise SystemExit(f"sender failed: {sender.stderr[-3000:]}")
+        receiver.wait(timeout=60)
+        return [json.loads(line) for line in sender.stdout.splitlines() if line.startswith("{")]
+    finally:
+        if receiver.poll() is None:
+            receiver.terminate()
+            receiver.wait(10)
+
+
+def measure(label: str, a_prefix: list[str], b_prefix: list[str], a: dict, b: dict, sizes: str,
+            domain: int, mtu: bool) -> list[dict]:
+    """Sender on side a, receiver on side b; DDS first, then TCP."""
+    py = [sys.executable]
+    dds = ["-m", "commlab.dds.probe"]
+    flags = ["--domain", str(domain), "--sizes", sizes] + (["--mtu"] if mtu else [])
+    d = run_pair(b_prefix + py + dds + ["recv", "--interface", b["if"], "--peer", a["addr"]] + flags,
+                 a_prefix + py + dds + ["send", "--interface", a["if"], "--peer", b["addr"]] + flags)
+    t = run_pair(b_prefix + py + [str(HERE), "tcp-recv", "--addr", b["addr"], "--sizes", sizes],
+                 a_prefix + py + [str(HERE), "tcp-send", "--addr", b["addr"], "--sizes", sizes])
+    rows = []
+    for dr, tr in zip(d, t):
+        rows.append({"link": label, "size": dr["size"], "count": dr["count"], "dds_MBps": dr["goodput_MBps"],
+                     "tcp_MBps": tr["goodput_MBps"], "ratio": dr["goodput_MBps"] / tr["goodput_MBps"],
+                     "dds_wire_bytes_est": dr["bytes_sent"], "payload_bytes": dr["size"] * dr["count"]})
+        r = rows[-1]
+        print(f"{label:10s} {r['size']:>10,d} B x{r['count']:<4d} DDS {r['dds_MBps']:8.2f} MB/s   "
+              f"TCP {r['tcp_MBps']:8.2f} MB/s   DDS/TCP {r['ratio']:.2f}   "
+              f"DDS wire/payload {r['dds_wire_bytes_est'] / r['payload_bytes']:.3f}", flush=True)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("role", nargs="?", default="bench", choices=["bench", "tcp-send", "tcp-recv"])
+    p.add_argument("--addr", default="127.0.0.1")
+    p.add_argument("--sizes", default=None)
+    p.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    a = p.parse_args()
+    if a.role == "tcp-send":
+        return tcp_send(a.addr, parse_sizes(a.sizes))
+    if a.role == "tcp-recv":
+        return tcp_recv(a.addr, parse_sizes(a.sizes))
+    lo = {"if": "lo", "addr": "127.0.0.1"}
+    rows = measure("loopback", [], [], lo, lo, a.sizes or LOOPBACK_SIZES, domain=188, mtu=False)
+    try:
+        with veth_pair("bn", 202, rate="10mbit") as (sa, sb):
+            rows += measure("10mbit-tbf", sa.exec_prefix(), sb.exec_prefix(),
+                            {"if": sa.interface, "addr": sa.address}, {"if": sb.interface, "addr": sb.address},
+                            a.sizes or SHAPED_SIZES, domain=189, mtu=True)
+    except NetnsUnavailable as e:
+        print(f"shaped link skipped: {e}")
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

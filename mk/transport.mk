@@ -1,0 +1,8 @@
+# DDS transport (commlab.dds): tests and the DDS-vs-TCP benchmark.
+.PHONY: bench-transport test-transport
+
+bench-transport: $(STAMP) ## DDS vs TCP goodput on loopback and a 10 Mbit tbf link (needs root for namespaces)
+	$(PYTHON) benchmarks/bench_transport.py --json results/bench/transport.json
+
+test-transport: $(STAMP) ## DDS transport tests (unit, multi-process, network namespaces)
+	$(PYTHON) -m pytest -q -ra tests/test_dds_units.py tests/test_dds_fastpath.py tests/test_dds_multiprocess.py tests/test_dds_netns.py

@@ -1,0 +1,80 @@
+"""One end of a DDS goodput measurement, runnable inside a network namespace:
+
+    python -m commlab.dds.probe send|recv --domain D --interface IF --peer ADDR --sizes 65536x20,1700000x2 [--mtu]
+
+The sender publishes `count` ModelBlobs of each size; the receiver acknowledges each batch with
+a ClientUpdate carrying the SHA-256 of everything it received. The sender prints one JSON line
+per size: bytes, seconds (first write to acknowledgement), goodput and CommStats deltas.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import time
+
+from .messages import ClientUpdate, ModelBlob
+from .node import DdsNode, exit_cleanly_on_sigterm
+from .settings import DdsSettings
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """'65536x20,1700000x2' -> [(65536, 20), (1700000, 2)]"""
+    return [(int(s), int(c)) for s, c in (item.split("x") for item in text.split(","))]
+
+
+def send(node: DdsNode, sizes: list[tuple[int, int]]) -> None:
+    blobs, acks = node.publisher(ModelBlob), node.subscriber(ClientUpdate)
+    node.barrier({"recv"}, 60)
+    for round_, (size, count) in enumerate(sizes):
+        payload = os.urandom(size)
+        before = node.stats.snapshot()
+        start = time.perf_counter()
+        for i in range(count):
+            blobs.publish(ModelBlob(round=round_, model_version=i, payload=payload))
+        ack = acks.receive(600)
+        seconds = time.perf_counter() - start
+        expected = hashlib.sha256(payload * count).hexdigest()
+        if ack is None or ack.client_id != expected:
+            raise SystemExit(f"size {size}: no or wrong acknowledgement")
+        d = node.stats.since(before)
+        print(json.dumps({"size": size, "count": count, "seconds": seconds, "goodput_MBps": size * count / seconds / 1e6,
+                          "bytes_sent": d["bytes_sent"], "wait_s": d["wait_s"]}), flush=True)
+
+
+def recv(node: DdsNode, sizes: list[tuple[int, int]]) -> None:
+    blobs, acks = node.subscriber(ModelBlob), node.publisher(ClientUpdate)
+    node.barrier({"send"}, 60)
+    for round_, (size, count) in enumerate(sizes):
+        h = hashlib.sha256()
+        for _ in range(count):
+            msg = blobs.receive(600)
+            if msg is None or msg.round != round_:
+                raise SystemExit(f"size {size}: missing message")
+            h.update(msg.payload)
+        acks.publish(ClientUpdate(round=round_, client_id=h.hexdigest(), num_samples=count))
+    node.barrier({"send"}, 60)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("role", choices=["send", "recv"])
+    p.add_argument("--domain", type=int, required=True)
+    p.add_argument("--interface", default="lo")
+    p.add_argument("--peer", default="127.0.0.1")
+    p.add_argument("--sizes", type=parse_sizes, required=True)
+    p.add_argument("--mtu", action="store_true", help="MTU-sized fragments (shaped links)")
+    a = p.parse_args()
+    exit_cleanly_on_sigterm()
+    settings = DdsSettings(domain_id=a.domain, interface=a.interface, peers=(a.peer,), loopback_tuned=not a.mtu,
+                           write_timeout_s=120.0)
+    with DdsNode(a.role, settings) as node:
+        (send if a.role == "send" else recv)(node, a.sizes)
+        if a.role == "send":
+            node.barrier({"recv"}, 60)  # the receiver's final barrier: it got everything
+        time.sleep(0.3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Container backend: config rewriting and compose specs (fast), and end-to-end runs in Docker.
+
+The end-to-end tests build the images (cached layers after the first build), run a short FL
+experiment through the static compose file with `docker compose up`, and a short DDP run
+through commlab.testbed.docker_run, then read the results the nodes wrote on the host.
+"""
+from __future__ import annotations
+
+import csv
+import ipaddress
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from commlab.testbed.backend import choose_backend
+from commlab.testbed.compose_file import Node, addresses, compose_spec, container_config
+from commlab.testbed.engine import BOOTSTRAP, REPO, engine_answers
+
+BENCH = ipaddress.ip_network("198.18.0.0/15")
+
+
+def fl_cfg(results: Path) -> dict:
+    return {"run_id": "r1", "results_dir": str(results), "checkpoint_dir": str(results / "r1" / "checkpoints"),
+            "init_path": None, "link_profile": "lan", "rounds": 2,
+            "dds": {"domain_id": 7, "interface": "lo", "peers": ["127.0.0.1"]},
+            "dataset": {"name": "mnist", "root": "/home/me/.cache/commlab"}}
+
+
+def test_container_config_rewrites_only_transport_paths_and_profile(tmp_path):
+    nodes = [Node("controller", "controller"), Node("client-0", "client"), Node("client-1", "client")]
+    addrs = addresses(nodes, 200)
+    cfg = fl_cfg(tmp_path)
+    out = container_config(cfg, "client-0", addrs, "10mbit", tmp_path)
+    assert out["dds"] == {"domain_id": 7, "interface": "eth0", "loopback_tuned": False,
+                          "peers": ["198.19.200.10", "198.19.200.12"]}
+    assert out["results_dir"] == "/results" and out["checkpoint_dir"] == "/results/r1/checkpoints"
+    assert out["link_profile"] == "10mbit" and out["dataset"]["root"] is None
+    assert {k: v for k, v in out.items() if k not in ("dds", "results_dir", "checkpoint_dir", "link_profile",
+                                                       "dataset")} == \
+        {k: v for k, v in cfg.items() if k not in ("dds", "results_dir", "checkpoint_dir", "link_profile",
+                                                    "dataset")}
+    assert cfg["dds"]["interface"] == "lo"  # the caller's config is left alone
+
+
+def test_container_config_refuses_paths_a_container_cannot_see(tmp_path):
+    cfg = {**fl_cfg(tmp_path), "init_path": "/somewhere/else/ckpt.pt"}
+    with pytest.raises(ValueError, match="init_path.*outside the results folder"):
+        container_config(cfg, "controller", {"controller": "198.19.200.10"}, "lan", tmp_path)
+
+
+def test_compose_spec_uses_internal_benchmark_network_and_fixed_addresses(tmp_path):
+    nodes = [Node("worker-0", "worker", (("RANK", "0"),)), Node("worker-1", "worker", (("RANK", "1"),))]
+    spec = compose_spec(nodes, run_id="20260101-ddp-x", host_results=tmp_path, net=201, config_dir="/results/x/configs")
+    net = spec["networks"]["lab"]
+    assert net["internal"] is True
+    assert ipaddress.ip_network(net["ipam"]["config"][0]["subnet"]).subnet_of(BENCH)
+    for name, svc in spec["services"].items():
+        assert ipaddress.ip_address(svc["networks"]["lab"]["ipv4_address"]) in BENCH
+        assert svc["cap_add"] == ["NET_ADMIN"] and svc["image"] == "commlab-worker:latest"
+        assert svc["command"] == [f"/results/x/configs/{name}.json"]
+    assert spec["services"]["worker-1"]["environment"]["RANK"] == "1"
+
+
+def test_static_compose_files_stay_in_the_benchmark_range():
+    for path in ("compose.yaml", "compose/fl.yaml", "compose/ddp.yaml"):
+        out = subprocess.run(["docker", "compose", "-f", str(REPO / path), "config", "--format", "json"],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            pytest.skip(f"docker compose unavailable: {out.stderr.strip()[-200:]}")
+        spec = json.loads(out.stdout)
+        for net in spec["networks"].values():
+            assert net["internal"] is True
+            assert all(ipaddress.ip_network(c["subnet"]).subnet_of(BENCH) for c in net["ipam"]["config"])
+
+
+def test_choose_backend():
+    assert choose_backend("local") == "local"
+    with pytest.raises(ValueError, match="unknown backend 'k8s'"):
+        choose_backend("k8s")
+    assert choose_backend("auto") == ("docker" if engine_answers()[0] else "local")
+
+
+@pytest.fixture(scope="module")
+def engine():
+    ok, why = engine_answers()
+    if not ok and os.geteuid() == 0 and BOOTSTRAP.exists():
+        subprocess.run([str(BOOTSTRAP)], check=False)
+        ok, why = engine_answers()
+    if not ok:
+        print(f"SKIP container end-to-end tests: no Docker engine can be had ({why})")
+        pytest.skip(f"no Docker engine can be had: {why}")
+    from commlab.testbed.images import build_images
+    t0 = time.monotonic()
+    build_images()
+    print(f"images ready in {time.monotonic() - t0:.0f} s")
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_fl_with_docker_compose_up(engine, tmp_path):
+    project = f"cltest{os.getpid()}"
+    env = {**os.environ, "RESULTS_DIR": str(tmp_path), "ROUNDS": "2", "SAMPLES": "1000", "LINK_PROFILE": "10mbit"}
+    compose = ["docker", "compose", "-f", str(REPO / "compose" / "fl.yaml"), "-p", project]
+    try:
+        up = subprocess.run([*compose, "up"], env=env, capture_output=True, text=True, timeout=480)
+        states = subprocess.run([*compose, "ps", "-a", "--format", "{{.Service}} {{.ExitCode}}"],
+                                env=env, capture_output=True, text=True).stdout.split("\n")
+    finally:
+        subprocess.run([*compose, "down", "-v", "-t", "5"], env=env, capture_output=True)
+    assert up.returncode == 0, up.stdout[-3000:]
+    assert sorted(s for s in states if s) == ["client-0 0", "client-1 0", "controller 0", "setup 0"], up.stdout[-3000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["backend"] == "docker" and manifest["link_profile"] == "10mbit"
+    rounds = read_csv(run_dir / "rounds.csv")
+    assert len(rounds) == 2 and all(int(r["bytes_up"]) > 0 for r in rounds)
+    assert float(rounds[-1]["test_accuracy"]) > 0.5
+    clients = [row for p in run_dir.glob("clients*.csv") for row in read_csv(p)]
+    assert len(clients) == 4 and all(float(r["comm_time_s"]) > 0 for r in clients)
+    for node in ("controller", "client-0", "client-1"):
+        link = json.loads((run_dir / f"link-{node}.json").read_text())
+        assert link["applied"]["rate"] == "10mbit" and "tbf" in link["tc_show"]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ddp_with_docker_run(engine, tmp_path):
+    from commlab.ddp.run import build_configs, parse_args
+    from commlab.testbed.docker_run import run_ddp
+
+    workers = build_configs(parse_args(["--method", "dgc", "--world", "2", "--epochs", "1",
+                                        "--train-subset", "2000", "--test-subset", "1000",
+                                        "--results-dir", str(tmp_path)]))
+    run_dir = run_ddp(workers, "10mbit", tmp_path)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["backend"] == "docker" and set(manifest["link_applied"]) == {"worker-0", "worker-1"}
+    steps = [row for p in run_dir.glob("steps*.csv") for row in read_csv(p)]
+    assert steps and all(int(s["bytes_sent"]) > 0 for s in steps)
+    epochs = [row for p in run_dir.glob("epochs*.csv") for row in read_csv(p)]
+    assert epochs and all(0 < float(e["test_accuracy"]) <= 1 for e in epochs)

@@ -1,0 +1,118 @@
+"""DDP workers on loopback: config errors, a 2-rank smoke run of each method, and a killed rank."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from commlab.ddp.config import load_worker_config, world_and_rank
+from commlab.fl.schema import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "nodes" / "worker.py"
+EXAMPLE = ROOT / "experiments" / "worker.conf.json"
+
+
+def write_config(tmp_path: Path, **changes) -> Path:
+    cfg = json.loads(EXAMPLE.read_text())
+    cfg.update(changes)
+    path = tmp_path / "worker.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_example_config_is_valid():
+    assert load_worker_config(EXAMPLE).method == "dgc"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"bogus": 1}, "unknown key bogus"),
+    ({"training": {"epochs": "two"}}, "training.epochs: expected int"),
+    ({"method": "powersgd"}, "method: must be one of dense, dgc"),
+    ({"dgc": {"warmup_unit": "rounds"}}, "dgc.warmup_unit"),
+])
+def test_bad_config_names_the_key(tmp_path, change, message):
+    with pytest.raises(ConfigError, match=message):
+        load_worker_config(write_config(tmp_path, **change))
+
+
+def test_world_and_rank_from_env():
+    assert world_and_rank({"WORLD": "3", "RANK": "2"}) == (3, 2)
+    assert world_and_rank({"WORLD_SIZE": "4", "RANK": "0"}) == (4, 0)
+    for env in ({}, {"WORLD": "2", "RANK": "2"}, {"WORLD": "x", "RANK": "0"}):
+        with pytest.raises(ConfigError):
+            world_and_rank(env)
+
+
+def test_worker_exits_2_with_one_message(tmp_path):
+    env = {**os.environ, "WORLD": "1", "RANK": "0"}
+    for args, message in [([str(tmp_path / "missing.json")], "config file not found"),
+                          ([str(write_config(tmp_path, dgc={"fp16_values": 1}))], "dgc.fp16_values")]:
+        r = subprocess.run([sys.executable, str(WORKER), *args], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def run_ddp(tmp_path: Path, method: str, domain: int) -> tuple[subprocess.CompletedProcess, Path]:
+    r = subprocess.run([sys.executable, "-m", "commlab.ddp.run", "--method", method, "--world", "2",
+                        "--epochs", "1", "--train-subset", "640", "--test-subset", "200", "--warmup", "4",
+                        "--warmup-unit", "steps", "--summary-every", "5", "--domain-id", str(domain),
+                        "--results-dir", str(tmp_path), "--run-id", method],
+                       capture_output=True, text=True, timeout=120)
+    return r, tmp_path / method
+
+
+def test_two_rank_smoke_dense_and_dgc(tmp_path):
+    """Both methods train 10 steps on 2 ranks; DGC sends far fewer bytes once warmed up."""
+    sent = {}
+    for method, domain in (("dense", 211), ("dgc", 212)):
+        r, run = run_ddp(tmp_path, method, domain)
+        assert r.returncode == 0, r.stdout[-3000:]
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert manifest["status"] == "completed" and manifest["method"] == method and manifest["world"] == 2
+        steps = [pd.read_csv(run / f"steps-rank{k}.csv") for k in (0, 1)]
+        epochs = [pd.read_csv(run / f"epochs-rank{k}.csv") for k in (0, 1)]
+        assert len(steps[0]) == len(steps[1]) == 10
+        assert epochs[0]["test_accuracy"].iloc[0] == epochs[1]["test_accuracy"].iloc[0] > 0.3
+        assert (run / "checkpoint-rank1.pt").exists()
+        sent[method] = steps[0]["bytes_sent"].iloc[-3:].mean()
+        assert "comm wait" in r.stdout
+    assert sent["dense"] / sent["dgc"] > 100
+
+
+@pytest.mark.slow
+def test_killed_worker_makes_the_others_fail_naming_it(tmp_path):
+    cfg = write_config(tmp_path, results_dir=str(tmp_path), run_id="kill", summary_every=1000,
+                       dds={"domain_id": 213, "interface": "lo", "peers": ["127.0.0.1"]},
+                       dataset={"name": "mnist", "train_subset": 6000, "test_subset": 200},
+                       collective_timeout_s=5.0)
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(cfg)], text=True,
+                              env={**os.environ, "WORLD": "3", "RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(3)]
+    try:
+        steps = tmp_path / "kill" / "steps-rank0.csv"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and (not steps.exists() or len(steps.read_text().splitlines()) < 6):
+            time.sleep(0.2)
+        assert steps.exists(), "training never started"
+        procs[2].send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        outs = [p.communicate(timeout=40)[0] for p in procs[:2]]
+        assert time.monotonic() - t0 < 5.0 + 20
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, out in zip(procs[:2], outs):
+        assert p.returncode == 1, out[-2000:]
+        assert "PeerLost" in out and "rank 2" in out
+    assert len(pd.read_csv(steps)) >= 5
+    assert json.loads((tmp_path / "kill" / "manifest.json").read_text())["status"] == "failed"
