@@ -5,7 +5,8 @@
 Each measurement: the sender writes `count` messages of one size; the receiver hashes everything
 and acknowledges the batch with the SHA-256; goodput = payload bytes / (first write -> ack).
 DDS ends are `python -m commlab.dds.probe`; TCP ends are this script's tcp-send/tcp-recv.
-Prints goodput of both and the DDS/TCP ratio (targets: >= 0.5 loopback, >= 0.9 shaped).
+Prints the median goodput of both over alternating repetitions and the DDS/TCP ratio
+(targets: >= 0.5 loopback, >= 0.9 shaped).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import hashlib
 import json
 import os
 import socket
+import statistics
 import struct
 import subprocess
 import sys
@@ -38,6 +40,7 @@ def tcp_send(peer: str, sizes: list[tuple[int, int]]) -> None:
         except ConnectionRefusedError:
             time.sleep(0.1)
     with conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle delay between header and payload
         for size, count in sizes:
             payload = os.urandom(size)
             start = time.perf_counter()
@@ -91,19 +94,24 @@ def run_pair(recv_cmd: list[str], send_cmd: list[str]) -> list[dict]:
 
 
 def measure(label: str, a_prefix: list[str], b_prefix: list[str], a: dict, b: dict, sizes: str,
-            domain: int, mtu: bool) -> list[dict]:
-    """Sender on side a, receiver on side b; DDS first, then TCP."""
+            domain: int, mtu: bool, repeat: int) -> list[dict]:
+    """Sender on side a, receiver on side b; DDS and TCP alternate `repeat` times (the machine is
+    shared and noisy) and the median goodput of each is compared."""
     py = [sys.executable]
     dds = ["-m", "commlab.dds.probe"]
     flags = ["--domain", str(domain), "--sizes", sizes] + (["--mtu"] if mtu else [])
-    d = run_pair(b_prefix + py + dds + ["recv", "--interface", b["if"], "--peer", a["addr"]] + flags,
-                 a_prefix + py + dds + ["send", "--interface", a["if"], "--peer", b["addr"]] + flags)
-    t = run_pair(b_prefix + py + [str(HERE), "tcp-recv", "--addr", b["addr"], "--sizes", sizes],
-                 a_prefix + py + [str(HERE), "tcp-send", "--addr", b["addr"], "--sizes", sizes])
+    d_runs, t_runs = [], []
+    for _ in range(repeat):
+        d_runs.append(run_pair(b_prefix + py + dds + ["recv", "--interface", b["if"], "--peer", a["addr"]] + flags,
+                               a_prefix + py + dds + ["send", "--interface", a["if"], "--peer", b["addr"]] + flags))
+        t_runs.append(run_pair(b_prefix + py + [str(HERE), "tcp-recv", "--addr", b["addr"], "--sizes", sizes],
+                               a_prefix + py + [str(HERE), "tcp-send", "--addr", b["addr"], "--sizes", sizes]))
     rows = []
-    for dr, tr in zip(d, t):
-        rows.append({"link": label, "size": dr["size"], "count": dr["count"], "dds_MBps": dr["goodput_MBps"],
-                     "tcp_MBps": tr["goodput_MBps"], "ratio": dr["goodput_MBps"] / tr["goodput_MBps"],
+    for i, dr in enumerate(d_runs[0]):
+        dds_mbps = statistics.median(run[i]["goodput_MBps"] for run in d_runs)
+        tcp_mbps = statistics.median(run[i]["goodput_MBps"] for run in t_runs)
+        rows.append({"link": label, "size": dr["size"], "count": dr["count"], "repeat": repeat,
+                     "dds_MBps": dds_mbps, "tcp_MBps": tcp_mbps, "ratio": dds_mbps / tcp_mbps,
                      "dds_wire_bytes_est": dr["bytes_sent"], "payload_bytes": dr["size"] * dr["count"]})
         r = rows[-1]
         print(f"{label:10s} {r['size']:>10,d} B x{r['count']:<4d} DDS {r['dds_MBps']:8.2f} MB/s   "
@@ -117,6 +125,7 @@ def main() -> None:
     p.add_argument("role", nargs="?", default="bench", choices=["bench", "tcp-send", "tcp-recv"])
     p.add_argument("--addr", default="127.0.0.1")
     p.add_argument("--sizes", default=None)
+    p.add_argument("--repeat", type=int, default=3, help="loopback repetitions (the shaped link runs once)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows here")
     a = p.parse_args()
     if a.role == "tcp-send":
@@ -124,12 +133,12 @@ def main() -> None:
     if a.role == "tcp-recv":
         return tcp_recv(a.addr, parse_sizes(a.sizes))
     lo = {"if": "lo", "addr": "127.0.0.1"}
-    rows = measure("loopback", [], [], lo, lo, a.sizes or LOOPBACK_SIZES, domain=188, mtu=False)
+    rows = measure("loopback", [], [], lo, lo, a.sizes or LOOPBACK_SIZES, domain=188, mtu=False, repeat=a.repeat)
     try:
         with veth_pair("bn", 202, rate="10mbit") as (sa, sb):
             rows += measure("10mbit-tbf", sa.exec_prefix(), sb.exec_prefix(),
                             {"if": sa.interface, "addr": sa.address}, {"if": sb.interface, "addr": sb.address},
-                            a.sizes or SHAPED_SIZES, domain=189, mtu=True)
+                            a.sizes or SHAPED_SIZES, domain=189, mtu=True, repeat=1)
     except NetnsUnavailable as e:
         print(f"shaped link skipped: {e}")
     if a.json:

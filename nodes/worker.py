@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
         return 2
     from commlab.dds import DdsError, exit_cleanly_on_sigterm
     from commlab.ddp.train import run_worker
-    from commlab.dgc import FrameError
+    from commlab.dgc.frame import FrameError
     exit_cleanly_on_sigterm()
     try:
         run_worker(cfg, world, rank)

@@ -136,13 +136,12 @@ def test_fl_with_docker_compose_up(engine, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_ddp_with_docker_run(engine, tmp_path):
-    from commlab.ddp.run import build_configs, parse_args
+    from commlab.ddp.run import build_config, parse_args
     from commlab.testbed.docker_run import run_ddp
 
-    workers = build_configs(parse_args(["--method", "dgc", "--world", "2", "--epochs", "1",
-                                        "--train-subset", "2000", "--test-subset", "1000",
-                                        "--results-dir", str(tmp_path)]))
-    run_dir = run_ddp(workers, "10mbit", tmp_path)
+    cfg = build_config(parse_args(["--method", "dgc", "--world", "2", "--epochs", "1", "--train-subset", "2000",
+                                   "--test-subset", "1000", "--results-dir", str(tmp_path)]))
+    run_dir = run_ddp([cfg, cfg], "10mbit", tmp_path)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["backend"] == "docker" and set(manifest["link_applied"]) == {"worker-0", "worker-1"}
     steps = [row for p in run_dir.glob("steps*.csv") for row in read_csv(p)]

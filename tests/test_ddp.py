@@ -1,6 +1,7 @@
 """DDP workers on loopback: config errors, a 2-rank smoke run of each method, and a killed rank."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -51,13 +52,21 @@ def test_world_and_rank_from_env():
             world_and_rank(env)
 
 
-def test_worker_exits_2_with_one_message(tmp_path):
-    env = {**os.environ, "WORLD": "1", "RANK": "0"}
+def test_worker_exits_2_with_one_message(tmp_path, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("worker_node", WORKER)
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    monkeypatch.setenv("WORLD", "1")
+    monkeypatch.setenv("RANK", "0")
     for args, message in [([str(tmp_path / "missing.json")], "config file not found"),
-                          ([str(write_config(tmp_path, dgc={"fp16_values": 1}))], "dgc.fp16_values")]:
-        r = subprocess.run([sys.executable, str(WORKER), *args], env=env, capture_output=True, text=True,
-                           timeout=60)
-        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+                          ([str(write_config(tmp_path, dgc={"fp16_values": 1}))], "dgc.fp16_values"),
+                          ([str(EXAMPLE), "extra"], "usage")]:
+        assert worker.main(args) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+    monkeypatch.delenv("RANK")
+    assert worker.main([str(EXAMPLE)]) == 2
+    assert "RANK" in capsys.readouterr().err
 
 
 def run_ddp(tmp_path: Path, method: str, domain: int) -> tuple[subprocess.CompletedProcess, Path]:
@@ -69,22 +78,23 @@ def run_ddp(tmp_path: Path, method: str, domain: int) -> tuple[subprocess.Comple
     return r, tmp_path / method
 
 
-def test_two_rank_smoke_dense_and_dgc(tmp_path):
-    """Both methods train 10 steps on 2 ranks; DGC sends far fewer bytes once warmed up."""
-    sent = {}
-    for method, domain in (("dense", 211), ("dgc", 212)):
-        r, run = run_ddp(tmp_path, method, domain)
-        assert r.returncode == 0, r.stdout[-3000:]
-        manifest = json.loads((run / "manifest.json").read_text())
-        assert manifest["status"] == "completed" and manifest["method"] == method and manifest["world"] == 2
-        steps = [pd.read_csv(run / f"steps-rank{k}.csv") for k in (0, 1)]
-        epochs = [pd.read_csv(run / f"epochs-rank{k}.csv") for k in (0, 1)]
-        assert len(steps[0]) == len(steps[1]) == 10
-        assert epochs[0]["test_accuracy"].iloc[0] == epochs[1]["test_accuracy"].iloc[0] > 0.3
-        assert (run / "checkpoint-rank1.pt").exists()
-        sent[method] = steps[0]["bytes_sent"].iloc[-3:].mean()
-        assert "comm wait" in r.stdout
-    assert sent["dense"] / sent["dgc"] > 100
+@pytest.mark.parametrize("method, domain", [("dense", 211), ("dgc", 212)])
+def test_two_rank_smoke(tmp_path, method, domain):
+    """10 steps on 2 ranks; the same accuracy everywhere; DGC sends < 1% of the dense bytes
+    once warmed up (the dense vector is 4 bytes x 1,663,370 parameters per peer)."""
+    r, run = run_ddp(tmp_path, method, domain)
+    assert r.returncode == 0, r.stdout[-3000:]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["method"] == method and manifest["world"] == 2
+    steps = [pd.read_csv(run / f"steps-rank{k}.csv") for k in (0, 1)]
+    epochs = [pd.read_csv(run / f"epochs-rank{k}.csv") for k in (0, 1)]
+    assert len(steps[0]) == len(steps[1]) == 10
+    assert epochs[0]["test_accuracy"].iloc[0] == epochs[1]["test_accuracy"].iloc[0] > 0.15
+    assert (run / "checkpoint-rank1.pt").exists()
+    assert "comm wait" in r.stdout
+    dense_bytes = 4 * 1_663_370
+    sent = steps[0]["bytes_sent"].iloc[-3:].mean()
+    assert (sent > dense_bytes) if method == "dense" else (sent < dense_bytes / 100)
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Multi-process DDS tests on loopback: spawn start method, each test on its own domain id (180-189)."""
+"""Multi-process DDS tests on loopback: spawn start method, each test on its own domain id (180-186)."""
 from __future__ import annotations
 
 import hashlib
@@ -10,7 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from commlab.dds import (BarrierTimeout, ClientUpdate, DdsNode, DdsSettings, Group, ModelBlob, PeerLost, TrainCmd)
+from commlab.dds import (BarrierTimeout, ClientUpdate, DdsNode, DdsSettings, Group, ModelBlob, PeerLost, TrainCmd,
+                         exit_cleanly_on_sigterm)
 from commlab.dds.chunk import Chunk
 from commlab.dds.endpoints import ChunkWriter
 
@@ -70,14 +71,15 @@ def test_big_chunked_messages_arrive_whole_in_order():
         _join([p])
 
 
-def _announce_and_wait(domain: int, name: str, seconds: float) -> None:
+def _announce_and_wait(domain: int, name: str, done) -> None:
     with DdsNode(name, _settings(domain)) as node:
         node.barrier(set(), 1)
-        time.sleep(seconds)
+        done.wait(30)
 
 
 def test_barrier_timeout_names_only_the_missing_peers():
-    p = CTX.Process(target=_announce_and_wait, args=(181, "client-1", 8.0))
+    done = CTX.Event()
+    p = CTX.Process(target=_announce_and_wait, args=(181, "client-1", done))
     p.start()
     try:
         with DdsNode("controller", _settings(181)) as node:
@@ -89,6 +91,7 @@ def test_barrier_timeout_names_only_the_missing_peers():
             assert "client-7" in str(e.value) and "client-9" in str(e.value) and "client-1" not in str(e.value)
             assert e.value.missing == ["client-7", "client-9"]
     finally:
+        done.set()
         _join([p])
 
 
@@ -136,9 +139,9 @@ def _survivor(domain: int, rank: int, q) -> None:
         t = time.monotonic()
         try:
             g.allreduce("7/dense", np.ones(1000, np.float32))
-            q.put((rank, "no error", 0.0))
+            q.put((rank, "no error", 0.0, time.time()))
         except PeerLost as e:
-            q.put((rank, str(e), time.monotonic() - t))
+            q.put((rank, str(e), time.monotonic() - t, time.time()))
 
 
 def test_killed_rank_makes_every_other_rank_fail_with_peer_lost_in_time():
@@ -153,9 +156,39 @@ def test_killed_rank_makes_every_other_rank_fail_with_peer_lost_in_time():
         _join(procs)
         victim.join(10)
     assert victim.exitcode == -signal.SIGKILL
-    for rank, message, elapsed in results:
+    for rank, message, elapsed, _ in results:
         assert "rank 2" in message and "rank 0" not in message and "rank 1" not in message
         assert elapsed < 8.0
+
+
+def _terminated_rank(domain: int, ready) -> None:
+    exit_cleanly_on_sigterm()
+    with DdsNode("worker-2", _settings(domain)) as node:
+        g = Group(node, "ddp", 2, 3, timeout_s=8.0)
+        g.barrier(30)
+        ready.set()
+        time.sleep(60)  # until SIGTERM
+
+
+def test_sigterm_leaves_cleanly_so_peers_know_before_the_lease_expires():
+    q, ready = CTX.Queue(), CTX.Event()
+    procs = [CTX.Process(target=_survivor, args=(186, r, q)) for r in (0, 1)]
+    victim = CTX.Process(target=_terminated_rank, args=(186, ready))
+    for p in procs + [victim]:
+        p.start()
+    try:
+        assert ready.wait(60)
+        time.sleep(0.5)  # the survivors are inside allreduce
+        killed_at = time.time()
+        victim.terminate()
+        results = [q.get(timeout=60) for _ in procs]
+    finally:
+        _join(procs)
+        victim.join(10)
+    assert victim.exitcode == 128 + signal.SIGTERM  # SystemExit from the handler: `with` closed the node
+    for rank, message, _, detected_at in results:
+        assert "rank 2" in message and "gone" in message
+        assert detected_at - killed_at < 1.5  # lease is 2 s: it was the clean exit that was seen
 
 
 def _bad_sender(domain: int) -> None:

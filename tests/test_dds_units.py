@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from commlab.dds import ClientUpdate, CommStats, DdsSettings, MessageError, ModelBlob, TrainCmd, wire_bytes
-from commlab.dds.chunk import Chunk, split
+from commlab.dds.chunk import Chunk, decode, encode, split
 from commlab.dds.messages import from_wire, to_wire
 from commlab.dds.reassembly import Reassembler
 from commlab.dds.settings import socket_buffer_bytes
@@ -52,7 +52,7 @@ def test_split_covers_payload_and_empty_payload_gives_one_chunk():
 
 
 def _roundtrip(c: Chunk) -> Chunk:
-    return Chunk.deserialize(c.serialize())
+    return decode(encode(c))
 
 
 def test_reassembly_out_of_order_with_duplicates_and_interleaved_senders():

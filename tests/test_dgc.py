@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from commlab.dgc import DgcCompressor, DgcMemory, Warmup
 from commlab.dgc.clipping import clip_local_
+from commlab.dgc.compressor import DgcCompressor
+from commlab.dgc.memory import DgcMemory
 from commlab.dgc.sparsify import sparsify
+from commlab.dgc.warmup import Warmup
 
 
 def test_warmup_paper_schedule_over_steps_and_epochs():

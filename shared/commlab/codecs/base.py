@@ -112,7 +112,9 @@ def names() -> list[str]:
     return [n + (f"<{c.suffix_param}>" if c.suffix_param else "") for n, c in _BY_NAME.items()]
 
 
-def decode_any(frame: bytes | bytearray | memoryview, numel: int | None = None, max_numel: int = wire.MAX_NUMEL) -> np.ndarray:
+def decode_any(
+    frame: bytes | bytearray | memoryview, numel: int | None = None, max_numel: int = wire.MAX_NUMEL
+) -> np.ndarray:
     """Decode a frame with whichever codec its header names."""
     codec_id = wire.parse(frame, max_numel).codec_id
     cls = _BY_ID.get(codec_id)

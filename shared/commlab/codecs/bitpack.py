@@ -27,7 +27,9 @@ def pack(values: np.ndarray, bits: int) -> np.ndarray:
 def unpack(stream: np.ndarray, count: int, bits: int) -> np.ndarray:
     """Inverse of pack; rejects streams of the wrong length or with non-zero padding bits."""
     if stream.size != packed_size(count, bits):
-        raise CodecError(f"packed stream has {stream.size} bytes, {count} values of {bits} bits need {packed_size(count, bits)}")
+        raise CodecError(
+            f"packed stream has {stream.size} bytes, {count} values of {bits} bits need {packed_size(count, bits)}"
+        )
     groups = -(-count // 8)
     flat = np.zeros(groups * bits, np.uint8)
     flat[: stream.size] = stream

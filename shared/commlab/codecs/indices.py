@@ -64,8 +64,8 @@ def decode(mode: int, data: np.ndarray, numel: int, k: int) -> np.ndarray:
         return np.zeros(0, np.int64)
     ends = np.flatnonzero(data < 0x80)
     if ends.size != k or ends[-1] != data.size - 1:
-        raise CodecError(f"varint index section holds {ends.size} complete values (last byte "
-                         f"{'ends' if ends.size and ends[-1] == data.size - 1 else 'does not end'} one), header says {k}")
+        raise CodecError(f"varint index section holds {ends.size} complete values in {data.size} bytes "
+                         f"(a truncated value at the end counts as none), header says {k}")
     starts = np.empty(k, np.int64)
     starts[0] = 0
     starts[1:] = ends[:-1] + 1

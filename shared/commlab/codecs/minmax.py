@@ -55,7 +55,7 @@ class MinMax(Codec):
                              f"{_HEAD.size + bitpack.packed_size(numel, bits)}")
         lo, scale = _HEAD.unpack_from(payload)
         if not (abs(lo) <= MAX_MAGNITUDE and 0 <= scale * ((1 << bits) - 1) <= 2 * MAX_MAGNITUDE):
-            raise CodecError(f"minmax: min {lo} / scale {scale} out of range (non-finite, negative or overflowing)")
+            raise CodecError(f"minmax: min {lo} / scale {scale} non-finite, negative or overflowing float32")
         q = bitpack.unpack(np.frombuffer(payload, np.uint8, offset=_HEAD.size), numel, bits)
         out = q.astype(np.float32)
         out *= np.float32(scale)

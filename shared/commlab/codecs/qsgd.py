@@ -41,7 +41,9 @@ class QSGD(Codec):
             raise CodecError(f"{self.name}: values must be finite with norm <= {MAX_MAGNITUDE:g}")
         norm = np.float32(norm64)
         t = np.abs(vec)
-        t *= np.float32(self.levels / norm) if norm > 0 else np.float32(0)
+        if norm > 0:  # divide first: levels / norm overflows float32 for tiny norms
+            t /= norm
+            t *= np.float32(self.levels)
         t += self.rng.random(vec.size, dtype=np.float32)
         np.floor(t, out=t)
         # Rounding of the float32 norm can push |w|/norm a hair above 1.
@@ -57,14 +59,15 @@ class QSGD(Codec):
         sign_len = -(-numel // 8)
         expected = _NORM.size + sign_len + bitpack.packed_size(numel, _bits(levels))
         if len(payload) != expected:
-            raise CodecError(f"qsgd: payload {len(payload)} bytes, {numel} values at {levels} levels need {expected}")
+            raise CodecError(f"qsgd: payload {len(payload)} bytes, {numel} at {levels} levels need {expected}")
         (norm,) = _NORM.unpack_from(payload)
         if not 0 <= norm <= MAX_MAGNITUDE:
             raise CodecError(f"qsgd: norm {norm} must be finite, non-negative and <= {MAX_MAGNITUDE:g}")
         sign_bits = np.unpackbits(np.frombuffer(payload, np.uint8, sign_len, _NORM.size), bitorder="little")
         if sign_bits[numel:].any():
             raise CodecError("qsgd: sign bitmap has bits set past the end of the vector")
-        q = bitpack.unpack(np.frombuffer(payload, np.uint8, offset=_NORM.size + sign_len), numel, _bits(levels))
+        packed = np.frombuffer(payload, np.uint8, offset=_NORM.size + sign_len)
+        q = bitpack.unpack(packed, numel, _bits(levels))
         if numel and q.max() > levels:
             raise CodecError(f"qsgd: level {q.max()} exceeds the {levels} levels in the header")
         out = q.astype(np.float32)

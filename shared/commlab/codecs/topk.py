@@ -32,12 +32,14 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
     return idx.astype(np.int64, copy=False)
 
 
-def split_sparse(payload: memoryview, numel: int, k: int, mode: int, index_len: int, what: str) -> tuple[np.ndarray, memoryview]:
+def split_sparse(
+    payload: memoryview, numel: int, k: int, mode: int, index_len: int, what: str
+) -> tuple[np.ndarray, memoryview]:
     """Decode the index section at the start of a sparse payload; return (indices, rest of payload)."""
     if k > numel:
         raise CodecError(f"{what}: {k} kept values for only {numel} elements")
     if index_len > len(payload):
-        raise CodecError(f"{what}: index section of {index_len} bytes overruns the {len(payload)}-byte payload")
+        raise CodecError(f"{what}: {index_len}-byte index section overruns the {len(payload)}-byte payload")
     idx = indices.decode(mode, np.frombuffer(payload, np.uint8, index_len), numel, k)
     return idx, payload[index_len:]
 

@@ -73,7 +73,8 @@ def parse(frame: bytes | bytearray | memoryview, max_numel: int = MAX_NUMEL) -> 
     if len(view) != expected:
         kind = "truncated" if len(view) < expected else "oversized"
         raise CodecError(
-            f"frame {kind}: {len(view)} bytes, header says {HEADER.size}+{params_len}+{payload_len}={expected}"
+            f"frame {kind}: {len(view)} bytes, header says "
+            f"{HEADER.size}+{params_len}+{payload_len}={expected}"
         )
     start = HEADER.size + params_len
     return Frame(codec_id, numel, view[HEADER.size : start], view[start:])

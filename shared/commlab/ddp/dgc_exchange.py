@@ -9,8 +9,10 @@ import torch
 
 from commlab.dds import Group
 from commlab.ddp.config import DgcSection, TrainingSection
-from commlab.dgc import DgcCompressor, DgcMemory, Warmup
 from commlab.dgc.clipping import clip_local_
+from commlab.dgc.compressor import DgcCompressor
+from commlab.dgc.memory import DgcMemory
+from commlab.dgc.warmup import Warmup
 
 
 class DgcAllgather:

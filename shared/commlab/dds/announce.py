@@ -9,7 +9,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from cyclonedds.core import InstanceState
 from cyclonedds.idl import IdlStruct
@@ -31,7 +31,7 @@ class Announce(IdlStruct, typename="commlab.dds.Announce"):
     key("name")
     participant: str
     incarnation: uint64
-    info: str  # JSON: {"subscribes": [topic, ...], "groups": {group: rank}}
+    info: str  # JSON: {"subscribes": [topic], "groups": {group: rank}, "matched": {topic: [writer participant]}}
 
 
 @dataclass
@@ -41,7 +41,6 @@ class Peer:
     incarnation: int
     info: dict[str, Any]
     alive: bool = True
-    lost_at: Optional[float] = None
 
 
 @dataclass
@@ -61,8 +60,8 @@ class PeerDirectory:
                 elif info.instance_state != InstanceState.Alive:  # NOT_ALIVE_*: the writer left or its lease expired
                     name = Announce.deserialize_key(data).name
                     peer = self.peers.get(name)
-                    if peer is not None and peer.alive:
-                        peer.alive, peer.lost_at = False, time.monotonic()
+                    if peer is not None:
+                        peer.alive = False
             self.changed.notify_all()
 
     def wait_for(self, ready: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
@@ -91,23 +90,47 @@ class Announcer:
         self._writer = DataWriter(participant, topic, qos=announcement(write_timeout_s))
         self._reader = DataReader(participant, topic, qos=announcement(write_timeout_s))
         self._loop = ReaderLoop(participant, self._reader, "announce", self.directory.on_samples)
-        self.info: dict[str, Any] = {"subscribes": [], "groups": {}}
+        self.info: dict[str, Any] = {"subscribes": [], "groups": {}, "matched": {}}
+        self._lock = threading.Lock()  # reader threads update `matched`
         # Not announced until the first barrier: an announcement promises that the node's readers
         # exist, so that peers' publishers wait for them to match before writing.
         self.announced = False
 
     def publish(self) -> None:
-        self.announced = True
-        self._writer.write(Announce(self.name, self.participant_id, self.incarnation, json.dumps(self.info)))
+        with self._lock:
+            self.announced = True
+            info = json.dumps(self.info)
+        self._writer.write(Announce(self.name, self.participant_id, self.incarnation, info))
+
+    def _update(self, change: Callable[[dict], bool]) -> None:
+        with self._lock:
+            changed = change(self.info)
+        if changed and self.announced:
+            self.publish()
 
     def add_subscription(self, topic: str) -> None:
-        if topic not in self.info["subscribes"]:
-            self.info["subscribes"].append(topic)
-            if self.announced:
-                self.publish()
+        def add(info: dict) -> bool:
+            if topic in info["subscribes"]:
+                return False
+            info["subscribes"].append(topic)
+            return True
+        self._update(add)
+
+    def set_matched_writers(self, topic: str, participants: set[str]) -> None:
+        """Which participants' writers our reader of `topic` has matched. Matching is discovered
+        separately on each side, and a volatile reader drops data from a writer it has not matched
+        yet, so publishers wait until the reader side has announced the match too."""
+        def put(info: dict) -> bool:
+            new = sorted(participants)
+            if info["matched"].get(topic) == new:
+                return False
+            info["matched"][topic] = new
+            return True
+        self._update(put)
 
     def join_group(self, group: str, rank: int) -> None:
-        self.info["groups"][group] = rank
+        with self._lock:
+            self.info["groups"][group] = rank
         self.publish()
 
     def close(self) -> None:

@@ -1,19 +1,26 @@
-"""The one wire type of every commlab topic: a chunk of a message, plus splitting into chunks.
+"""The one wire type of every commlab topic: a chunk of a message; splitting, encoding, decoding.
 
 A message is (meta: JSON text, payload: bytes). It is cut into chunks of at most chunk_bytes;
 (sender, incarnation, msg_id) identifies the message so reassembly never mixes senders or a
 restarted sender's old messages; index/count/total_bytes let the receiver validate and order.
 `meta` travels in chunk 0 only.
+
+The stock binding (de)serializes `sequence[uint8]` as a Python list of ints (about 20 MB/s), so
+encode/decode below write and parse the same XCDR1 bytes by hand, with one copy of the payload on
+the way out and none on the way in. tests/test_dds_fastpath.py checks them byte for byte against
+the binding, and pins the non-public C-layer calls that carry these bytes (endpoints.py, reading.py).
 """
 # No `from __future__ import annotations`: the IDL binding resolves these hints at runtime.
-
+import struct
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Union
 
 from cyclonedds.idl import IdlStruct
 from cyclonedds.idl.types import sequence, uint8, uint32, uint64
 
-from .fastpath import install_blob_machine
+from .errors import MessageError
+
+Payload = Union[bytes, memoryview]
 
 
 @dataclass
@@ -28,11 +35,7 @@ class Chunk(IdlStruct, typename="commlab.dds.Chunk"):
     payload: sequence[uint8]
 
 
-install_blob_machine(Chunk, "payload")
-
-
-def split(sender: str, incarnation: int, msg_id: int, meta: str, payload: bytes | memoryview,
-          chunk_bytes: int) -> Iterator[Chunk]:
+def split(sender: str, incarnation: int, msg_id: int, meta: str, payload: Payload, chunk_bytes: int) -> Iterator[Chunk]:
     """Chunks of one message; an empty payload still gives one chunk (an empty allgather must not hang)."""
     view = memoryview(payload).cast("B")
     total = len(view)
@@ -41,3 +44,55 @@ def split(sender: str, incarnation: int, msg_id: int, meta: str, payload: bytes 
         yield Chunk(sender=sender, incarnation=incarnation, msg_id=msg_id, index=i, count=count,
                     total_bytes=total, meta=meta if i == 0 else "",
                     payload=view[i * chunk_bytes:(i + 1) * chunk_bytes])
+
+
+# XCDR1: after the 4-byte encapsulation header, each field is aligned to its size (at most 8)
+# counted from the end of that header. Layout: string sender, pad to 8, HEAD, string meta,
+# pad to 4, uint32 length + payload octets; DataWriter.write pads the sample to a multiple of 4.
+LITTLE = b"\x00\x01\x00\x00"
+HEAD = {"<": struct.Struct("<QQIIQ"), ">": struct.Struct(">QQIIQ")}  # incarnation msg_id index count total
+
+
+def encode(c: Chunk) -> bytes:
+    """The sample exactly as the binding's DataWriter.write serializes it (XCDR1, little endian)."""
+    sender, meta = c.sender.encode() + b"\0", c.meta.encode() + b"\0"
+    pos = 4 + len(sender)
+    out = [LITTLE, struct.pack("<I", len(sender)), sender, b"\0" * (-pos % 8),
+           HEAD["<"].pack(c.incarnation, c.msg_id, c.index, c.count, c.total_bytes)]
+    pos += -pos % 8 + HEAD["<"].size
+    n = len(c.payload)
+    out += [struct.pack("<I", len(meta)), meta, b"\0" * (-(pos + 4 + len(meta)) % 4), struct.pack("<I", n),
+            c.payload, b"\0" * (-n % 4)]
+    return b"".join(out)
+
+
+def decode(data: bytes) -> Chunk:
+    """Parse a serialized Chunk; its payload is a zero-copy view into `data`. MessageError if malformed."""
+    if len(data) < 4 or data[0] != 0 or data[1] not in (0, 1):
+        raise MessageError(f"not an XCDR1 Chunk (encapsulation {bytes(data[:4]).hex()})")
+    e = "<" if data[1] == 1 else ">"
+    view = memoryview(data)
+    try:
+        sender, pos = _string(view, 4, e)
+        pos += -(pos - 4) % 8
+        incarnation, msg_id, index, count, total = HEAD[e].unpack_from(view, pos)
+        meta, pos = _string(view, pos + HEAD[e].size, e)
+        pos += -(pos - 4) % 4
+        (n,) = struct.unpack_from(e + "I", view, pos)
+    except struct.error as err:
+        raise MessageError(f"truncated Chunk of {len(data)} bytes: {err}") from None
+    if pos + 4 + n > len(data):
+        raise MessageError(f"Chunk payload of {n} bytes overruns the {len(data)}-byte sample")
+    return Chunk(sender, incarnation, msg_id, index, count, total, meta, view[pos + 4:pos + 4 + n])
+
+
+def _string(view: memoryview, pos: int, e: str) -> tuple[str, int]:
+    pos += -(pos - 4) % 4
+    (n,) = struct.unpack_from(e + "I", view, pos)
+    end = pos + 4 + n
+    if n == 0 or end > len(view) or view[end - 1] != 0:
+        raise MessageError(f"bad string of length {n} at offset {pos}")
+    try:
+        return bytes(view[pos + 4:end - 1]).decode(), end
+    except UnicodeDecodeError as err:
+        raise MessageError(f"string at offset {pos} is not UTF-8: {err}") from None

@@ -65,10 +65,11 @@ def main() -> None:
     p.add_argument("--peer", default="127.0.0.1")
     p.add_argument("--sizes", type=parse_sizes, required=True)
     p.add_argument("--mtu", action="store_true", help="MTU-sized fragments (shaped links)")
+    p.add_argument("--chunk-bytes", type=int, default=DdsSettings.chunk_bytes)
     a = p.parse_args()
     exit_cleanly_on_sigterm()
     settings = DdsSettings(domain_id=a.domain, interface=a.interface, peers=(a.peer,), loopback_tuned=not a.mtu,
-                           write_timeout_s=120.0)
+                           chunk_bytes=a.chunk_bytes, write_timeout_s=120.0)
     with DdsNode(a.role, settings) as node:
         (send if a.role == "send" else recv)(node, a.sizes)
         if a.role == "send":

@@ -25,7 +25,7 @@ class Partial:
     total_bytes: int
     started: float
     meta: str | None = None
-    parts: dict[int, bytes] = field(default_factory=dict)
+    parts: dict[int, bytes | memoryview] = field(default_factory=dict)
     size: int = 0
 
 
@@ -71,7 +71,7 @@ class Reassembler:
             self.stats.add(malformed_chunks=1)
             log.warning("topic %s: message %s has %d bytes, header says %d; dropped", self.topic, key, p.size, p.total_bytes)
             return None
-        payload = p.parts[0] if p.count == 1 else b"".join(p.parts[i] for i in range(p.count))
+        payload = b"".join(p.parts[i] for i in range(p.count))  # the one copy out of the received samples
         return Assembled(c.sender, p.meta or "", payload)
 
     def _check(self, c: Chunk, p: Partial) -> str:

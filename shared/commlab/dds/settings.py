@@ -86,6 +86,10 @@ class DdsSettings:
             # pinned interface only, send data unicast.
             multicast, peers_xml = "spdp", ""
         rcv, snd = socket_buffer_bytes("rmem_max"), socket_buffer_bytes("wmem_max")
+        # Loopback: let a writer run up to 3/4 of the receive buffer ahead of acknowledgements
+        # (default 500 kB, adaptive from 30 kB), which measured faster with no socket drops.
+        watermarks = (f"<Watermarks><WhcLow>{rcv // 4}B</WhcLow><WhcHigh>{rcv * 3 // 4}B</WhcHigh>"
+                      f"<WhcHighInit>{rcv * 3 // 4}B</WhcHighInit></Watermarks>") if self.loopback_tuned else ""
         return (
             '<CycloneDDS><Domain id="any">'
             f'<General><Interfaces><NetworkInterface name="{escape(self.interface)}"/></Interfaces>'
@@ -96,6 +100,6 @@ class DdsSettings:
             f"<MaxAutoParticipantIndex>{self.max_participants}</MaxAutoParticipantIndex>"
             f"<LeaseDuration>{self.lease_s}s</LeaseDuration></Discovery>"
             f'<Internal><SocketReceiveBufferSize min="{rcv}B"/>'
-            f'<SocketSendBufferSize min="{snd}B"/></Internal>'
+            f'<SocketSendBufferSize min="{snd}B"/>{watermarks}</Internal>'
             f"{self.extra_xml}</Domain></CycloneDDS>"
         )

@@ -1,8 +1,4 @@
-"""Deep Gradient Compression (Lin et al., ICLR 2018): warm-up, sampled top-k, momentum-corrected
-memory, local clipping, and the wire frame one rank sends per step."""
-from commlab.dgc.compressor import DgcCompressor
-from commlab.dgc.frame import FrameError
-from commlab.dgc.memory import DgcMemory
-from commlab.dgc.warmup import Warmup
-
-__all__ = ["DgcCompressor", "DgcMemory", "FrameError", "Warmup"]
+"""Deep Gradient Compression (Lin et al., ICLR 2018), one concept per module:
+warmup (density schedule), sparsify (sampled top-k), memory (momentum correction, accumulation,
+masking), clipping (local clipping), frame (the wire frame a rank sends per step), compressor
+(all of it for a whole model). Import from the modules; this package imports nothing heavy."""

@@ -35,11 +35,15 @@ def save_checkpoint(directory: Path, ckpt: Checkpoint, keep: int = 1) -> Path:
     meta = json.dumps({"round": ckpt.round, "config": ckpt.config}, default=str).encode()
     arrays = {"weights": ckpt.weights, "meta": np.frombuffer(meta, dtype=np.uint8)}
     arrays.update({_STRATEGY + k: v for k, v in ckpt.strategy_state.items()})
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     dir_fd = os.open(directory, os.O_RDONLY)  # make the rename itself durable
     try:
         os.fsync(dir_fd)

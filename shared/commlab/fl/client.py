@@ -20,7 +20,7 @@ from commlab.dds.messages import ClientUpdate, ModelBlob, TrainCmd
 from commlab.fl.builders import build_dataset, build_fl_model, dds_settings, weights_digest
 from commlab.fl.config import ClientConfig, load_client_config
 from commlab.fl.entry import as_config_error, log_to
-from commlab.fl.controller import STOP_EPOCHS
+from commlab.fl.controller import CONTROLLER, STOP_EPOCHS
 from commlab.fl.local_training import local_update, round_subset
 from commlab.fl.strategy import FitIns
 from commlab.metrics import CsvTable
@@ -57,6 +57,8 @@ class Client:
         self._row_start = node.stats.snapshot()
 
     def run(self) -> None:
+        # Announces this client (its readers exist now) and waits for the controller to appear.
+        self.node.barrier({CONTROLLER}, self.cfg.idle_timeout_s)
         idle_since = time.monotonic()
         while True:
             self._apply_blobs(0.0)
@@ -64,6 +66,9 @@ class Client:
             if cmd is None:
                 if time.monotonic() - idle_since > self.cfg.idle_timeout_s:
                     raise ClientIdle(f"{self.cfg.name}: no TrainCmd from the controller for {self.cfg.idle_timeout_s:.0f}s")
+                continue
+            if cmd.run_id != self.cfg.run_id:  # another run sharing the DDS domain: not ours to obey
+                self.log(f"ignoring TrainCmd of run {cmd.run_id!r} (this is run {self.cfg.run_id!r})")
                 continue
             idle_since = time.monotonic()
             if cmd.epochs == STOP_EPOCHS:

@@ -28,6 +28,7 @@ from commlab.models import evaluate, flatten_params, load_params
 
 ROUND_COLUMNS = ["round", "round_time_s", "participants", "n_participants", "bytes_up", "bytes_down",
                  "aggregate_time_s", "decode_time_s", "test_accuracy", "test_loss", "rejected_updates"]
+CONTROLLER = "controller"  # DDS node name of the controller
 STOP_EPOCHS = 0  # a TrainCmd with epochs == 0 tells clients the run is over
 
 
@@ -128,7 +129,7 @@ def run_controller(config_path: str) -> None:
         "clients": cfg.expected_clients, "rounds": cfg.rounds, "config": to_dict(cfg),
         "seeds": {"model_init": cfg.seed, "training": t.seed, "partition": cfg.partition.seed},
         "start_round": start_round, "status": "running"})
-    node = DdsNode("controller", settings)
+    node = DdsNode(CONTROLLER, settings)
     try:
         Controller(cfg, node, strategy, start_round, model, data, writer, log).run()
         writer.close("completed")

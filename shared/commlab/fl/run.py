@@ -7,6 +7,7 @@ processes it started) or through the container backend.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import random
@@ -52,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--init-path", help="checkpoint file or directory to resume from")
     p.add_argument("--results-dir", default="results")
     p.add_argument("--run-id")
-    p.add_argument("--domain-id", type=int, help="DDS domain (default: random in 100..232)")
+    p.add_argument("--domain-id", type=int, help="DDS domain (default: random in 100..169; tests use 170 and up)")
     return p.parse_args(argv)
 
 
@@ -72,7 +73,7 @@ def _codec_params(pairs: list[str]) -> dict[str, Any]:
 def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
     """Controller and client configs (validated through the same schema the nodes use)."""
     run_id = a.run_id or new_run_id("fl", a.codec)
-    domain = a.domain_id if a.domain_id is not None else random.Random(time.time_ns() ^ os.getpid()).randrange(100, 233)
+    domain = a.domain_id if a.domain_id is not None else random.Random(time.time_ns() ^ os.getpid()).randrange(100, 170)
     results = str(Path(a.results_dir).resolve())
     common = {"run_id": run_id, "results_dir": results, "link_profile": a.profile,
               "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]},
@@ -170,14 +171,37 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[run] auto: container backend not installed ({e}); using local processes", flush=True)
             backend = "local"
         else:
-            backend = choose_backend(backend)
+            try:
+                backend = choose_backend(backend)
+            except RuntimeError as e:
+                print(f"commlab.fl.run: {e}", file=sys.stderr)
+                return 2
     run_dir = Path(controller["results_dir"]) / controller["run_id"]
     print(f"[run] {controller['run_id']}: codec {a.codec}, {a.clients} clients, {a.rounds} rounds, "
           f"backend {backend}, DDS domain {controller['dds']['domain_id']}, results {run_dir}", flush=True)
     if backend == "docker":
-        run_fl(controller, clients, a.profile, Path(controller["results_dir"]))
-        return 0
-    return run_local(controller, clients)
+        try:
+            run_fl(controller, clients, a.profile, Path(controller["results_dir"]))
+            code = 0
+        except Exception as e:  # the container backend reports failed nodes with their log tail
+            print(f"commlab.fl.run: docker run failed: {e}", file=sys.stderr)
+            code = 1
+    else:
+        code = run_local(controller, clients)
+    summarize(run_dir)
+    return code
+
+
+def summarize(run_dir: Path) -> None:
+    """One line per round from rounds.csv: what the run measured, whichever backend ran it."""
+    path = run_dir / "rounds.csv"
+    if not path.exists():
+        return
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            print(f"[run] round {r['round']}: accuracy {float(r['test_accuracy']):.4f}, "
+                  f"up {int(r['bytes_up']) / 1e6:.2f} MB, down {int(r['bytes_down']) / 1e6:.2f} MB, "
+                  f"round time {float(r['round_time_s']):.1f}s, participants {r['participants']}", flush=True)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,10 @@ def fl_configs(flags: list[str]) -> tuple[list[Node], list[dict[str, Any]]]:
 
 
 def ddp_configs(flags: list[str]) -> tuple[list[Node], list[dict[str, Any]]]:
-    from commlab.ddp.run import build_configs, parse_args
-    workers = build_configs(parse_args([*flags, "--results-dir", CONTAINER_RESULTS]))
-    return [Node(f"worker-{r}", "worker") for r in range(len(workers))], workers
+    from commlab.ddp.run import build_config, parse_args
+    args = parse_args([*flags, "--results-dir", CONTAINER_RESULTS])
+    cfg = build_config(args)  # every rank reads the same config; RANK/WORLD come from the compose file
+    return [Node(f"worker-{r}", "worker") for r in range(args.world)], [cfg] * args.world
 
 
 def main(argv: list[str]) -> int:

@@ -127,8 +127,10 @@ def fill_wheelhouse(requirements: list[str]) -> None:
     if stamp.exists() and stamp.read_text() == wanted:
         return
     log(f"pip download into {WHEELHOUSE.relative_to(REPO)}")
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
-                    "-d", str(WHEELHOUSE), *requirements], check=True)
+    out = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
+                          "-d", str(WHEELHOUSE), *requirements], capture_output=True, text=True)
+    if out.returncode != 0:  # pip's warnings about unused index locations are noise otherwise
+        raise RuntimeError(f"pip download failed:\n{out.stderr[-3000:]}")
     stamp.write_text(wanted)
 
 

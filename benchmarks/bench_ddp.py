@@ -1,0 +1,71 @@
+"""DDP benchmark: dense allreduce vs DGC on the same seeds, data and WORLD, measured in one go.
+Prints bytes on the wire per step after DGC's warm-up (and their ratio), final test accuracy (and
+the gap), step time, pure comm wait and coding time, all from results/<run-id>/ (CommStats).
+
+    python benchmarks/bench_ddp.py [--world 3] [--epochs 2] [-- extra commlab.ddp.run flags]
+    python benchmarks/bench_ddp.py --runs DENSE_RUN_ID DGC_RUN_ID   # only analyse existing runs
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+
+def run(method: str, world: int, epochs: int, results: Path, extra: list[str]) -> str:
+    run_id = f"bench-ddp-{method}-w{world}-{time.strftime('%Y%m%d-%H%M%S')}"
+    cmd = [sys.executable, "-m", "commlab.ddp.run", "--method", method, "--world", str(world), "--epochs",
+           str(epochs), "--backend", "local", "--results-dir", str(results), "--run-id", run_id, *extra]
+    subprocess.run(cmd, check=True)
+    return run_id
+
+
+def summarise(run_dir: Path) -> dict:
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    steps = pd.concat(pd.read_csv(p) for p in sorted(run_dir.glob("steps-rank*.csv")))
+    epochs = pd.read_csv(run_dir / "epochs-rank0.csv")
+    dgc = manifest["config"]["dgc"]
+    # After warm-up: the steps at the final density (for dense: every step).
+    spe = manifest["steps_per_epoch"]
+    length = dgc["warmup_length"] * (spe if dgc["warmup_unit"] == "epochs" else 1)
+    settled = steps[steps["step"] >= length] if manifest["method"] == "dgc" else steps
+    return {"method": manifest["method"], "world": manifest["world"], "status": manifest["status"],
+            "steps": int(steps["step"].max()) + 1,
+            "bytes_sent_per_step": settled["bytes_sent"].mean(),
+            "bytes_received_per_step": settled["bytes_received"].mean(),
+            "density": settled["density"].mean(),
+            "step_time_ms": 1000 * steps["step_time_s"].mean(),
+            "comm_wait_ms": 1000 * steps["comm_time_s"].mean(),
+            "compute_ms": 1000 * steps["compute_time_s"].mean(),
+            "compress_ms": 1000 * steps["compress_time_s"].mean(),
+            "decompress_ms": 1000 * steps["decompress_time_s"].mean(),
+            "test_accuracy": float(epochs["test_accuracy"].iloc[-1])}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--world", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--results-dir", type=Path, default=Path("results"))
+    p.add_argument("--runs", nargs=2, metavar=("DENSE", "DGC"))
+    p.add_argument("extra", nargs="*", help="passed to commlab.ddp.run (after --)")
+    a = p.parse_args()
+    ids = a.runs or [run(m, a.world, a.epochs, a.results_dir, a.extra) for m in ("dense", "dgc")]
+    dense, dgc = (summarise(a.results_dir / i) for i in ids)
+    table = pd.DataFrame([dense, dgc]).set_index("method")
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table.round(4).T.to_string())
+    print(f"\nbytes sent per step, dense / DGC after warm-up: "
+          f"{dense['bytes_sent_per_step'] / dgc['bytes_sent_per_step']:.0f}x")
+    print(f"test accuracy: dense {100 * dense['test_accuracy']:.2f}%, DGC {100 * dgc['test_accuracy']:.2f}% "
+          f"(gap {100 * (dense['test_accuracy'] - dgc['test_accuracy']):+.2f} points)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""FedAvg weighting, server momentum and the round's update validation (no transport)."""
+import numpy as np
+import pytest
+
+from commlab.codecs import get_codec
+from commlab.fl.collect import RoundFailed, UpdateCollector
+from commlab.fl.local_training import round_subset
+from commlab.fl.strategy import FedAvg, FitIns, FitRes
+from commlab.dds.messages import ClientUpdate
+
+
+def fedavg(weights, **kw):
+    return FedAvg(np.asarray(weights, np.float32), epochs=1, lr=0.1, batch_size=8, subset_size=10, seed=0, **kw)
+
+
+def test_fedavg_weights_by_num_samples():
+    s = fedavg([0.0, 0.0])
+    new = s.aggregate(1, [FitRes("a", 100, np.array([1.0, 0.0], np.float32)),
+                          FitRes("b", 300, np.array([0.0, 2.0], np.float32))], [])
+    np.testing.assert_allclose(new, [0.25, 1.5])
+
+
+def test_fedavg_does_not_touch_published_weights():
+    s = fedavg([1.0, 1.0])
+    before = s.weights
+    s.aggregate(1, [FitRes("a", 1, np.ones(2, np.float32))], [("b", "no valid update by the deadline")])
+    np.testing.assert_array_equal(before, [1.0, 1.0])
+
+
+def test_server_momentum_accumulates_and_is_state():
+    s = fedavg([0.0], server_momentum=0.5)
+    for rnd in (1, 2):
+        s.aggregate(rnd, [FitRes("a", 1, np.array([1.0], np.float32))], [])
+    np.testing.assert_allclose(s.weights, [1.0 + 1.5])
+    t = fedavg(s.weights, server_momentum=0.5)
+    t.load_state_dict(s.state_dict())
+    np.testing.assert_array_equal(t.momentum, [1.5])
+
+
+def test_fedavg_refuses_empty_round_and_wrong_shape():
+    s = fedavg([0.0, 0.0])
+    with pytest.raises(ValueError, match="nothing to aggregate"):
+        s.aggregate(1, [], [("a", "x")])
+    with pytest.raises(ValueError, match="sent \\(3,\\)"):
+        s.aggregate(1, [FitRes("a", 1, np.zeros(3, np.float32))], [])
+
+
+def test_round_seed_changes_per_round_and_subsets_are_reproducible():
+    s = fedavg([0.0])
+    assert s.configure_round(1).seed != s.configure_round(2).seed
+    part = np.arange(1000)
+    fit = FitIns(round=3, epochs=1, lr=0.1, batch_size=8, subset_size=100, seed=7)
+    a, b = round_subset(part, fit, 0), round_subset(part, fit, 0)
+    np.testing.assert_array_equal(a, b)
+    assert len(a) == 100 and not np.array_equal(a, round_subset(part, fit, 1))
+
+
+def collector(log):
+    return UpdateCollector(2, ["client-0", "client-1"], get_codec("int8"), 64, log.append)
+
+
+def test_collector_rejects_and_counts_bad_updates():
+    log: list[str] = []
+    c = collector(log)
+    good = get_codec("int8").encode(np.ones(64, np.float32))
+    c.offer(ClientUpdate(round=1, client_id="client-0", num_samples=5, payload=good))          # stale round
+    c.offer(ClientUpdate(round=2, client_id="intruder", num_samples=5, payload=good))          # unknown client
+    c.offer(ClientUpdate(round=2, client_id="client-0", num_samples=5, payload=good[:-7]))     # truncated
+    c.offer(ClientUpdate(round=2, client_id="client-0", num_samples=5, payload=get_codec("fp32").encode(np.ones(64, np.float32))))  # other codec
+    c.offer(ClientUpdate(round=2, client_id="client-0", num_samples=5, payload=good))
+    c.offer(ClientUpdate(round=2, client_id="client-0", num_samples=5, payload=good))          # duplicate
+    assert c.replies.rejected == 5 and c.answered() == {"client-0"}
+    assert any("malformed payload" in line for line in log)
+    assert any("for round 1, not 2" in line for line in log)
+
+
+def test_collector_deadline_and_hard_limit():
+    good = get_codec("int8").encode(np.ones(64, np.float32))
+    queue = [ClientUpdate(round=2, client_id="client-0", num_samples=5, payload=good)]
+    receive = lambda t: queue.pop() if queue else None  # noqa: E731  (client-1 never answers)
+    import time
+    replies = collector([]).collect(receive, time.perf_counter(), deadline_s=0.2, hard_limit_s=5, min_clients=1)
+    assert replies.participants() == ["client-0"]
+    assert ("client-1", "no valid update by the deadline") in replies.failures
+    with pytest.raises(RoundFailed, match="only 0 of min_clients=1"):
+        collector([]).collect(lambda t: None, time.perf_counter(), deadline_s=0.1, hard_limit_s=0.3, min_clients=1)
