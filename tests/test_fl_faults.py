@@ -19,6 +19,9 @@ from commlab.fl.run import build_configs, parse_args
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
+# Three DDS domains in 214..231, varied by process: two sessions of this file running at the same
+# time (several people share the machine) must not see each other's "controller" and "client-0".
+DOMAIN = 214 + (os.getpid() % 6) * 3
 
 
 class Proc:
@@ -81,7 +84,7 @@ def rounds_rows(run_dir: Path) -> list[dict]:
 
 
 def test_client_killed_mid_round_closes_round_at_deadline(tmp_path):
-    procs, _, run_dir = start_run(tmp_path, domain=221, rounds=3, deadline=15.0)
+    procs, _, run_dir = start_run(tmp_path, domain=DOMAIN, rounds=3, deadline=15.0)
     try:
         procs["client-1"].wait_for(r"round 2: training")
         procs["client-1"].proc.send_signal(signal.SIGKILL)
@@ -98,7 +101,7 @@ def test_client_killed_mid_round_closes_round_at_deadline(tmp_path):
 
 
 def test_controller_restart_resumes_from_identical_weights(tmp_path):
-    procs, paths, run_dir = start_run(tmp_path, domain=222, rounds=4)
+    procs, paths, run_dir = start_run(tmp_path, domain=DOMAIN + 1, rounds=4)
     try:
         ctl = procs["controller"]
         after_2 = ctl.wait_for(r"round 2/4 .* model ([0-9a-f]{16})").group(1)
@@ -139,9 +142,9 @@ with DdsNode("rogue", DdsSettings(domain_id=int(sys.argv[1]))) as node:
 
 
 def test_malformed_update_is_rejected_and_counted(tmp_path):
-    procs, _, run_dir = start_run(tmp_path, domain=223, rounds=2, deadline=30.0)
+    procs, _, run_dir = start_run(tmp_path, domain=DOMAIN + 2, rounds=2, deadline=30.0)
     try:
-        rogue = Proc(tmp_path, "rogue", [sys.executable, "-c", ROGUE, "223"])
+        rogue = Proc(tmp_path, "rogue", [sys.executable, "-c", ROGUE, str(DOMAIN + 2)])
         procs["rogue"] = rogue
         assert rogue.finish() == 0, rogue.text()
         assert procs["controller"].finish() == 0, procs["controller"].text()

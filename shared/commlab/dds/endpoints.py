@@ -47,6 +47,7 @@ class ChunkWriter:
         self._ids = itertools.count(1)
         self._matched: set[str] = set()
         self._matched_version: tuple[int, int] = (-1, -1)
+        node.writers.append(self)
 
     def matched_participants(self) -> set[str]:
         """Participants of the matched readers; recomputed only when the match counts change,
@@ -110,7 +111,7 @@ class ChunkReader:
         self._assembler = Reassembler(name, node.stats, node.settings.reassembly_timeout_s)
         self._matched_version: tuple[int, int] = (-1, -1)
         node.announcer.add_subscription(name)
-        self._loop = ReaderLoop(node.participant, self.reader, name, self._on_samples, self._on_tick)
+        self._loop = ReaderLoop(node.participant, self.reader, name, self._on_samples, self._on_tick, wake_on_match=True)
 
     def _on_tick(self) -> None:
         self._assembler.expire()

@@ -11,7 +11,7 @@ from cyclonedds.domain import Domain, DomainParticipant
 from cyclonedds.topic import Topic
 
 from .announce import Announcer
-from .endpoints import Publisher, Subscriber
+from .endpoints import ChunkWriter, Publisher, Subscriber
 from .errors import BarrierTimeout
 from .messages import message_type
 from .settings import DdsSettings
@@ -31,6 +31,7 @@ class DdsNode:
         self.participant_id = str(self.participant.guid)
         self._topics: dict[str, Topic] = {}
         self._closables: list[Any] = []
+        self.writers: list[ChunkWriter] = []  # the barrier waits until each has matched its readers
         self.announcer = Announcer(self.participant, name, self.incarnation, settings.write_timeout_s)
 
     def topic(self, name: str, data_type: type, qos) -> Topic:
@@ -54,15 +55,16 @@ class DdsNode:
         return sorted(by_id.get(p, f"unannounced participant {p}") for p in participants if p != self.participant_id)
 
     def barrier(self, expected: set[str], timeout_s: float) -> None:
-        """Announce this node, then wait until every expected peer is alive and announced;
-        BarrierTimeout names the missing ones. Create subscribers before the barrier.
-
-        Publishers additionally wait for their readers to match before each write, so a message
-        sent after the barrier reaches every peer that subscribes to it.
-        """
+        """Announce this node, then wait until every expected peer is alive and announced and every
+        publisher of this node has matched the readers they announced (on both sides); BarrierTimeout
+        names what is missing. Create subscribers before the barrier: publishers only wait for
+        readers that were announced."""
         self.announcer.publish()
         directory = self.announcer.directory
-        missing = lambda: sorted(set(expected) - set(directory.alive()) - {self.name})  # noqa: E731
+
+        def missing() -> list[str]:
+            absent = sorted(set(expected) - set(directory.alive()) - {self.name})
+            return absent or sorted({f"{n} (reader of {w.name})" for w in self.writers for n in w.missing_readers()})
         with self.stats.waiting():
             if not directory.wait_for(lambda: not missing(), timeout_s):
                 raise BarrierTimeout(missing(), timeout_s)

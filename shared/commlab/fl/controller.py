@@ -15,6 +15,7 @@ import torch
 
 from commlab.codecs import Codec, get_codec
 from commlab.data import Dataset
+from commlab.dds import DdsError
 from commlab.dds.messages import ClientUpdate, ModelBlob, TrainCmd
 from commlab.fl.builders import build_dataset, build_fl_model, dds_settings, weights_digest
 from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
@@ -54,13 +55,16 @@ class Controller:
         for rnd in range(self.start_round, cfg.rounds + 1):
             self.run_round(rnd, before)
             before = self.node.stats.snapshot()
-        self.cmd_pub.publish(self.command(rnd=cfg.rounds + 1, epochs=STOP_EPOCHS))
+        try:
+            self.cmd_pub.publish(self.command(cfg.rounds + 1, stop=True))
+        except DdsError as e:  # every round is done and saved; clients that miss this time out
+            self.log(f"could not tell every client that the run is over: {e}")
         self.log(f"finished {cfg.rounds} rounds; final model {weights_digest(self.strategy.weights)}")
 
-    def command(self, rnd: int, epochs: int) -> TrainCmd:
+    def command(self, rnd: int, stop: bool = False) -> TrainCmd:
         fit = self.strategy.configure_round(rnd)
-        return TrainCmd(round=rnd, epochs=epochs, lr=fit.lr, seed=fit.seed, subset_size=fit.subset_size,
-                        codec=self.cfg.codec.name, codec_params=dict(self.cfg.codec.params),
+        return TrainCmd(round=rnd, epochs=STOP_EPOCHS if stop else fit.epochs, lr=fit.lr, seed=fit.seed,
+                        subset_size=fit.subset_size, codec=self.cfg.codec.name, codec_params=dict(self.cfg.codec.params),
                         deadline_s=self.cfg.round_deadline_s, batch_size=fit.batch_size, run_id=self.cfg.run_id)
 
     def publish_model(self, rnd: int) -> None:
@@ -71,7 +75,7 @@ class Controller:
     def run_round(self, rnd: int, before: dict[str, float]) -> None:
         cfg = self.cfg
         started = time.perf_counter()
-        self.cmd_pub.publish(self.command(rnd, self.strategy.configure_round(rnd).epochs))
+        self.cmd_pub.publish(self.command(rnd))
         collector = UpdateCollector(rnd, cfg.client_ids(), self.codec, self.strategy.weights.size, self.log)
         replies = collector.collect(lambda t: self.update_sub.receive(t), started, cfg.round_deadline_s,
                                     cfg.round_hard_limit_s, cfg.min_clients)

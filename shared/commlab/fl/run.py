@@ -95,11 +95,10 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
             [to_dict(from_dict(ClientConfig, c)) for c in clients])
 
 
-def _stream(proc: subprocess.Popen, out: list[str]) -> None:
+def _stream(proc: subprocess.Popen) -> None:
     for line in proc.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
-        out.append(line)
 
 
 def run_local(controller_cfg: dict, client_cfgs: list[dict]) -> int:
@@ -118,7 +117,7 @@ def run_local(controller_cfg: dict, client_cfgs: list[dict]) -> int:
         for name, script, path in paths:
             procs[name] = subprocess.Popen([sys.executable, str(NODES_DIR / script), str(path)], env=env,
                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            threads.append(threading.Thread(target=_stream, args=(procs[name], []), daemon=True))
+            threads.append(threading.Thread(target=_stream, args=(procs[name],), daemon=True))
             threads[-1].start()
         controller = procs["controller"]
         clients = [p for n, p in procs.items() if n != "controller"]

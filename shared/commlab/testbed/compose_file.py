@@ -30,12 +30,17 @@ def addresses(nodes: list[Node], net: int) -> dict[str, str]:
     return {n.name: f"198.19.{net}.{10 + i}" for i, n in enumerate(nodes)}
 
 
+def networked_dds(dds: dict[str, Any], node: str, addrs: dict[str, str]) -> dict[str, Any]:
+    """The `dds` section for a node on a shaped private network (container or namespace eth0)."""
+    return {**dds, "interface": "eth0", "loopback_tuned": False,
+            "peers": [a for name, a in addrs.items() if name != node]}
+
+
 def container_config(cfg: dict[str, Any], node: str, addrs: dict[str, str], link_profile: str,
                      host_results: Path) -> dict[str, Any]:
     """`cfg` as the node inside its container must see it."""
     out = copy.deepcopy(cfg)
-    out["dds"] = {**cfg["dds"], "interface": "eth0", "loopback_tuned": False,
-                  "peers": [a for name, a in addrs.items() if name != node]}
+    out["dds"] = networked_dds(cfg["dds"], node, addrs)
     out["link_profile"] = link_profile
     host = str(host_results.resolve())
     for key, value in cfg.items():  # results_dir, checkpoint_dir, ... under the host results folder
