@@ -8,4 +8,4 @@ images: $(STAMP) ## build base + controller/client/worker images (debootstrap ba
 	$(PYTHON) -m commlab.testbed.images
 
 up: images ## run the default experiment in containers: FL int8_sparse, 2 clients, 10mbit (docker compose up)
-	docker compose up
+	docker compose up --abort-on-container-failure

@@ -112,7 +112,7 @@ def test_fl_with_docker_compose_up(engine, tmp_path):
     env = {**os.environ, "RESULTS_DIR": str(tmp_path), "ROUNDS": "2", "SAMPLES": "1000", "LINK_PROFILE": "10mbit"}
     compose = ["docker", "compose", "-f", str(REPO / "compose" / "fl.yaml"), "-p", project]
     try:
-        up = subprocess.run([*compose, "up"], env=env, capture_output=True, text=True, timeout=480)
+        up = subprocess.run([*compose, "up", "--abort-on-container-failure"], env=env, capture_output=True, text=True, timeout=480)
         states = subprocess.run([*compose, "ps", "-a", "--format", "{{.Service}} {{.ExitCode}}"],
                                 env=env, capture_output=True, text=True).stdout.split("\n")
     finally:

@@ -1,4 +1,4 @@
-"""Multi-process DDS tests on loopback: spawn start method, each test on its own domain id (180-186)."""
+"""Multi-process DDS tests on loopback: spawn start method, each test on its own domain id (180-187)."""
 from __future__ import annotations
 
 import hashlib
@@ -10,7 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from commlab.dds import (BarrierTimeout, ClientUpdate, DdsNode, DdsSettings, Group, ModelBlob, PeerLost, TrainCmd,
+from commlab.dds import (BarrierTimeout, ClientUpdate, DdsNode, DdsSettings, DdsWriteTimeout, Group, ModelBlob, PeerLost,
+                         TrainCmd,
                          exit_cleanly_on_sigterm)
 from commlab.dds.chunk import Chunk
 from commlab.dds.endpoints import ChunkWriter
@@ -251,3 +252,33 @@ def test_clients_survive_a_controller_restart():
                 assert q.get(timeout=30) == rnd
             finally:
                 _join([ctl])
+
+
+def _frozen_reader(domain: int, ready) -> None:
+    with DdsNode("client-0", _settings(domain, lease_s=30.0)) as node:
+        node.subscriber(ModelBlob)
+        node.barrier({"controller"}, 20)
+        ready.set()
+        time.sleep(60)  # SIGSTOPped here by the test, then terminated
+
+
+def test_blocked_write_raises_write_timeout_naming_topic_and_peer():
+    ready = CTX.Event()
+    p = CTX.Process(target=_frozen_reader, args=(187, ready))
+    p.start()
+    try:
+        settings = DdsSettings(domain_id=187, write_timeout_s=1.5, lease_s=30.0)
+        with DdsNode("controller", settings) as node:
+            blobs = node.publisher(ModelBlob)
+            node.barrier({"client-0"}, 20)
+            assert ready.wait(20)
+            os.kill(p.pid, signal.SIGSTOP)  # alive for its 30 s lease, but acknowledges nothing
+            t = time.monotonic()
+            with pytest.raises(DdsWriteTimeout) as e:
+                blobs.publish(ModelBlob(round=1, model_version=1, payload=bytes(50_000_000)))
+            assert time.monotonic() - t < 10
+            assert "ModelBlob" in str(e.value) and e.value.peers == ["client-0"]
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
+        p.terminate()
+        p.join(10)

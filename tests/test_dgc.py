@@ -19,6 +19,7 @@ def test_warmup_paper_schedule_over_steps_and_epochs():
     w = Warmup(final_density=0.001, length=40, unit="steps")
     assert [w.density(s, 100) for s in (0, 9, 10, 20, 30, 39, 40, 10_000)] == \
         [0.25, 0.25, 0.0625, 0.015625, 0.004, 0.004, 0.001, 0.001]
+    assert not w.done(39, 100) and w.done(40, 100)
     e = Warmup(final_density=0.001, length=2, unit="epochs")
     assert [e.density(s, 100) for s in (0, 49, 50, 100, 150, 199, 200)] == \
         [0.25, 0.25, 0.0625, 0.015625, 0.004, 0.004, 0.001]

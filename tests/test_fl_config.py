@@ -67,10 +67,12 @@ def test_missing_and_broken_files(tmp_path):
 @pytest.mark.parametrize("node, mutate, message", [
     ("controller.py", lambda c: c.update(round_deadline=3), "unknown key round_deadline"),
     ("controller.py", lambda c: c["codec"].update(name="gzip"), "codec: unknown codec 'gzip'"),
-    ("controller.py", lambda c: c["model"].update(name="resnet"), "model: unknown model 'resnet'"),
+    ("client.py", lambda c: c["dataset"].update(root="/no/such/dir"), "dataset.root: file not found: /no/such/dir"),
 ])
 def test_node_exits_2_before_writing_anything(tmp_path, node, mutate, message):
-    cfg = controller_dict(tmp_path)
+    ctl, clients = build_configs(parse_args(["--results-dir", str(tmp_path / "results"), "--run-id", "t",
+                                             "--domain-id", "5"]))
+    cfg = ctl if node == "controller.py" else clients[0]
     mutate(cfg)
     path = tmp_path / "c.json"
     path.write_text(json.dumps(cfg))

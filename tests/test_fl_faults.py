@@ -84,7 +84,7 @@ def rounds_rows(run_dir: Path) -> list[dict]:
 
 
 def test_client_killed_mid_round_closes_round_at_deadline(tmp_path):
-    procs, _, run_dir = start_run(tmp_path, domain=DOMAIN, rounds=3, deadline=15.0)
+    procs, _, run_dir = start_run(tmp_path, domain=DOMAIN, rounds=3, deadline=10.0)
     try:
         procs["client-1"].wait_for(r"round 2: training")
         procs["client-1"].proc.send_signal(signal.SIGKILL)
@@ -96,7 +96,7 @@ def test_client_killed_mid_round_closes_round_at_deadline(tmp_path):
     rows = rounds_rows(run_dir)
     assert [r["round"] for r in rows] == ["1", "2", "3"]
     assert rows[1]["participants"] == rows[2]["participants"] == "client-0"
-    assert float(rows[1]["round_time_s"]) >= 15.0  # closed by the deadline, not by a full house
+    assert float(rows[1]["round_time_s"]) >= 10.0  # closed by the deadline, not by a full house
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "completed"
 
 

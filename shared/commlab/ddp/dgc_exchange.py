@@ -24,7 +24,7 @@ class DgcAllgather:
         self.weight_decay = training.weight_decay
         self.steps_per_epoch = steps_per_epoch
         self.warmup = Warmup(dgc.final_density, dgc.warmup_stages, dgc.warmup_length, dgc.warmup_unit)
-        memory = DgcMemory(training.momentum, training.nesterov, dgc.momentum_masking)
+        memory = DgcMemory(training.momentum, training.nesterov, dgc.momentum_masking == "always")
         self.compressor = DgcCompressor([(n, p.shape) for n, p in model.named_parameters()], group.world,
                                         memory, dgc.sample_ratio, dgc.min_sparse_numel, dgc.fp16_values,
                                         seed=training.seed * 1_000_003 + group.rank)
@@ -39,6 +39,8 @@ class DgcAllgather:
         grads = [p.grad.detach() + self.weight_decay * p.detach() for p in params]
         if self.cfg.clip_norm is not None:
             clip_local_(grads, self.cfg.clip_norm, self.group.world)
+        if self.cfg.momentum_masking == "after_warmup":
+            self.compressor.memory.masking = self.warmup.done(step, self.steps_per_epoch)
         frame = self.compressor.compress(grads, self.warmup.density(step, self.steps_per_epoch))
         t1 = time.perf_counter()
         frames = self.group.allgather(f"{step}/dgc", frame)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from commlab.ddp.config import WorkerConfig
-from commlab.fl.run import _end, _stream
+from commlab.fl.run import _end
 from commlab.fl.schema import ConfigError, from_dict, to_dict
 from commlab.metrics import new_run_id
 
@@ -61,6 +61,13 @@ def build_config(a: argparse.Namespace) -> dict:
     return to_dict(from_dict(WorkerConfig, cfg))
 
 
+def _relay(proc: subprocess.Popen) -> None:
+    """Copy a worker's output to ours as it comes (workers prefix their lines with their rank)."""
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+
 def run_local(cfg: dict, world: int) -> int:
     """Start WORLD workers; non-zero if any failed. After the first failure the others get the
     collective timeout to report the lost rank themselves, then they are ended."""
@@ -74,7 +81,7 @@ def run_local(cfg: dict, world: int) -> int:
             env = {**os.environ, "PYTHONUNBUFFERED": "1", "WORLD": str(world), "RANK": str(rank)}
             procs.append(subprocess.Popen([sys.executable, str(WORKER), str(path)], env=env, text=True,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-            threads.append(threading.Thread(target=_stream, args=(procs[-1], []), daemon=True))
+            threads.append(threading.Thread(target=_relay, args=(procs[-1],), daemon=True))
             threads[-1].start()
         while all(p.poll() in (None, 0) for p in procs) and any(p.poll() is None for p in procs):
             time.sleep(0.3)

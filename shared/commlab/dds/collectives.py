@@ -9,6 +9,7 @@ timeout_s makes wait() raise PeerLost naming it.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from .reassembly import Assembled
 if TYPE_CHECKING:
     from .node import DdsNode
 
+log = logging.getLogger(__name__)
 POLL_S = 0.05
 REMEMBERED_KEYS = 4096
 
@@ -41,10 +43,18 @@ class Group:
         node.announcer.join_group(name, rank)
 
     def _on_message(self, msg: Assembled) -> None:
-        meta = json.loads(msg.meta)
+        try:
+            meta = json.loads(msg.meta)
+            key, rank = str(meta["key"]), int(meta["rank"])
+            if not 0 <= rank < self.world:
+                raise ValueError(f"rank {rank} outside world {self.world}")
+        except (ValueError, KeyError, TypeError) as e:
+            self.node.stats.add(malformed_chunks=1)
+            log.warning("group %s: contribution from %s dropped: %s", self.name, msg.sender, e)
+            return
         with self._directory.changed:
-            if meta["key"] not in self._finished:
-                self._parts.setdefault(meta["key"], {})[int(meta["rank"])] = msg.payload
+            if key not in self._finished:
+                self._parts.setdefault(key, {})[rank] = msg.payload
                 self._directory.changed.notify_all()
 
     def _ranks(self) -> dict[int, bool]:

@@ -80,7 +80,7 @@ class ChunkWriter:
     def write(self, meta: str, payload: bytes | memoryview) -> None:
         s = self.node.settings
         self.wait_for_readers(s.write_timeout_s)
-        copies = len(self.matched_participants() - {self.node.participant_id})
+        copies = len(self.matched_participants())  # one unicast copy per remote participant
         msg_id = next(self._ids)
         sent = chunks = 0
         waited = 0.0

@@ -10,8 +10,10 @@ def lossless(write_timeout_s: float) -> Qos:
 
     Volatile: a reader sees only what is written after it matched, which is why publishers wait
     for the expected readers first (KeepLast silently dropped samples for slow readers).
+    IgnoreLocal: a collective's rank keeps its own contribution in memory instead of receiving it.
     """
     return Qos(
+        Policy.IgnoreLocal.Participant,
         Policy.Reliability.Reliable(max_blocking_time=duration(seconds=write_timeout_s)),
         Policy.History.KeepAll,
         Policy.ResourceLimits(max_samples=-1, max_instances=-1, max_samples_per_instance=-1),

@@ -22,6 +22,11 @@ class Warmup:
         if self.length < 0:
             raise ValueError("warm-up length must be >= 0")
 
+    def done(self, step: int, steps_per_epoch: int) -> bool:
+        """True once `step` runs at the final density."""
+        progress = step if self.unit == "steps" else step / steps_per_epoch
+        return progress >= self.length
+
     def density(self, step: int, steps_per_epoch: int) -> float:
         """Density at global step `step` (0-based); epochs count fractionally within an epoch."""
         if self.length == 0 or not self.stages:

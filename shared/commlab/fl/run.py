@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -152,6 +153,8 @@ def _end(procs) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM must unwind through run_local's `finally`, which ends the nodes we started.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     a = parse_args(argv)
     try:
         controller, clients = build_configs(a)
