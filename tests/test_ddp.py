@@ -13,8 +13,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from commlab.ddp.checkpoint import load_checkpoint
 from commlab.ddp.config import load_worker_config, world_and_rank
+from commlab.dgc.compressor import DgcCompressor
+from commlab.dgc.memory import DgcMemory
 from commlab.fl.schema import ConfigError
+from commlab.models import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "nodes" / "worker.py"
@@ -90,7 +94,13 @@ def test_two_rank_smoke(tmp_path, method, domain):
     epochs = [pd.read_csv(run / f"epochs-rank{k}.csv") for k in (0, 1)]
     assert len(steps[0]) == len(steps[1]) == 10
     assert epochs[0]["test_accuracy"].iloc[0] == epochs[1]["test_accuracy"].iloc[0] > 0.15
-    assert (run / "checkpoint-rank1.pt").exists()
+    ckpt = load_checkpoint(run / "checkpoint-rank1.pt")
+    assert (ckpt["epoch"], ckpt["step"]) == (0, 10)
+    if method == "dgc":  # the DGC memory is in the checkpoint and loads back (resume)
+        model = build_model("mnist_cnn")
+        comp = DgcCompressor([(n, p.shape) for n, p in model.named_parameters()], 2, DgcMemory())
+        comp.load_state_dict(ckpt["exchange"]["dgc"])
+        assert comp.memory.velocities["fc1.weight"].abs().sum() > 0
     assert "comm wait" in r.stdout
     dense_bytes = 4 * 1_663_370
     sent = steps[0]["bytes_sent"].iloc[-3:].mean()

@@ -56,7 +56,7 @@ def test_rejects_wrong_layout_and_garbage():
         decode_frame(nan, NUMELS, 7)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_fuzz_decode_raises_frame_error_or_returns_valid(data):
     frame, _, _ = sample_frame(data.draw(st.integers(0, 5)), data.draw(st.booleans()))
@@ -80,7 +80,7 @@ def test_fuzz_decode_raises_frame_error_or_returns_valid(data):
     assert dense.shape == (7,)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=200))
 def test_fuzz_random_bytes(blob):
     try:

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from commlab.codecs import Codec, get_codec

@@ -19,7 +19,7 @@ from typing import Any
 from ..metrics import git_commit, write_json_atomic
 from .compose_file import CONTAINER_RESULTS, Node, addresses, compose_spec, container_config, project_name
 from .engine import EngineError, docker
-from .images import build_images, images_present
+from .images import build_images, images_current
 
 NETS = range(128, 250)  # 198.19.<net>.0/24 for run networks; below 128 stays free for the engine
 CONTROLLER_GRACE_S = 60.0  # clients get this long to leave after the controller has finished
@@ -62,8 +62,8 @@ def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, resul
     results_dir.mkdir(parents=True, exist_ok=True)
     run_dir = results_dir / run_id
     (run_dir / "configs").mkdir(parents=True, exist_ok=True)
-    if not images_present():
-        print("docker backend: node images missing, building them (make images)", flush=True)
+    if not images_current():
+        print("docker backend: node images missing or older than the sources: building them", flush=True)
         build_images()
     net = free_net(run_id)
     addrs = addresses(nodes, net)

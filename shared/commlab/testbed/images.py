@@ -11,6 +11,7 @@ outside git: the wheelhouse in images/wheelhouse/, the rootfs tarball in .cache/
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import shutil
 import subprocess
@@ -31,6 +32,22 @@ SUITE = "bookworm"  # its python3 is 3.11, so the host's cp311 wheels fit
 DEBOOTSTRAP_PACKAGES = "python3,python3-venv,python3-pip,iproute2,ca-certificates"
 # Installed besides pyproject's dependencies: the build backend, for installs without an index.
 BUILD_REQUIREMENTS = ("setuptools>=61", "wheel")
+
+
+SOURCES = ("pyproject.toml", "shared/commlab", "nodes", "netem", "images")
+SOURCE_LABEL = "commlab.source"
+
+
+def source_digest() -> str:
+    """Hash of everything the images are built from, stored as a label: a stale image is rebuilt."""
+    h = hashlib.sha256()
+    for top in SOURCES:
+        root = REPO / top
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()
+                                                     and "__pycache__" not in p.parts and "wheelhouse" not in p.parts)
+        for path in files:
+            h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def node_image(role: str) -> str:
@@ -134,8 +151,8 @@ def fill_wheelhouse(requirements: list[str]) -> None:
     stamp.write_text(wanted)
 
 
-def docker_build(dockerfile: Path, tag: str, build_args: dict[str, str]) -> None:
-    args = ["build", "-q", "-f", str(dockerfile), "-t", tag]
+def docker_build(dockerfile: Path, tag: str, build_args: dict[str, str], label: str = "") -> None:
+    args = ["build", "-q", "-f", str(dockerfile), "-t", tag] + (["--label", label] if label else [])
     for k, v in build_args.items():
         args += ["--build-arg", f"{k}={v}"]
     t0 = time.monotonic()
@@ -156,14 +173,22 @@ def build_images(base: str | None = None) -> dict[str, str]:
     build_args["BASE"] = base
     docker_build(REPO / "images/base/Dockerfile", BASE_IMAGE, build_args)
     images = {}
+    label = f"{SOURCE_LABEL}={source_digest()}"
     for role in NODE_ROLES:
-        docker_build(REPO / "images" / role / "Dockerfile", node_image(role), {"BASE_IMAGE": BASE_IMAGE})
+        docker_build(REPO / "images" / role / "Dockerfile", node_image(role), {"BASE_IMAGE": BASE_IMAGE}, label)
         images[role] = node_image(role)
     return images
 
 
-def images_present() -> bool:
-    return all(image_exists(node_image(r)) for r in NODE_ROLES)
+def images_current() -> bool:
+    """Every node image exists and was built from the sources as they are now."""
+    want = source_digest()
+    for role in NODE_ROLES:
+        out = docker("image", "inspect", "--format", f'{{{{index .Config.Labels "{SOURCE_LABEL}"}}}}',
+                     node_image(role), check=False)
+        if out.returncode != 0 or out.stdout.decode().strip() != want:
+            return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,1 @@
+"""Federated learning over DDS: config, FedAvg strategy, update collection, checkpoints, controller, client, launcher."""
