@@ -20,4 +20,10 @@ venv: $(STAMP) ## create .venv and install the project
 test: $(STAMP) ## run the whole test suite (unit, multi-process DDS, network namespaces, containers)
 	$(PYTHON) -m pytest -q -ra
 
+# Experiment settings shared by the fl-*, ddp-*, histogram and container targets.
+CLIENTS ?= 2
+WORLD ?= 3
+BACKEND ?= auto
+PROFILE ?= lan
+
 include $(sort $(wildcard mk/*.mk))

@@ -1,6 +1,5 @@
 # Data and models: dataset cache and partition histograms.
 DATASET ?= mnist
-CLIENTS ?= 4
 SCHEME ?= dirichlet
 ALPHA ?= 0.5
 LABELS_PER_CLIENT ?= 2

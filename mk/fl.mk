@@ -1,18 +1,13 @@
 # Federated learning over DDS (docs/fl.md): a controller and CLIENTS clients, one run per codec.
 # make fl-int8_sparse CLIENTS=2 ROUNDS=10 BACKEND=auto|local|docker PROFILE=lan|10mbit|1mbit|hetero
 # Defaults: Dirichlet(0.5) non-IID, 6000 samples per client and round, batch 64, 1 local epoch.
-# mk/data.mk also defines CLIENTS (default 4, for histograms): FL uses 2 unless CLIENTS is given
-# on the command line or in the environment.
-FL_CLIENTS := $(if $(filter command line environment,$(origin CLIENTS)),$(CLIENTS),2)
 ROUNDS ?= 10
-BACKEND ?= auto
-PROFILE ?= lan
 SAMPLES ?= 6000
 FL_ARGS ?=
 
 .PHONY: test-fl test-fl-slow
 fl-%: $(STAMP) ## FL run with codec % (fp32, int8, fp32_sparse, int8_sparse, minmax4, qsgd16, ...): CLIENTS ROUNDS BACKEND PROFILE SAMPLES FL_ARGS
-	$(PYTHON) -m commlab.fl.run --codec $* --clients $(FL_CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --backend $(BACKEND) --profile $(PROFILE) $(FL_ARGS)
+	$(PYTHON) -m commlab.fl.run --codec $* --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --backend $(BACKEND) --profile $(PROFILE) $(FL_ARGS)
 
 test-fl: $(STAMP) ## fast FL tests: config validation, FedAvg, update checks, checkpoints
 	$(PYTHON) -m pytest -q -m "not slow" tests/test_fl_config.py tests/test_fl_strategy.py tests/test_fl_checkpoint.py

@@ -106,7 +106,7 @@ def read_csv(path: Path) -> list[dict]:
 
 @pytest.mark.docker
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)  # includes a cold image build (module fixture) when first
 def test_fl_with_docker_compose_up(engine, tmp_path):
     project = f"cltest{os.getpid()}"
     env = {**os.environ, "RESULTS_DIR": str(tmp_path), "ROUNDS": "2", "SAMPLES": "1000", "LINK_PROFILE": "10mbit"}
