@@ -154,15 +154,24 @@ def test_index_coding_round_trip_picks_smaller_form(numel, data):
     assert coded.size <= indices.bound(numel, idx.size)
 
 
-@given(arrays(np.float32, st.integers(1, 40), elements=st.floats(-10, 10, width=32)), st.integers(1, 16))
+def bucket_norms(vec: np.ndarray, bucket: int) -> np.ndarray:
+    """Per-element norm of the element's bucket, float64."""
+    x = vec.astype(np.float64)
+    norms = [np.linalg.norm(x[a : a + bucket]) for a in range(0, x.size, bucket)]
+    return np.repeat(norms, bucket)[: x.size]
+
+
+@given(arrays(np.float32, st.integers(1, 40), elements=st.floats(-10, 10, width=32)), st.integers(1, 16),
+       st.integers(1, 16))
 @settings(max_examples=8)
-def test_qsgd_is_unbiased(vec, levels):
-    codec = get_codec(f"qsgd{levels}", seed=0)
+def test_qsgd_is_unbiased_per_bucket(vec, levels, bucket):
+    codec = get_codec(f"qsgd{levels}", bucket=bucket, seed=0)
     draws = 1000
     total = np.zeros(vec.size, np.float64)
-    norm = float(np.linalg.norm(vec.astype(np.float64)))
+    norm = bucket_norms(vec, bucket)
     for _ in range(draws):
         out = decode_any(codec.encode(vec))
+        # Each value moves by less than one step of its own bucket's norm / levels.
         assert np.all(np.abs(out - vec) <= norm / levels * (1 + 1e-5) + 1e-6)
         total += out
     # Per-element error of one draw lies in an interval of width norm/levels: std <= norm/(2 levels).
@@ -170,13 +179,30 @@ def test_qsgd_is_unbiased(vec, levels):
     assert np.all(np.abs(total / draws - vec) <= tol)
 
 
-@given(vectors, st.integers(1, 255))
-@example(np.array([9.890723e-39], np.float32), 4)  # levels / norm overflows float32
-def test_qsgd_size_formula_and_seeded_reproducibility(vec, levels):
-    frame = get_codec(f"qsgd{levels}", seed=7).encode(vec)
-    assert frame == get_codec(f"qsgd{levels}", seed=np.random.default_rng(7)).encode(vec)
+def test_qsgd_buckets_keep_the_error_relative_to_the_bucket():
+    # One large bucket must not drown the small values of another (the single-norm failure mode).
+    vec = np.concatenate([np.full(512, 1000.0), np.full(512, 1e-3)]).astype(np.float32)
+    out = decode_any(get_codec("qsgd4", seed=0).encode(vec))
+    assert np.abs(out[512:] - vec[512:]).max() <= np.linalg.norm(vec[512:]) / 4 * (1 + 1e-5)
+    cnn_like = np.random.default_rng(0).standard_normal(200_000).astype(np.float32)
+    rel = np.linalg.norm(decode_any(get_codec("qsgd16", seed=0).encode(cnn_like)) - cnn_like) / np.linalg.norm(cnn_like)
+    assert rel < 1.0  # a single norm gives about sqrt(D)/levels = 28 here
+
+
+@given(vectors, st.integers(1, 255), st.integers(1, 600))
+@example(np.array([9.890723e-39], np.float32), 4, 512)  # levels / norm overflows float32
+@example(np.array([1e-45, 3e-45, 0.0], np.float32), 255, 2)  # subnormal bucket norms
+def test_qsgd_size_formula_and_seeded_reproducibility(vec, levels, bucket):
+    codec = get_codec(f"qsgd{levels}", bucket=bucket, seed=7)
+    frame = codec.encode(vec)
+    assert frame == get_codec(f"qsgd{levels}", bucket=bucket, seed=np.random.default_rng(7)).encode(vec)
     bits = levels.bit_length()
-    assert len(frame) == get_codec(f"qsgd{levels}").wire_size(vec.size) == HEADER + 1 + 4 + math.ceil(vec.size / 8) + math.ceil(vec.size * bits / 8)
+    expected = (HEADER + 5 + 4 * math.ceil(vec.size / bucket) + math.ceil(vec.size / 8)
+                + math.ceil(vec.size * bits / 8))
+    assert len(frame) == codec.wire_size(vec.size) == expected
+    out = decode_any(frame)
+    # The float32 step norm/levels is rounded to the subnormal grid for tiny norms.
+    assert np.all(np.abs(out - vec) <= bucket_norms(vec, bucket) / levels * (1 + 1e-5) + SUBNORMAL_SLACK)
 
 
 def test_get_codec_names_and_bad_parameters():
@@ -189,6 +215,9 @@ def test_get_codec_names_and_bad_parameters():
     for bad in ("minmax0", "minmax9", "qsgd0", "qsgd256"):
         with pytest.raises(CodecError):
             get_codec(bad)
+    for bucket in (0, 2**32, 1.5):
+        with pytest.raises(CodecError, match="qsgd bucket"):
+            get_codec("qsgd4", bucket=bucket)
     with pytest.raises(CodecError, match="ratio"):
         get_codec("fp32_sparse", ratio=0.0)
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commlab.codecs import CodecError, ErrorFeedback, decode_any, get_codec, wire
+from commlab.codecs import CodecError, ErrorFeedback, bitpack, decode_any, get_codec, wire
 
 settings.register_profile("codecs-fuzz", max_examples=150, deadline=None)
 settings.load_profile("codecs-fuzz")
@@ -25,7 +25,7 @@ def valid_frames() -> list[bytes]:
     rng = np.random.default_rng(3)
     frames = []
     for name in CODECS:
-        params = {"seed": 0} if name.startswith("qsgd") else {}
+        params = {"seed": 0, "bucket": 32} if name.startswith("qsgd") else {}
         if "int8" in name:
             params["chunk"] = 16
         for vec in (rng.standard_normal(100).astype(np.float32), np.zeros(3, np.float32), np.zeros(0, np.float32)):
@@ -151,6 +151,36 @@ def test_non_finite_scales_are_rejected():
     struct.pack_into("<f", frame, wire.HEADER.size + 4, float("nan"))
     with pytest.raises(CodecError, match="scales must be finite"):
         decode_any(bytes(frame))
+
+
+def qsgd_frame(norms, numel: int = 4, levels: int = 1, bucket: int = 2, q: int = 0) -> bytes:
+    """A qsgd frame with the given bucket norms, no signs and every level equal to q."""
+    packed = bitpack.pack(np.full(numel, q, np.uint8), max(1, levels.bit_length()))
+    params = struct.pack("<BI", levels, bucket)
+    return wire.build(6, numel, params, [np.asarray(norms, "<f4"), np.zeros(-(-numel // 8), np.uint8), packed])
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (qsgd_frame([1.0, float("nan")]), "bucket norms must be finite"),
+        (qsgd_frame([float("inf"), 1.0]), "bucket norms must be finite"),
+        (qsgd_frame([1.0, -1.0]), "non-negative"),
+        (qsgd_frame([1.0, 2.0**127]), "<= 8.50706e\\+37"),
+        (qsgd_frame([1.0]), "payload 6 bytes, 4 values at 1 levels in buckets of 2 need 10"),
+        (qsgd_frame([1.0, 1.0], bucket=0), "bucket size 0"),
+        (qsgd_frame([1.0, 1.0], levels=0), "0 levels"),
+        (qsgd_frame([1.0, 1.0], levels=2, q=3), "level 3 exceeds the 2 levels"),
+    ],
+)
+def test_qsgd_frame_errors(frame, message):
+    with pytest.raises(CodecError, match=message):
+        decode_any(frame)
+
+
+def test_qsgd_decodes_a_hand_built_frame_per_bucket():
+    out = decode_any(qsgd_frame([2.0, 6.0], levels=2, q=1))
+    assert out.tolist() == [1.0, 1.0, 3.0, 3.0]
 
 
 def test_expected_numel_is_checked_before_decoding():
