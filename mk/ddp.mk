@@ -1,9 +1,6 @@
 # Data-parallel training over DDS (docs/ddp.md): WORLD equal workers, dense allreduce or DGC.
 # make ddp-dgc WORLD=3 EPOCHS=2 BACKEND=auto|local|docker PROFILE=lan|10mbit|1mbit|hetero
-WORLD ?= 3
 EPOCHS ?= 2
-BACKEND ?= auto
-PROFILE ?= lan
 
 .PHONY: ddp-dgc ddp-dense
 ddp-dgc ddp-dense: ddp-%: $(STAMP) ## DDP training run (WORLD, EPOCHS, BACKEND, PROFILE); results/<run-id>/

@@ -1,7 +1,7 @@
 """DDP worker: `WORLD=3 RANK=0 python nodes/worker.py experiments/worker.conf.json`.
 
 Exit codes: 0 trained to the end, 2 bad config or environment, 1 training failed (a lost peer,
-a malformed frame...); the message names the problem.
+a malformed frame, a missing dataset...); the message names the problem.
 """
 from __future__ import annotations
 
@@ -21,13 +21,17 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"worker: config error: {e}", file=sys.stderr)
         return 2
+    from commlab.data import DatasetError
     from commlab.dds import DdsError, exit_cleanly_on_sigterm
     from commlab.ddp.train import run_worker
     from commlab.dgc.frame import FrameError
     exit_cleanly_on_sigterm()
     try:
         run_worker(cfg, world, rank)
-    except (DdsError, FrameError) as e:
+    except ConfigError as e:
+        print(f"worker {rank}: config error: {e}", file=sys.stderr, flush=True)
+        return 2
+    except (DatasetError, DdsError, FrameError) as e:
         print(f"worker {rank}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return 1
     return 0

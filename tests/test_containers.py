@@ -134,7 +134,7 @@ def test_fl_with_docker_compose_up(engine, tmp_path):
 
 @pytest.mark.docker
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)
 def test_ddp_with_docker_run(engine, tmp_path):
     from commlab.ddp.run import build_config, parse_args
     from commlab.testbed.docker_run import run_ddp

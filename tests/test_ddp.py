@@ -73,13 +73,15 @@ def test_worker_exits_2_with_one_message(tmp_path, monkeypatch, capsys):
     assert "RANK" in capsys.readouterr().err
 
 
-def run_ddp(tmp_path: Path, method: str, domain: int) -> tuple[subprocess.CompletedProcess, Path]:
+def run_ddp(tmp_path: Path, method: str, domain: int, *extra: str, run_id: str | None = None
+            ) -> tuple[subprocess.CompletedProcess, Path]:
+    run_id = run_id or method
     r = subprocess.run([sys.executable, "-m", "commlab.ddp.run", "--method", method, "--world", "2",
-                        "--epochs", "1", "--train-subset", "640", "--test-subset", "200", "--warmup", "4",
+                        *(extra or ("--epochs", "1")), "--train-subset", "640", "--test-subset", "200", "--warmup", "4",
                         "--warmup-unit", "steps", "--summary-every", "5", "--domain-id", str(domain),
-                        "--results-dir", str(tmp_path), "--run-id", method],
+                        "--results-dir", str(tmp_path), "--run-id", run_id],
                        capture_output=True, text=True, timeout=120)
-    return r, tmp_path / method
+    return r, tmp_path / run_id
 
 
 @pytest.mark.parametrize("method, domain", [("dense", 211), ("dgc", 212)])
@@ -101,6 +103,11 @@ def test_two_rank_smoke(tmp_path, method, domain):
         comp = DgcCompressor([(n, p.shape) for n, p in model.named_parameters()], 2, DgcMemory())
         comp.load_state_dict(ckpt["exchange"]["dgc"])
         assert comp.memory.velocities["fc1.weight"].abs().sum() > 0
+        r, resumed = run_ddp(tmp_path, method, domain, "--epochs", "2", "--resume-from", str(run), run_id="resumed")
+        assert r.returncode == 0 and "resumed from" in r.stdout, r.stdout[-3000:]
+        rows = pd.read_csv(resumed / "steps-rank0.csv")
+        assert rows["step"].tolist() == list(range(10, 20)) and set(rows["epoch"]) == {1}
+        assert pd.read_csv(resumed / "epochs-rank1.csv")["epoch"].tolist() == [1]
     assert "comm wait" in r.stdout
     dense_bytes = 4 * 1_663_370
     sent = steps[0]["bytes_sent"].iloc[-3:].mean()

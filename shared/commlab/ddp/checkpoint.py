@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from commlab.fl.schema import ConfigError
+
 
 def save_checkpoint(path: Path, epoch: int, step: int, model: torch.nn.Module, exchange_state: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
@@ -19,4 +21,6 @@ def save_checkpoint(path: Path, epoch: int, step: int, model: torch.nn.Module, e
 
 
 def load_checkpoint(path: Path) -> dict:
+    if not path.exists():
+        raise ConfigError(f"checkpoint not found: {path}")
     return torch.load(path, weights_only=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from commlab.dgc.warmup import PAPER_STAGES
-from commlab.fl.config import DatasetSection, DdsSection, ModelSection, _load, _positive
+from commlab.fl.config import DatasetSection, DdsSection, ModelSection, _existing, _load, _positive
 from commlab.fl.schema import ConfigError
 
 METHODS = ("dense", "dgc")
@@ -81,8 +81,10 @@ class WorkerConfig:
     summary_every: int = 50           # print a profile summary every N steps (rank 0)
     eval_batch_size: int = 1000
     threads: int = 1
+    resume_from: str | None = None    # a run folder: continue after its checkpoint-rank<r>.pt
 
     def check(self, where: str) -> None:
+        _existing(where, "resume_from", self.resume_from)
         if self.method not in METHODS:
             raise ConfigError(f"{where}method: must be one of {', '.join(METHODS)}, got {self.method!r}")
         _positive(where, barrier_timeout_s=self.barrier_timeout_s, threads=self.threads,

@@ -42,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup-unit", choices=("steps", "epochs"), default="epochs")
     p.add_argument("--collective-timeout", type=float, default=30.0)
     p.add_argument("--summary-every", type=int, default=50)
+    p.add_argument("--resume-from", help="run folder whose per-rank checkpoints to continue from")
     p.add_argument("--results-dir", default="results")
     p.add_argument("--run-id")
     p.add_argument("--domain-id", type=int, help="DDS domain (default: random in 100..232)")
@@ -57,7 +58,8 @@ def build_config(a: argparse.Namespace) -> dict:
            "dataset": {"name": "mnist", "train_subset": a.train_subset or None, "test_subset": a.test_subset},
            "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed},
            "dgc": {"final_density": a.density, "warmup_length": a.warmup, "warmup_unit": a.warmup_unit},
-           "collective_timeout_s": a.collective_timeout, "summary_every": a.summary_every}
+           "collective_timeout_s": a.collective_timeout, "summary_every": a.summary_every,
+           "resume_from": str(Path(a.resume_from).resolve()) if a.resume_from else None}
     return to_dict(from_dict(WorkerConfig, cfg))
 
 

@@ -11,14 +11,14 @@ from torch.nn import functional as F
 
 from commlab.data import partition
 from commlab.dds import DdsNode, Group
-from commlab.ddp.checkpoint import save_checkpoint
+from commlab.ddp.checkpoint import load_checkpoint, save_checkpoint
 from commlab.ddp.config import WorkerConfig
 from commlab.ddp.dense import DenseAllreduce
 from commlab.ddp.dgc_exchange import DgcAllgather
 from commlab.ddp.evaluate import distributed_evaluate
 from commlab.ddp.profile import EPOCH_COLUMNS, STEP_COLUMNS, StepProfile
 from commlab.fl.builders import build_dataset, build_fl_model, dds_settings
-from commlab.fl.schema import to_dict
+from commlab.fl.schema import ConfigError, to_dict
 from commlab.metrics import CsvTable, RunWriter
 
 GROUP = "ddp"
@@ -40,7 +40,8 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
     # Every rank must run the same number of steps (each step is a collective): drop the ragged tail.
     steps_per_epoch = min(len(s) for s in shards) // tr.batch_size
     if steps_per_epoch == 0:
-        raise ValueError(f"shards of {min(len(s) for s in shards)} samples hold no batch of {tr.batch_size}")
+        raise ConfigError(f"training.batch_size: {tr.batch_size} exceeds the smallest shard "
+                          f"({min(len(s) for s in shards)} samples for {world} ranks)")
     model = build_fl_model(cfg.model, seed=tr.seed, threads=cfg.threads)  # same init on every rank
     out = Path(cfg.results_dir) / cfg.run_id
     writer = None
@@ -55,18 +56,24 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     steps = CsvTable(out / f"steps-rank{rank}.csv", STEP_COLUMNS)
     epochs = CsvTable(out / f"epochs-rank{rank}.csv", EPOCH_COLUMNS)
-    node = DdsNode(worker_name(rank), dds_settings(cfg.dds))
-    status = "failed"
+    node, status = None, "failed"
     try:
+        node = DdsNode(worker_name(rank), dds_settings(cfg.dds))
         group = Group(node, GROUP, rank, world, cfg.collective_timeout_s)
         exchange = (DenseAllreduce(group, model, tr) if cfg.method == "dense"
                     else DgcAllgather(group, model, tr, cfg.dgc, steps_per_epoch))
         log(rank, f"{cfg.method}: {len(shards[rank])} samples, {steps_per_epoch} steps/epoch; waiting for "
                   f"{world} ranks")
+        start_epoch, step = 0, 0
+        if cfg.resume_from is not None:
+            ckpt = load_checkpoint(Path(cfg.resume_from) / f"checkpoint-rank{rank}.pt")
+            model.load_state_dict(ckpt["model"])
+            exchange.load_state_dict(ckpt["exchange"])
+            start_epoch, step = ckpt["epoch"] + 1, ckpt["step"]
+            log(rank, f"resumed from {cfg.resume_from} after epoch {ckpt['epoch']} (step {step})")
         group.barrier(cfg.barrier_timeout_s)
         profile = StepProfile(steps, cfg.summary_every, (lambda s: log(rank, s)) if rank == 0 else None)
-        step = 0
-        for epoch in range(tr.epochs):
+        for epoch in range(start_epoch, tr.epochs):
             t_epoch = time.perf_counter()
             order = np.random.default_rng([tr.seed, epoch, rank]).permutation(shards[rank])
             model.train()
@@ -84,7 +91,8 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
     finally:
         steps.close()
         epochs.close()
-        node.close()
+        if node is not None:
+            node.close()
         if writer is not None:
             writer.close(status)
 

@@ -163,6 +163,7 @@ def docker_build(dockerfile: Path, tag: str, build_args: dict[str, str], label: 
 def build_images(base: str | None = None) -> dict[str, str]:
     """Build the base and the three node images; returns role -> image name."""
     WHEELHOUSE.mkdir(parents=True, exist_ok=True)  # the Dockerfile copies it, empty or not
+    label = f"{SOURCE_LABEL}={source_digest()}"  # before building: edits made meanwhile count as newer
     if base is None:
         base = REGISTRY_BASE if registry_answers() else None
     build_args = {}
@@ -173,7 +174,6 @@ def build_images(base: str | None = None) -> dict[str, str]:
     build_args["BASE"] = base
     docker_build(REPO / "images/base/Dockerfile", BASE_IMAGE, build_args)
     images = {}
-    label = f"{SOURCE_LABEL}={source_digest()}"
     for role in NODE_ROLES:
         docker_build(REPO / "images" / role / "Dockerfile", node_image(role), {"BASE_IMAGE": BASE_IMAGE}, label)
         images[role] = node_image(role)
