@@ -68,7 +68,7 @@ def _run(nodes: list[tuple[str, str, dict[str, Any], dict[str, str]]], link_prof
     manifest_path = run_dir / "manifest.json"
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
-        write_json_atomic(manifest_path, {**manifest, "link_applied": links})
+        write_json_atomic(manifest_path, {**manifest, "link_applied": links, "backend": "local"})
     codes = {n: p.returncode for n, p in procs.items()}
     if any(codes.values()):
         raise RuntimeError(f"run {first['run_id']}: nodes exited with errors {codes}")
