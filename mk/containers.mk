@@ -7,5 +7,5 @@ docker-engine: ## start a Docker engine (addresses in 198.18.0.0/15) and compose
 images: $(STAMP) ## build base + controller/client/worker images (debootstrap base when no registry answers)
 	$(PYTHON) -m commlab.testbed.images
 
-up: images ## run the default experiment in containers: FL int8_sparse, 2 clients, 10mbit (docker compose up)
+up: docker-engine images ## run the default experiment in containers: FL int8_sparse, 2 clients, 10mbit (docker compose up)
 	docker compose up --abort-on-container-failure

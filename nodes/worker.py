@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import sys
 
+from commlab.config_schema import ConfigError
 from commlab.ddp.config import load_worker_config, world_and_rank
-from commlab.fl.schema import ConfigError
 
 
 def main(argv: list[str]) -> int:

@@ -13,11 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from commlab.config_schema import ConfigError
 from commlab.ddp.checkpoint import load_checkpoint
 from commlab.ddp.config import load_worker_config, world_and_rank
 from commlab.dgc.compressor import DgcCompressor
 from commlab.dgc.memory import DgcMemory
-from commlab.fl.schema import ConfigError
 from commlab.models import build_model
 
 ROOT = Path(__file__).resolve().parents[1]

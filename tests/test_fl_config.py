@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.fl.config import ClientConfig, ControllerConfig, load_client_config, load_controller_config
 from commlab.fl.run import build_configs, parse_args
-from commlab.fl.schema import ConfigError, from_dict, to_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from commlab.fl.builders import weights_digest
 from commlab.fl.checkpoint import load_checkpoint
 from commlab.fl.run import build_configs, parse_args
+from commlab.models import weights_digest
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,6 +27,12 @@ def git_commit(repo_dir: Path | None = None) -> str:
         return "unknown"
 
 
+def backend_name(interface: str) -> str:
+    """Backend recorded in the manifest: $COMMLAB_BACKEND (set by every launcher), else guessed from
+    the DDS interface (the docker backend rewrites it to eth0)."""
+    return os.environ.get("COMMLAB_BACKEND") or ("local" if interface == "lo" else "docker")
+
+
 def new_run_id(kind: str, label: str) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{label}-{os.getpid()}"
 

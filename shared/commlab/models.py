@@ -5,6 +5,7 @@ tensor flattened row-major, float32. Every codec and collective works on that on
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Callable, Iterator
 
@@ -84,6 +85,11 @@ def load_params(model: nn.Module, vec: np.ndarray) -> None:
     with torch.no_grad():
         for p, piece in pieces:
             p.copy_(piece)
+
+
+def weights_digest(weights: np.ndarray) -> str:
+    """Short content hash of a weight vector, logged so resumes can be checked for bit-identity."""
+    return hashlib.sha256(np.ascontiguousarray(weights, dtype=np.float32).tobytes()).hexdigest()[:16]
 
 
 def flatten_grads(model: nn.Module) -> np.ndarray:

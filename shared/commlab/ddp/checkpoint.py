@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from commlab.fl.schema import ConfigError
+from commlab.config_schema import ConfigError
 
 
 def save_checkpoint(path: Path, epoch: int, step: int, model: torch.nn.Module, exchange_state: dict) -> None:

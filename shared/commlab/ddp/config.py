@@ -9,9 +9,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, existing, load_config,
+                                   positive)
 from commlab.dgc.warmup import PAPER_STAGES
-from commlab.fl.config import DatasetSection, DdsSection, ModelSection, _existing, _load, _positive
-from commlab.fl.schema import ConfigError
 
 METHODS = ("dense", "dgc")
 MASKING = ("after_warmup", "always", "never")
@@ -28,7 +28,7 @@ class TrainingSection:
     seed: int = 0                   # model init, shards, batch order
 
     def check(self, where: str) -> None:
-        _positive(where, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr)
+        positive(where, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr)
         if not 0 <= self.momentum < 1 or self.weight_decay < 0:
             raise ConfigError(f"{where}momentum/weight_decay: need 0 <= momentum < 1, weight_decay >= 0")
         if self.nesterov and self.momentum == 0:
@@ -62,7 +62,7 @@ class DgcSection:
         if self.warmup_length < 0 or not 0 < self.sample_ratio <= 1:
             raise ConfigError(f"{where}warmup_length >= 0 and 0 < sample_ratio <= 1 required")
         if self.clip_norm is not None:
-            _positive(where, clip_norm=self.clip_norm)
+            positive(where, clip_norm=self.clip_norm)
 
 
 @dataclass(frozen=True)
@@ -84,16 +84,16 @@ class WorkerConfig:
     resume_from: str | None = None    # a run folder: continue after its checkpoint-rank<r>.pt
 
     def check(self, where: str) -> None:
-        _existing(where, "resume_from", self.resume_from)
+        existing(where, "resume_from", self.resume_from)
         if self.method not in METHODS:
             raise ConfigError(f"{where}method: must be one of {', '.join(METHODS)}, got {self.method!r}")
-        _positive(where, barrier_timeout_s=self.barrier_timeout_s, threads=self.threads,
+        positive(where, barrier_timeout_s=self.barrier_timeout_s, threads=self.threads,
                   collective_timeout_s=self.collective_timeout_s, summary_every=self.summary_every,
                   eval_batch_size=self.eval_batch_size)
 
 
 def load_worker_config(path: str | Path) -> WorkerConfig:
-    return _load(WorkerConfig, path)
+    return load_config(WorkerConfig, path)
 
 
 def world_and_rank(env: dict[str, str] | None = None) -> tuple[int, int]:

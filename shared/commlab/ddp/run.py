@@ -1,27 +1,24 @@
 """`python -m commlab.ddp.run --method dense|dgc --world N --epochs E --backend local|docker|auto`
 
 Builds the WORLD identical worker configs of one DDP run (unique run id and DDS domain), then
-starts the workers: as local processes (WORLD/RANK in their environment, progress streamed, only
-our own children ever signalled) or through the container backend.
+starts the workers through commlab.testbed.backend.run_nodes: local processes (WORLD/RANK in their
+environment; in network namespaces for a shaped profile when root) or one container per worker.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import random
-import subprocess
+import signal
 import sys
-import threading
-import time
 from pathlib import Path
 
+from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.ddp.config import WorkerConfig
-from commlab.fl.run import _end
-from commlab.fl.schema import ConfigError, from_dict, to_dict
+from commlab.launch import NodeProcesses, random_domain, write_node_config
 from commlab.metrics import new_run_id
+from commlab.testbed.backend import choose_backend, run_nodes
+from commlab.testbed.docker_run import run_ddp
+from commlab.testbed.netns_run import run_ddp_netns
 
-WORKER = Path(__file__).resolve().parents[3] / "nodes" / "worker.py"
 GRACE_S = 15.0  # after a worker fails, the others get collective_timeout_s + this to notice and exit
 
 
@@ -31,7 +28,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--world", type=int, default=3)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--backend", choices=("local", "docker", "auto"), default="local")
-    p.add_argument("--profile", default="lan", help="link profile (commlab.netem), recorded in the manifest")
+    p.add_argument("--profile", default="lan", help="link profile (commlab.netem): applied in containers, or "
+                   "with --backend local in network namespaces (root; without root the run is unshaped)")
     p.add_argument("--train-subset", type=int, default=20000, help="random training subset (0: all 60000)")
     p.add_argument("--test-subset", type=int, help="random test subset (default: all)")
     p.add_argument("--batch-size", type=int, default=32, help="per worker")
@@ -51,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_config(a: argparse.Namespace) -> dict:
     """The worker config every rank reads, validated through the workers' own schema."""
-    domain = a.domain_id if a.domain_id is not None else random.Random(time.time_ns() ^ os.getpid()).randrange(100, 233)
+    domain = a.domain_id if a.domain_id is not None else random_domain(100, 233)
     cfg = {"run_id": a.run_id or new_run_id("ddp", f"{a.method}-w{a.world}"), "method": a.method,
            "results_dir": str(Path(a.results_dir).resolve()), "link_profile": a.profile,
            "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]},
@@ -63,74 +61,40 @@ def build_config(a: argparse.Namespace) -> dict:
     return to_dict(from_dict(WorkerConfig, cfg))
 
 
-def _relay(proc: subprocess.Popen) -> None:
-    """Copy a worker's output to ours as it comes (workers prefix their lines with their rank)."""
-    for line in proc.stdout:
-        sys.stdout.write(line)
-        sys.stdout.flush()
-
-
 def run_local(cfg: dict, world: int) -> int:
     """Start WORLD workers; non-zero if any failed. After the first failure the others get the
     collective timeout to report the lost rank themselves, then they are ended."""
-    cfg_dir = Path(cfg["results_dir"]) / cfg["run_id"] / "configs"
-    cfg_dir.mkdir(parents=True, exist_ok=True)
-    path = cfg_dir / "worker.json"
-    path.write_text(json.dumps(cfg, indent=2))
-    procs, threads = [], []
-    try:
-        for rank in range(world):
-            env = {**os.environ, "PYTHONUNBUFFERED": "1", "WORLD": str(world), "RANK": str(rank)}
-            procs.append(subprocess.Popen([sys.executable, str(WORKER), str(path)], env=env, text=True,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-            threads.append(threading.Thread(target=_relay, args=(procs[-1],), daemon=True))
-            threads[-1].start()
-        while all(p.poll() in (None, 0) for p in procs) and any(p.poll() is None for p in procs):
-            time.sleep(0.3)
-        deadline = time.monotonic() + cfg["collective_timeout_s"] + GRACE_S
-        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-            time.sleep(0.3)
-    finally:
-        _end(procs)
-    for t in threads:
-        t.join(timeout=5)
-    codes = [p.returncode for p in procs]
+    path = write_node_config(Path(cfg["results_dir"]) / cfg["run_id"], "worker", cfg)
+    with NodeProcesses() as procs:
+        ranks = [procs.start(f"worker-{r}", "worker.py", path, env={"WORLD": str(world), "RANK": str(r)})
+                 for r in range(world)]
+        procs.wait_while(lambda: all(p.poll() in (None, 0) for p in ranks) and procs.running())
+        procs.wait_while(procs.running, cfg["collective_timeout_s"] + GRACE_S)
+    codes = [p.returncode for p in ranks]
     failed = [r for r, c in enumerate(codes) if c != 0]
     print(f"[run] exit codes by rank: {codes}" + (f"; FAILED ranks: {failed}" if failed else ""), flush=True)
     return 1 if failed else 0
 
 
-def resolve_backend(requested: str) -> str:
-    """local stays local; docker/auto go through commlab.testbed (auto falls back to local if absent)."""
-    if requested == "local":
-        return "local"
-    try:
-        from commlab.testbed.backend import choose_backend
-    except ImportError as e:
-        if requested == "docker":
-            raise RuntimeError(f"docker backend unavailable ({e})") from None
-        print(f"[run] auto: container backend not installed ({e}); using local processes", flush=True)
-        return "local"
-    return choose_backend(requested)
-
-
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM must unwind through NodeProcesses.__exit__, which ends the workers we started.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     a = parse_args(argv)
     try:
         if a.world < 1:
             raise ConfigError(f"--world must be >= 1, got {a.world}")
         cfg = build_config(a)
-        backend = resolve_backend(a.backend)
+        backend = "local" if a.backend == "local" else choose_backend(a.backend)
     except (ConfigError, RuntimeError) as e:
         print(f"commlab.ddp.run: {e}", file=sys.stderr)
         return 2
+    run_dir = Path(cfg["results_dir"]) / cfg["run_id"]
     print(f"[run] {cfg['run_id']}: {a.method}, world {a.world}, {a.epochs} epochs, backend {backend}, "
-          f"DDS domain {cfg['dds']['domain_id']}, results {Path(cfg['results_dir']) / cfg['run_id']}", flush=True)
-    if backend == "docker":
-        from commlab.testbed.docker_run import run_ddp
-        run_ddp([cfg] * a.world, a.profile, Path(cfg["results_dir"]))
-        return 0
-    return run_local(cfg, a.world)
+          f"DDS domain {cfg['dds']['domain_id']}, results {run_dir}", flush=True)
+    return run_nodes("commlab.ddp.run", backend, a.profile, run_dir, [f"worker-{r}" for r in range(a.world)],
+                     local=lambda: run_local(cfg, a.world),
+                     netns=lambda: run_ddp_netns([cfg] * a.world, a.profile),
+                     docker=lambda: run_ddp([cfg] * a.world, a.profile, Path(cfg["results_dir"])))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from commlab.builders import build_dataset, build_node_model, dds_settings
+from commlab.config_schema import ConfigError, to_dict
 from commlab.data import partition
 from commlab.dds import DdsNode, Group
 from commlab.ddp.checkpoint import load_checkpoint, save_checkpoint
@@ -17,9 +19,7 @@ from commlab.ddp.dense import DenseAllreduce
 from commlab.ddp.dgc_exchange import DgcAllgather
 from commlab.ddp.evaluate import distributed_evaluate
 from commlab.ddp.profile import EPOCH_COLUMNS, STEP_COLUMNS, StepProfile
-from commlab.fl.builders import build_dataset, build_fl_model, dds_settings
-from commlab.fl.schema import ConfigError, to_dict
-from commlab.metrics import CsvTable, RunWriter
+from commlab.metrics import CsvTable, RunWriter, backend_name
 
 GROUP = "ddp"
 
@@ -42,12 +42,12 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
     if steps_per_epoch == 0:
         raise ConfigError(f"training.batch_size: {tr.batch_size} exceeds the smallest shard "
                           f"({min(len(s) for s in shards)} samples for {world} ranks)")
-    model = build_fl_model(cfg.model, seed=tr.seed, threads=cfg.threads)  # same init on every rank
+    model = build_node_model(cfg.model, seed=tr.seed, threads=cfg.threads)  # same init on every rank
     out = Path(cfg.results_dir) / cfg.run_id
     writer = None
     if rank == 0:
         writer = RunWriter(cfg.results_dir, cfg.run_id, {
-            "kind": "ddp", "backend": "docker" if cfg.dds.interface != "lo" else "local",
+            "kind": "ddp", "backend": backend_name(cfg.dds.interface),
             "model": cfg.model.name, "dataset": cfg.dataset.name, "method": cfg.method,
             "link_profile": cfg.link_profile, "world": world, "epochs": tr.epochs, "config": to_dict(cfg),
             "seeds": {"model": tr.seed, "shards": tr.seed, "batches": tr.seed, "dgc": tr.seed,

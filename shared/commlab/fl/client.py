@@ -12,18 +12,19 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import Codec, get_codec
 from commlab.codecs.error_feedback import ErrorFeedback
 from commlab.data import Dataset, label_histogram, partition
 from commlab.dds import DdsError
 from commlab.dds.messages import ClientUpdate, ModelBlob, TrainCmd
-from commlab.fl.builders import build_dataset, build_fl_model, dds_settings, weights_digest
 from commlab.fl.config import ClientConfig, load_client_config
 from commlab.fl.entry import as_config_error, log_to
 from commlab.fl.controller import CONTROLLER, STOP_EPOCHS
 from commlab.fl.local_training import local_update, round_subset
 from commlab.fl.strategy import FitIns
 from commlab.metrics import CsvTable
+from commlab.models import weights_digest
 
 CLIENT_COLUMNS = ["round", "client_id", "num_samples", "bytes_up", "bytes_down", "comm_time_s",
                   "train_time_s", "encode_time_s", "decode_time_s"]
@@ -155,7 +156,7 @@ def run_client(config_path: str) -> None:
     """Parse and check everything, then build the node and run; ConfigError before any side effect."""
     from commlab.dds import DdsNode
     cfg = load_client_config(config_path)
-    model = as_config_error("model", lambda: build_fl_model(cfg.model, 0, cfg.threads))
+    model = as_config_error("model", lambda: build_node_model(cfg.model, 0, cfg.threads))
     data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
     p = cfg.partition
     parts = as_config_error("partition", lambda: partition(data.train_y, cfg.num_clients, p.scheme, p.seed, **p.params()))

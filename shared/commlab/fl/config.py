@@ -5,65 +5,14 @@ raise ConfigError (naming the key or file) before anything is trained or written
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from commlab.fl.schema import ConfigError, from_dict
-
-T = TypeVar("T")
+from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, existing, load_config,
+                                   positive)
 
 PARTITION_SCHEMES = ("iid", "dirichlet", "shards")
-
-
-def _positive(where: str, **values: float) -> None:
-    for name, v in values.items():
-        if v <= 0:
-            raise ConfigError(f"{where}{name}: must be > 0, got {v}")
-
-
-def _existing(where: str, name: str, path: str | None) -> None:
-    if path is not None and not Path(path).exists():
-        raise ConfigError(f"{where}{name}: file not found: {path}")
-
-
-@dataclass(frozen=True)
-class DdsSection:
-    domain_id: int
-    interface: str = "lo"
-    peers: tuple[str, ...] = ("127.0.0.1",)
-    # Optional transport tuning; None keeps the commlab.dds.DdsSettings default.
-    chunk_bytes: int | None = None
-    write_timeout_s: float | None = None
-    lease_s: float | None = None
-    loopback_tuned: bool | None = None
-
-    def check(self, where: str) -> None:
-        if not 0 <= self.domain_id <= 232:
-            raise ConfigError(f"{where}domain_id: must be in 0..232, got {self.domain_id}")
-
-
-@dataclass(frozen=True)
-class ModelSection:
-    name: str = "mnist_cnn"
-    params: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class DatasetSection:
-    name: str = "mnist"
-    root: str | None = None  # cache directory; None: commlab.data's default
-    # Random subsets (seeded) for fast tests; None uses the whole split.
-    train_subset: int | None = None
-    test_subset: int | None = None
-    subset_seed: int = 0
-
-    def check(self, where: str) -> None:
-        _existing(where, "root", self.root)
-        for name in ("train_subset", "test_subset"):
-            if getattr(self, name) is not None:
-                _positive(where, **{name: getattr(self, name)})
 
 
 @dataclass(frozen=True)
@@ -77,7 +26,7 @@ class PartitionSection:
         if self.scheme not in PARTITION_SCHEMES:
             raise ConfigError(f"{where}scheme: unknown partition scheme {self.scheme!r} "
                               f"(known: {', '.join(PARTITION_SCHEMES)})")
-        _positive(where, alpha=self.alpha, labels_per_client=self.labels_per_client)
+        positive(where, alpha=self.alpha, labels_per_client=self.labels_per_client)
 
     def params(self) -> dict[str, Any]:
         """Keyword arguments for commlab.data.partition for this scheme."""
@@ -100,7 +49,7 @@ class TrainingSection:
     seed: int = 0
 
     def check(self, where: str) -> None:
-        _positive(where, local_epochs=self.local_epochs, batch_size=self.batch_size, lr=self.lr,
+        positive(where, local_epochs=self.local_epochs, batch_size=self.batch_size, lr=self.lr,
                   samples_per_round=self.samples_per_round)
 
 
@@ -113,7 +62,7 @@ class StrategySection:
     def check(self, where: str) -> None:
         if self.name != "fedavg":
             raise ConfigError(f"{where}name: unknown strategy {self.name!r} (known: fedavg)")
-        _positive(where, server_lr=self.server_lr)
+        positive(where, server_lr=self.server_lr)
         if not 0 <= self.server_momentum < 1:
             raise ConfigError(f"{where}server_momentum: must be in [0, 1), got {self.server_momentum}")
 
@@ -144,7 +93,7 @@ class ControllerConfig:
     threads: int = 1                    # torch intra-op threads (cores are shared)
 
     def check(self, where: str) -> None:
-        _positive(where, rounds=self.rounds, expected_clients=self.expected_clients,
+        positive(where, rounds=self.rounds, expected_clients=self.expected_clients,
                   min_clients=self.min_clients, round_deadline_s=self.round_deadline_s,
                   match_timeout_s=self.match_timeout_s, keep_checkpoints=self.keep_checkpoints,
                   eval_batch_size=self.eval_batch_size, threads=self.threads)
@@ -152,7 +101,7 @@ class ControllerConfig:
             raise ConfigError(f"{where}min_clients: {self.min_clients} > expected_clients {self.expected_clients}")
         if self.round_hard_limit_s < self.round_deadline_s:
             raise ConfigError(f"{where}round_hard_limit_s: must be >= round_deadline_s")
-        _existing(where, "init_path", self.init_path)
+        existing(where, "init_path", self.init_path)
 
     def client_ids(self) -> list[str]:
         return [client_name(i) for i in range(self.expected_clients)]
@@ -184,7 +133,7 @@ class ClientConfig:
     threads: int = 1
 
     def check(self, where: str) -> None:
-        _positive(where, num_clients=self.num_clients, idle_timeout_s=self.idle_timeout_s, threads=self.threads)
+        positive(where, num_clients=self.num_clients, idle_timeout_s=self.idle_timeout_s, threads=self.threads)
         if not 0 <= self.client_id < self.num_clients:
             raise ConfigError(f"{where}client_id: must be in 0..{self.num_clients - 1}, got {self.client_id}")
 
@@ -198,25 +147,9 @@ def client_name(index: int) -> str:
     return f"client-{index}"
 
 
-def _load(cls: type[T], path: str | Path) -> T:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: invalid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object at top level")
-    try:
-        return from_dict(cls, data)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
-
-
 def load_controller_config(path: str | Path) -> ControllerConfig:
-    return _load(ControllerConfig, path)
+    return load_config(ControllerConfig, path)
 
 
 def load_client_config(path: str | Path) -> ClientConfig:
-    return _load(ClientConfig, path)
+    return load_config(ClientConfig, path)

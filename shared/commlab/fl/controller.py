@@ -12,19 +12,19 @@ from typing import Any, Callable
 
 import torch
 
+from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import Codec, get_codec
+from commlab.config_schema import ConfigError, to_dict
 from commlab.data import Dataset
 from commlab.dds import DdsError
 from commlab.dds.messages import ClientUpdate, ModelBlob, TrainCmd
-from commlab.fl.builders import build_dataset, build_fl_model, dds_settings, weights_digest
 from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from commlab.fl.collect import UpdateCollector
 from commlab.fl.config import ControllerConfig, load_controller_config
-from commlab.fl.entry import as_config_error, backend_name, check_codec, log_to
-from commlab.fl.schema import ConfigError, to_dict
+from commlab.fl.entry import as_config_error, check_codec, log_to
 from commlab.fl.strategy import FedAvg, Strategy
-from commlab.metrics import RunWriter
-from commlab.models import evaluate, flatten_params, load_params
+from commlab.metrics import RunWriter, backend_name
+from commlab.models import evaluate, flatten_params, load_params, weights_digest
 
 ROUND_COLUMNS = ["round", "round_time_s", "participants", "n_participants", "bytes_up", "bytes_down",
                  "aggregate_time_s", "decode_time_s", "test_accuracy", "test_loss", "rejected_updates"]
@@ -107,7 +107,7 @@ def run_controller(config_path: str) -> None:
     from commlab.dds import DdsNode
     cfg = load_controller_config(config_path)
     check_codec(cfg.codec)
-    model = as_config_error("model", lambda: build_fl_model(cfg.model, cfg.seed, cfg.threads))
+    model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads))
     weights, start_round, strategy_state = flatten_params(model), 1, None
     if cfg.init_path is not None:
         ckpt = as_config_error("init_path", lambda: load_checkpoint(Path(cfg.init_path)))

@@ -6,14 +6,13 @@ training starts or any result file is written.
 """
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 from typing import Callable, TypeVar
 
 from commlab.codecs import CodecError, get_codec
+from commlab.config_schema import ConfigError
 from commlab.fl.config import CodecSection
-from commlab.fl.schema import ConfigError
 
 T = TypeVar("T")
 EXIT_CONFIG = 2
@@ -34,11 +33,6 @@ def check_codec(section: CodecSection, where: str = "codec") -> None:
         get_codec(section.name, **section.params)
     except CodecError as e:
         raise ConfigError(f"{where}: {e}") from None
-
-
-def backend_name(interface: str) -> str:
-    """Backend recorded in the manifest: the docker backend rewrites dds.interface (eth0)."""
-    return os.environ.get("COMMLAB_BACKEND") or ("local" if interface == "lo" else "docker")
 
 
 def log_to(prefix: str) -> Callable[[str], None]:

@@ -1,29 +1,27 @@
 """`python -m commlab.fl.run --codec C --clients N --rounds R --backend local|docker|auto`
 
 Builds the controller and client configs of one FL run (unique DDS domain, run id, results
-folder), then starts the nodes: as local processes (streaming their progress, ending only the
-processes it started) or through the container backend.
+folder), then starts the nodes through commlab.testbed.backend.run_nodes: local processes (in
+network namespaces for a shaped profile when root) or one container per node.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import json
-import os
-import random
 import signal
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.fl.config import ClientConfig, ControllerConfig
-from commlab.fl.schema import ConfigError, from_dict, to_dict
+from commlab.launch import NodeProcesses, random_domain, write_node_config
 from commlab.metrics import new_run_id
+from commlab.testbed.backend import choose_backend, run_nodes
+from commlab.testbed.docker_run import run_fl
+from commlab.testbed.netns_run import run_fl_netns
 
-NODES_DIR = Path(__file__).resolve().parents[3] / "nodes"
 CLIENT_GRACE_S = 60.0  # how long clients may take to exit after the controller finished
 
 
@@ -36,7 +34,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--samples-per-round", type=int, default=6000)
     p.add_argument("--backend", choices=("local", "docker", "auto"), default="local")
-    p.add_argument("--profile", default="lan", help="link profile (commlab.netem), recorded in the manifest")
+    p.add_argument("--profile", default="lan", help="link profile (commlab.netem): applied in containers, or "
+                   "with --backend local in network namespaces (root; without root the run is unshaped)")
     p.add_argument("--model", default="mnist_cnn")
     p.add_argument("--dataset", default="mnist")
     p.add_argument("--partition", choices=("iid", "dirichlet", "shards"), default="dirichlet")
@@ -74,7 +73,7 @@ def _codec_params(pairs: list[str]) -> dict[str, Any]:
 def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
     """Controller and client configs (validated through the same schema the nodes use)."""
     run_id = a.run_id or new_run_id("fl", a.codec)
-    domain = a.domain_id if a.domain_id is not None else random.Random(time.time_ns() ^ os.getpid()).randrange(100, 170)
+    domain = a.domain_id if a.domain_id is not None else random_domain(100, 170)
     results = str(Path(a.results_dir).resolve())
     common = {"run_id": run_id, "results_dir": results, "link_profile": a.profile,
               "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]},
@@ -96,64 +95,26 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
             [to_dict(from_dict(ClientConfig, c)) for c in clients])
 
 
-def _stream(proc: subprocess.Popen) -> None:
-    for line in proc.stdout:
-        sys.stdout.write(line)
-        sys.stdout.flush()
-
-
 def run_local(controller_cfg: dict, client_cfgs: list[dict]) -> int:
     """Start controller + clients as local processes; non-zero if any of them failed."""
-    cfg_dir = Path(controller_cfg["results_dir"]) / controller_cfg["run_id"] / "configs"
-    cfg_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, cfg in [("controller", controller_cfg)] + [(f"client-{c['client_id']}", c) for c in client_cfgs]:
-        path = cfg_dir / f"{name}.json"
-        path.write_text(json.dumps(cfg, indent=2))
-        paths.append((name, "controller.py" if name == "controller" else "client.py", path))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs: dict[str, subprocess.Popen] = {}
-    threads = []
-    try:
-        for name, script, path in paths:
-            procs[name] = subprocess.Popen([sys.executable, str(NODES_DIR / script), str(path)], env=env,
-                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            threads.append(threading.Thread(target=_stream, args=(procs[name],), daemon=True))
-            threads[-1].start()
-        controller = procs["controller"]
-        clients = [p for n, p in procs.items() if n != "controller"]
+    run_dir = Path(controller_cfg["results_dir"]) / controller_cfg["run_id"]
+    with NodeProcesses() as procs:
+        controller = procs.start("controller", "controller.py",
+                                 write_node_config(run_dir, "controller", controller_cfg))
+        clients = [procs.start(f"client-{c['client_id']}", "client.py",
+                               write_node_config(run_dir, f"client-{c['client_id']}", c)) for c in client_cfgs]
         # The controller decides the run; stop early only when no client is left to train.
-        while controller.poll() is None and any(c.poll() in (None, 0) for c in clients):
-            time.sleep(0.5)
+        procs.wait_while(lambda: controller.poll() is None and any(c.poll() in (None, 0) for c in clients))
         if controller.poll() == 0:
-            deadline = time.monotonic() + CLIENT_GRACE_S
-            while time.monotonic() < deadline and any(c.poll() is None for c in clients):
-                time.sleep(0.2)
-    finally:
-        _end(procs.values())
-    for t in threads:
-        t.join(timeout=5)
-    codes = {n: p.returncode for n, p in procs.items()}
+            procs.wait_while(lambda: any(c.poll() is None for c in clients), CLIENT_GRACE_S)
+    codes = procs.codes()
     failed = {n: c for n, c in codes.items() if c != 0}
     print(f"[run] exit codes: {codes}" + (f"; FAILED: {', '.join(failed)}" if failed else ""), flush=True)
     return 1 if failed else 0
 
 
-def _end(procs) -> None:
-    """SIGTERM (nodes exit cleanly on it) then SIGKILL, only for our own children still running."""
-    live = [p for p in procs if p.poll() is None]
-    for p in live:
-        p.terminate()
-    for p in live:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def main(argv: list[str] | None = None) -> int:
-    # SIGTERM must unwind through run_local's `finally`, which ends the nodes we started.
+    # SIGTERM must unwind through NodeProcesses.__exit__, which ends the nodes we started.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     a = parse_args(argv)
     try:
@@ -161,35 +122,19 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"commlab.fl.run: config error: {e}", file=sys.stderr)
         return 2
-    backend = a.backend
-    if backend != "local":
-        try:
-            from commlab.testbed.backend import choose_backend
-            from commlab.testbed.docker_run import run_fl
-        except ImportError as e:
-            if backend == "docker":
-                print(f"commlab.fl.run: docker backend unavailable ({e})", file=sys.stderr)
-                return 2
-            print(f"[run] auto: container backend not installed ({e}); using local processes", flush=True)
-            backend = "local"
-        else:
-            try:
-                backend = choose_backend(backend)
-            except RuntimeError as e:
-                print(f"commlab.fl.run: {e}", file=sys.stderr)
-                return 2
+    try:
+        backend = "local" if a.backend == "local" else choose_backend(a.backend)
+    except RuntimeError as e:
+        print(f"commlab.fl.run: {e}", file=sys.stderr)
+        return 2
     run_dir = Path(controller["results_dir"]) / controller["run_id"]
     print(f"[run] {controller['run_id']}: codec {a.codec}, {a.clients} clients, {a.rounds} rounds, "
           f"backend {backend}, DDS domain {controller['dds']['domain_id']}, results {run_dir}", flush=True)
-    if backend == "docker":
-        try:
-            run_fl(controller, clients, a.profile, Path(controller["results_dir"]))
-            code = 0
-        except Exception as e:  # the container backend reports failed nodes with their log tail
-            print(f"commlab.fl.run: docker run failed: {e}", file=sys.stderr)
-            code = 1
-    else:
-        code = run_local(controller, clients)
+    code = run_nodes("commlab.fl.run", backend, a.profile, run_dir,
+                     ["controller"] + [f"client-{c['client_id']}" for c in clients],
+                     local=lambda: run_local(controller, clients),
+                     netns=lambda: run_fl_netns(controller, clients, a.profile),
+                     docker=lambda: run_fl(controller, clients, a.profile, Path(controller["results_dir"])))
     summarize(run_dir)
     return code
 

@@ -17,16 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from ..metrics import git_commit, write_json_atomic
+from .backend import RunFailed, record_links
 from .compose_file import CONTAINER_RESULTS, Node, addresses, compose_spec, container_config, project_name
 from .engine import EngineError, docker
 from .images import build_images, images_current
 
 NETS = range(128, 250)  # 198.19.<net>.0/24 for run networks; below 128 stays free for the engine
 CONTROLLER_GRACE_S = 60.0  # clients get this long to leave after the controller has finished
-
-
-class RunFailed(RuntimeError):
-    """A container of the run exited with an error; the message names it and quotes its log."""
 
 
 def run_fl(controller_cfg: dict[str, Any], client_cfgs: list[dict[str, Any]], link_profile: str,
@@ -87,8 +84,9 @@ def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, resul
     _record_links(run_dir)
     failed = {name: code for name, code in codes.items() if code != 0}
     if failed:
-        raise RunFailed(f"run {run_id}: containers exited with errors {failed}; "
-                        f"see {run_dir / 'compose.log'}:\n{_tail(run_dir / 'compose.log')}")
+        # First line: what failed (the launchers print only that); then the log's tail.
+        raise RunFailed(f"run {run_id}: containers exited with errors {failed} (log: {run_dir / 'compose.log'})"
+                        f"\n{_tail(run_dir / 'compose.log')}")
     return run_dir
 
 
@@ -139,13 +137,9 @@ def _states(base: list[str]) -> dict[str, tuple[str, int]]:
 
 
 def _record_links(run_dir: Path) -> None:
-    """Put what each container's tc really applied into the manifest (`link_applied`)."""
-    links = {p.stem.removeprefix("link-"): json.loads(p.read_text()) for p in sorted(run_dir.glob("link-*.json"))}
-    manifest_path = run_dir / "manifest.json"
-    if manifest_path.exists():
-        manifest = json.loads(manifest_path.read_text())
-        manifest.update(link_applied=links, backend="docker")
-        write_json_atomic(manifest_path, manifest)
+    """What each container's tc really applied (link-<node>.json from its entry point) -> manifest."""
+    record_links(run_dir, {p.stem.removeprefix("link-"): json.loads(p.read_text())
+                           for p in sorted(run_dir.glob("link-*.json"))})
 
 
 def _tail(path: Path, lines: int = 30) -> str:

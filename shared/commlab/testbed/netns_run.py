@@ -7,20 +7,16 @@ and manifest `link_applied`).
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from ..launch import NodeProcesses, write_node_config
 from ..metrics import write_json_atomic
 from ..netem import link_for
+from .backend import RunFailed, record_links
 from .compose_file import networked_dds
 from .netns import NetnsLab
 
-NODES = Path(__file__).resolve().parents[3] / "nodes"
 GRACE_S = 60.0  # the others get this long to finish after the primary (first) node exited
 
 
@@ -38,38 +34,23 @@ def run_ddp_netns(worker_cfgs: list[dict[str, Any]], link_profile: str, net: int
 
 
 def _run(nodes: list[tuple[str, str, dict[str, Any], dict[str, str]]], link_profile: str, net: int) -> Path:
+    """Raises NetnsError / LinkError only before any node started, RunFailed when a node failed."""
     first = nodes[0][2]
     run_dir = Path(first["results_dir"]) / first["run_id"]
-    (run_dir / "configs").mkdir(parents=True, exist_ok=True)
     with NetnsLab([n[0] for n in nodes], net=net) as lab:
-        links, procs = {}, {}
-        for name, script, cfg, env in nodes:
-            links[name] = {"profile": link_profile, **lab.shape(name, link_for(link_profile, name))}
-            cfg = {**cfg, "link_profile": link_profile, "dds": networked_dds(cfg["dds"], name, lab.addresses)}
-            path = run_dir / "configs" / f"{name}.json"
-            write_json_atomic(path, cfg)
-            procs[name] = lab.popen(name, [sys.executable, str(NODES / script), str(path)],
-                                    env={**os.environ, "COMMLAB_BACKEND": "local", **env})
-        try:
-            procs[nodes[0][0]].wait()
-            deadline = time.monotonic() + GRACE_S
-            while any(p.poll() is None for p in procs.values()) and time.monotonic() < deadline:
-                time.sleep(0.5)
-        finally:
-            for p in procs.values():  # only our own children, SIGTERM first (nodes exit cleanly)
-                if p.poll() is None:
-                    p.terminate()
-                    try:
-                        p.wait(timeout=15)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
+        links = {name: {"profile": link_profile, **lab.shape(name, link_for(link_profile, name))}
+                 for name, *_ in nodes}
+        with NodeProcesses() as procs:
+            for name, script, cfg, env in nodes:
+                cfg = {**cfg, "link_profile": link_profile, "dds": networked_dds(cfg["dds"], name, lab.addresses)}
+                procs.start(name, script, write_node_config(run_dir, name, cfg), env=env, prefix=lab.prefix(name))
+            primary = procs.procs[nodes[0][0]]
+            procs.wait_while(lambda: primary.poll() is None)
+            procs.wait_while(procs.running, GRACE_S)
     for name, record in links.items():
         write_json_atomic(run_dir / f"link-{name}.json", record)
-    manifest_path = run_dir / "manifest.json"
-    if manifest_path.exists():
-        manifest = json.loads(manifest_path.read_text())
-        write_json_atomic(manifest_path, {**manifest, "link_applied": links, "backend": "local"})
-    codes = {n: p.returncode for n, p in procs.items()}
-    if any(codes.values()):
-        raise RuntimeError(f"run {first['run_id']}: nodes exited with errors {codes}")
+    record_links(run_dir, links)
+    failed = {n: c for n, c in procs.codes().items() if c != 0}
+    if failed:
+        raise RunFailed(f"run {first['run_id']}: nodes exited with errors {failed}")
     return run_dir

@@ -1,4 +1,5 @@
-"""Typed config schema: dataclasses checked field by field against a parsed JSON object.
+"""Typed node configs: dataclasses checked field by field against a parsed JSON object, plus the
+sections and validators every node config shares (FL controller/client, DDP worker).
 
 Why not a schema library: the field list already lives in the dataclasses, so a ~60-line walker
 gives one clear message naming the bad key (its dotted path) without a new dependency.
@@ -6,8 +7,11 @@ gives one clear message naming the bad key (its dotted path) without a new depen
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -82,3 +86,69 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
 def to_dict(obj: Any) -> dict[str, Any]:
     """Dataclass -> JSON-ready dict (tuples become lists)."""
     return dataclasses.asdict(obj, dict_factory=lambda kv: {k: list(v) if isinstance(v, tuple) else v for k, v in kv})
+
+
+def load_config(cls: type[T], path: str | Path) -> T:
+    """Read JSON file `path` into dataclass `cls`; every problem is a ConfigError naming the file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: invalid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object at top level")
+    try:
+        return from_dict(cls, data)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def positive(where: str, **values: float) -> None:
+    for name, v in values.items():
+        if v <= 0:
+            raise ConfigError(f"{where}{name}: must be > 0, got {v}")
+
+
+def existing(where: str, name: str, path: str | None) -> None:
+    if path is not None and not Path(path).exists():
+        raise ConfigError(f"{where}{name}: file not found: {path}")
+
+
+@dataclass(frozen=True)
+class DdsSection:
+    domain_id: int
+    interface: str = "lo"
+    peers: tuple[str, ...] = ("127.0.0.1",)
+    # Optional transport tuning; None keeps the commlab.dds.DdsSettings default.
+    chunk_bytes: int | None = None
+    write_timeout_s: float | None = None
+    lease_s: float | None = None
+    loopback_tuned: bool | None = None
+
+    def check(self, where: str) -> None:
+        if not 0 <= self.domain_id <= 232:
+            raise ConfigError(f"{where}domain_id: must be in 0..232, got {self.domain_id}")
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    name: str = "mnist_cnn"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DatasetSection:
+    name: str = "mnist"
+    root: str | None = None  # cache directory; None: commlab.data's default
+    # Random subsets (seeded) for fast tests; None uses the whole split.
+    train_subset: int | None = None
+    test_subset: int | None = None
+    subset_seed: int = 0
+
+    def check(self, where: str) -> None:
+        existing(where, "root", self.root)
+        for name in ("train_subset", "test_subset"):
+            if getattr(self, name) is not None:
+                positive(where, **{name: getattr(self, name)})

@@ -1,13 +1,10 @@
-"""Objects named by config sections: dataset, model, DDS settings (shared by controller and client)."""
+"""Objects named by config sections: dataset, model, DDS settings (shared by every node program)."""
 from __future__ import annotations
 
-import hashlib
-
-import numpy as np
 import torch
 
+from commlab.config_schema import DatasetSection, DdsSection, ModelSection
 from commlab.data import Dataset, load_dataset, subset_random
-from commlab.fl.config import DatasetSection, DdsSection, ModelSection
 from commlab.models import build_model, configure_threads
 
 
@@ -18,7 +15,7 @@ def build_dataset(section: DatasetSection) -> Dataset:
     return subset_random(ds, section.train_subset or len(ds.train_y), section.test_subset, seed=section.subset_seed)
 
 
-def build_fl_model(section: ModelSection, seed: int, threads: int) -> torch.nn.Module:
+def build_node_model(section: ModelSection, seed: int, threads: int) -> torch.nn.Module:
     model = build_model(section.name, seed=seed, **section.params)
     configure_threads(threads)  # after build_model, which applies the environment default
     return model
@@ -29,8 +26,3 @@ def dds_settings(section: DdsSection):
     extras = {k: getattr(section, k) for k in ("chunk_bytes", "write_timeout_s", "lease_s", "loopback_tuned")
               if getattr(section, k) is not None}
     return DdsSettings(domain_id=section.domain_id, interface=section.interface, peers=tuple(section.peers), **extras)
-
-
-def weights_digest(weights: np.ndarray) -> str:
-    """Short content hash of a weight vector, logged so resumes can be checked for bit-identity."""
-    return hashlib.sha256(np.ascontiguousarray(weights, dtype=np.float32).tobytes()).hexdigest()[:16]

@@ -1,0 +1,89 @@
+"""Starting the node programs of one run as local processes (plain, or inside network namespaces).
+
+Each node's output is relayed to ours line by line as it comes; ending the run signals only the
+processes started here, by PID (SIGTERM first: nodes exit cleanly on it, then SIGKILL).
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+NODES_DIR = Path(__file__).resolve().parents[2] / "nodes"
+END_GRACE_S = 15.0  # how long a node may take to exit after SIGTERM
+
+
+def random_domain(low: int, high: int) -> int:
+    """A DDS domain in [low, high) that differs between runs started at the same time."""
+    return random.Random(time.time_ns() ^ os.getpid()).randrange(low, high)
+
+
+def write_node_config(run_dir: Path, node: str, cfg: dict[str, Any]) -> Path:
+    """results/<run-id>/configs/<node>.json: the exact config the node read, kept with its results."""
+    path = run_dir / "configs" / f"{node}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cfg, indent=2))
+    return path
+
+
+class NodeProcesses:
+    """The node processes of one run by name; use as a context manager so they are always ended."""
+
+    def __init__(self) -> None:
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._relays: list[threading.Thread] = []
+
+    def start(self, name: str, script: str, config: Path, env: dict[str, str] | None = None,
+              prefix: Sequence[str] = ()) -> subprocess.Popen:
+        """Run nodes/<script> CONFIG (through `prefix`, e.g. ip netns exec NS); the manifest records
+        backend local (COMMLAB_BACKEND) whatever interface the node's DDS uses."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COMMLAB_BACKEND": "local", **(env or {})}
+        proc = subprocess.Popen([*prefix, sys.executable, str(NODES_DIR / script), str(config)], env=env,
+                                text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.procs[name] = proc
+        self._relays.append(threading.Thread(target=_relay, args=(proc,), daemon=True))
+        self._relays[-1].start()
+        return proc
+
+    def wait_while(self, condition, timeout_s: float | None = None, poll_s: float = 0.3) -> None:
+        """Sleep while condition() holds, at most timeout_s."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while condition() and (deadline is None or time.monotonic() < deadline):
+            time.sleep(poll_s)
+
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self.procs.values())
+
+    def codes(self) -> dict[str, int | None]:
+        return {n: p.returncode for n, p in self.procs.items()}
+
+    def end(self) -> None:
+        live = [p for p in self.procs.values() if p.poll() is None]
+        for p in live:
+            p.terminate()
+        for p in live:
+            try:
+                p.wait(timeout=END_GRACE_S)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for t in self._relays:
+            t.join(timeout=5)
+
+    def __enter__(self) -> "NodeProcesses":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.end()
+
+
+def _relay(proc: subprocess.Popen) -> None:
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
