@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -22,6 +23,11 @@ END_GRACE_S = 15.0  # how long a node may take to exit after SIGTERM
 def random_domain(low: int, high: int) -> int:
     """A DDS domain in [low, high) that differs between runs started at the same time."""
     return random.Random(time.time_ns() ^ os.getpid()).randrange(low, high)
+
+
+def end_nodes_on_sigterm() -> None:
+    """Let SIGTERM unwind through NodeProcesses.__exit__, so the nodes we started are ended too."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def write_node_config(run_dir: Path, node: str, cfg: dict[str, Any]) -> Path:
@@ -60,8 +66,12 @@ class NodeProcesses:
     def running(self) -> bool:
         return any(p.poll() is None for p in self.procs.values())
 
-    def codes(self) -> dict[str, int | None]:
-        return {n: p.returncode for n, p in self.procs.items()}
+    def report(self) -> list[str]:
+        """After end(): print every node's exit code; the names of the nodes that failed."""
+        codes = {n: p.returncode for n, p in self.procs.items()}
+        failed = [n for n, c in codes.items() if c != 0]
+        print(f"[run] exit codes: {codes}" + (f"; FAILED: {', '.join(failed)}" if failed else ""), flush=True)
+        return failed
 
     def end(self) -> None:
         live = [p for p in self.procs.values() if p.poll() is None]

@@ -7,13 +7,12 @@ environment; in network namespaces for a shaped profile when root) or one contai
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
 from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.ddp.config import WorkerConfig
-from commlab.launch import NodeProcesses, random_domain, write_node_config
+from commlab.launch import NodeProcesses, end_nodes_on_sigterm, random_domain, write_node_config
 from commlab.metrics import new_run_id
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_ddp
@@ -70,15 +69,11 @@ def run_local(cfg: dict, world: int) -> int:
                  for r in range(world)]
         procs.wait_while(lambda: all(p.poll() in (None, 0) for p in ranks) and procs.running())
         procs.wait_while(procs.running, cfg["collective_timeout_s"] + GRACE_S)
-    codes = [p.returncode for p in ranks]
-    failed = [r for r, c in enumerate(codes) if c != 0]
-    print(f"[run] exit codes by rank: {codes}" + (f"; FAILED ranks: {failed}" if failed else ""), flush=True)
-    return 1 if failed else 0
+    return 1 if procs.report() else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    # SIGTERM must unwind through NodeProcesses.__exit__, which ends the workers we started.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    end_nodes_on_sigterm()
     a = parse_args(argv)
     try:
         if a.world < 1:

@@ -9,14 +9,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.fl.config import ClientConfig, ControllerConfig
-from commlab.launch import NodeProcesses, random_domain, write_node_config
+from commlab.launch import NodeProcesses, end_nodes_on_sigterm, random_domain, write_node_config
 from commlab.metrics import new_run_id
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_fl
@@ -107,15 +106,11 @@ def run_local(controller_cfg: dict, client_cfgs: list[dict]) -> int:
         procs.wait_while(lambda: controller.poll() is None and any(c.poll() in (None, 0) for c in clients))
         if controller.poll() == 0:
             procs.wait_while(lambda: any(c.poll() is None for c in clients), CLIENT_GRACE_S)
-    codes = procs.codes()
-    failed = {n: c for n, c in codes.items() if c != 0}
-    print(f"[run] exit codes: {codes}" + (f"; FAILED: {', '.join(failed)}" if failed else ""), flush=True)
-    return 1 if failed else 0
+    return 1 if procs.report() else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    # SIGTERM must unwind through NodeProcesses.__exit__, which ends the nodes we started.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    end_nodes_on_sigterm()
     a = parse_args(argv)
     try:
         controller, clients = build_configs(a)

@@ -50,7 +50,7 @@ def _run(nodes: list[tuple[str, str, dict[str, Any], dict[str, str]]], link_prof
     for name, record in links.items():
         write_json_atomic(run_dir / f"link-{name}.json", record)
     record_links(run_dir, links)
-    failed = {n: c for n, c in procs.codes().items() if c != 0}
+    failed = procs.report()
     if failed:
-        raise RunFailed(f"run {first['run_id']}: nodes exited with errors {failed}")
+        raise RunFailed(f"run {first['run_id']}: node(s) {', '.join(failed)} exited with errors")
     return run_dir
