@@ -7,7 +7,7 @@ from commlab.dds import ClientUpdate, CommStats, DdsSettings, MessageError, Mode
 from commlab.dds.chunk import Chunk, decode, encode, split
 from commlab.dds.messages import from_wire, to_wire
 from commlab.dds.reassembly import Reassembler
-from commlab.dds.settings import socket_buffer_bytes
+from commlab.dds.settings import LOOPBACK_CHUNK, MTU_CHUNK, socket_buffer_bytes
 
 
 def test_local_xml_pins_loopback_and_never_multicasts():
@@ -32,6 +32,14 @@ def test_netns_xml_uses_own_interface_and_mtu_fragments():
     assert '<NetworkInterface name="veth1"/>' in xml and '<Peer address="198.18.0.2"/>' in xml
     assert "<FragmentSize>1344B</FragmentSize>" in xml and "<MaxMessageSize>1456B</MaxMessageSize>" in xml
     assert "<AllowMulticast>spdp</AllowMulticast>" in DdsSettings(domain_id=3, interface="eth0", peers=()).to_xml()
+
+
+def test_default_chunk_size_follows_the_link_mode_and_an_explicit_one_wins():
+    # Shaped links need <= 256 KB chunks (drop storms); loopback uses large ones for speed.
+    assert DdsSettings(domain_id=1).chunk_bytes == LOOPBACK_CHUNK > 256 * 1024
+    assert DdsSettings(domain_id=1, loopback_tuned=False).chunk_bytes == MTU_CHUNK <= 256 * 1024
+    assert DdsSettings(domain_id=1, chunk_bytes=1000).chunk_bytes == 1000
+    assert DdsSettings.from_config({"domain_id": 1, "loopback_tuned": False}).chunk_bytes == MTU_CHUNK
 
 
 def test_config_errors_name_the_problem():

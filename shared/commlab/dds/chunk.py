@@ -12,6 +12,7 @@ the binding, and pins the non-public C-layer calls that carry these bytes (endpo
 """
 # No `from __future__ import annotations`: the IDL binding resolves these hints at runtime.
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Iterator, Union
 
@@ -53,17 +54,43 @@ LITTLE = b"\x00\x01\x00\x00"
 HEAD = {"<": struct.Struct("<QQIIQ"), ">": struct.Struct(">QQIIQ")}  # incarnation msg_id index count total
 
 
-def encode(c: Chunk) -> bytes:
-    """The sample exactly as the binding's DataWriter.write serializes it (XCDR1, little endian)."""
+def _head(c: Chunk) -> bytes:
+    """Every byte of the sample before the payload octets (up to and including their count)."""
     sender, meta = c.sender.encode() + b"\0", c.meta.encode() + b"\0"
     pos = 4 + len(sender)
     out = [LITTLE, struct.pack("<I", len(sender)), sender, b"\0" * (-pos % 8),
            HEAD["<"].pack(c.incarnation, c.msg_id, c.index, c.count, c.total_bytes)]
     pos += -pos % 8 + HEAD["<"].size
-    n = len(c.payload)
-    out += [struct.pack("<I", len(meta)), meta, b"\0" * (-(pos + 4 + len(meta)) % 4), struct.pack("<I", n),
-            c.payload, b"\0" * (-n % 4)]
+    out += [struct.pack("<I", len(meta)), meta, b"\0" * (-(pos + 4 + len(meta)) % 4), struct.pack("<I", len(c.payload))]
     return b"".join(out)
+
+
+def encode(c: Chunk) -> bytes:
+    """The sample exactly as the binding's DataWriter.write serializes it (XCDR1, little endian)."""
+    return b"".join([_head(c), c.payload, b"\0" * (-len(c.payload) % 4)])
+
+
+class Encoder:
+    """encode() into one buffer reused for every chunk of a writer. A fresh 1 MiB bytes per chunk
+    cost a malloc and page faults each time (about 10% of loopback goodput for 1.7-10 MB messages).
+    The returned view is valid until the next call in the same thread (one buffer per thread, as
+    threads may publish on one writer); the C layer copies it during write()."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def __call__(self, c: Chunk) -> memoryview:
+        head = _head(c)
+        end = len(head) + len(c.payload)
+        total = end + (-end % 4)  # the header is 4-aligned, so this pads the payload as encode() does
+        buf = getattr(self._local, "buf", b"")
+        if len(buf) < total:
+            buf = self._local.buf = bytearray(total)  # a new buffer, not a resize: an old view may still exist
+        view = memoryview(buf)[:total]
+        view[:len(head)] = head
+        view[len(head):end] = c.payload
+        view[end:total] = bytes(total - end)
+        return view
 
 
 def decode(data: bytes) -> Chunk:

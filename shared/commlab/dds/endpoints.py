@@ -19,7 +19,7 @@ from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 
-from .chunk import Chunk, decode, encode, split
+from .chunk import Chunk, Encoder, decode, split
 from .errors import DdsWriteTimeout, MessageError
 from .messages import from_wire, to_wire
 from .qos import lossless
@@ -45,6 +45,7 @@ class ChunkWriter:
         self.node, self.name = node, name
         self.writer = DataWriter(node.participant, chunk_topic(node, name), qos=lossless(node.settings.write_timeout_s))
         self._ids = itertools.count(1)
+        self._encode = Encoder()
         self._matched: set[str] = set()
         self._matched_version: tuple[int, int] = (-1, -1)
         node.writers.append(self)
@@ -86,7 +87,7 @@ class ChunkWriter:
         waited = 0.0
         try:
             for chunk in split(self.node.name, self.node.incarnation, msg_id, meta, payload, s.chunk_bytes):
-                ser = encode(chunk)
+                ser = self._encode(chunk)
                 start = time.perf_counter()
                 ret = ddspy_write(self.writer._ref, ser)
                 waited += time.perf_counter() - start

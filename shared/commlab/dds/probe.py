@@ -65,7 +65,7 @@ def main() -> None:
     p.add_argument("--peer", default="127.0.0.1")
     p.add_argument("--sizes", type=parse_sizes, required=True)
     p.add_argument("--mtu", action="store_true", help="MTU-sized fragments (shaped links)")
-    p.add_argument("--chunk-bytes", type=int, default=DdsSettings.chunk_bytes)
+    p.add_argument("--chunk-bytes", type=int, default=None, help="default: the DdsSettings default of the mode")
     a = p.parse_args()
     exit_cleanly_on_sigterm()
     settings = DdsSettings(domain_id=a.domain, interface=a.interface, peers=(a.peer,), loopback_tuned=not a.mtu,
