@@ -93,6 +93,31 @@ def test_ddp_numbers_equal_metrics_files(report):
     assert ratio > 5  # DGC sends far less than dense
 
 
+def last_epoch_bytes(run: str) -> float:
+    steps = rows(run, "steps-rank*.csv")
+    last = max(int(r["epoch"]) for r in steps)
+    return mean(float(r["bytes_sent"]) for r in steps if int(r["epoch"]) == last)
+
+
+def test_ddp_last_epoch_leaves_out_the_dgc_warmup(report):
+    _, summary, text = report
+    dense, dgc = "20250101-120000-ddp-dense-301", "20250101-121000-ddp-dgc-302"
+    for run in (dense, dgc):
+        assert summary.loc[run, "bytes_up_per_unit_last_epoch"] == pytest.approx(last_epoch_bytes(run))
+    ratio = last_epoch_bytes(dense) / last_epoch_bytes(dgc)
+    assert summary.loc[dgc, "compression_ratio_last_epoch"] == pytest.approx(ratio)
+    assert summary.loc[dense, "compression_ratio_last_epoch"] == pytest.approx(1.0)
+    # The fixture's warm-up (density 25% down to 0.1%) mostly falls in epoch 0.
+    assert ratio > 3 * summary.loc[dgc, "compression_ratio"]
+    ddp_table = text.split(f"## {DDP}")[1].split("##")[0]
+    assert "| ratio vs dense | bytes up per step, last epoch | ratio vs dense, last epoch |" in ddp_table
+    assert f"| {ratio:.4g} |" in ddp_table
+    # FL has no epochs: its columns and table are as before.
+    fl = summary[summary["kind"] == "fl"]
+    assert fl["bytes_up_per_unit_last_epoch"].isna().all() and fl["compression_ratio_last_epoch"].isna().all()
+    assert "last epoch" not in text.split(f"## {FL_LAN}")[1].split("##")[0]
+
+
 def test_every_figure_is_written_and_not_blank(report):
     out, _, text = report
     expected = ([f"{g}-{n}.png" for g in (FL_LAN, FL_DOCKER) for n in FL_FIGURES]

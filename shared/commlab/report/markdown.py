@@ -15,6 +15,17 @@ TABLE = {  # summary column -> heading in report.md
     "final_accuracy": "final acc", "time_to_target_s": "time to {target:g} (s)",
     "target_reached_at": "at {length}",
 }
+# DDP only, after the whole-run ratio: the steady state once the DGC warm-up is over.
+LAST_EPOCH = {"bytes_up_per_unit_last_epoch": "bytes up per {unit}, last epoch",
+              "compression_ratio_last_epoch": "ratio vs {ref}, last epoch"}
+
+
+def _columns(kind: str) -> dict[str, str]:
+    if kind == "fl":
+        return TABLE
+    cols = list(TABLE.items())
+    at = list(TABLE).index("compression_ratio") + 1
+    return dict(cols[:at] + list(LAST_EPOCH.items()) + cols[at:])
 
 
 def _cell(v) -> str:
@@ -43,7 +54,7 @@ def render(summary: pd.DataFrame, groups: dict[str, dict], figures: dict[str, li
         ref = "fp32" if kind == "fl" else "dense"
         headings = {c: h.format(unit=g["unit"].iloc[0], ref=ref, target=target,
                                 length="round" if kind == "fl" else "epoch")
-                    for c, h in TABLE.items()}
+                    for c, h in _columns(kind).items()}
         out += [f"## {group}", "",
                 "Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()) + ".", "",
                 table(g[g["shown"]], headings), ""]

@@ -3,6 +3,8 @@
 Bytes are what the codec changes: FL uploads per round (all clients together; the download is the
 broadcast model), DDP bytes sent per step and rank. The compression ratio divides the reference
 run's bytes (fp32 for FL, dense for DDP; the latest such run of the same group) by the run's own.
+DDP also gets the bytes and the ratio over the last epoch only: the whole-run mean of a DGC run is
+dominated by its warm-up (density 25% down to the final one), the last epoch shows the steady state.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from .runs import KINDS, Run
 REFERENCE = {"fl": "fp32", "ddp": "dense"}
 COLUMNS = ["group", "kind", "series", "run_id", "shown", "status", "backend", "model", "dataset",
            "link_profile", "size", "length", "unit", "units", "bytes_up_per_unit",
-           "bytes_down_per_unit", "compression_ratio", "comm_time_mean_s", "comm_time_max_s",
+           "bytes_down_per_unit", "compression_ratio", "bytes_up_per_unit_last_epoch",
+           "compression_ratio_last_epoch", "comm_time_mean_s", "comm_time_max_s",
            "unit_time_mean_s", "total_time_s", "final_accuracy", "target_accuracy",
            "time_to_target_s", "target_reached_at"]
 
@@ -48,7 +51,9 @@ def _ddp_row(run_id: str, f: dict[str, pd.DataFrame], target: float) -> dict:
     e = f["epochs"][f["epochs"]["run_id"] == run_id]
     acc = e["test_accuracy"].dropna()
     time_to, at = _to_target(e["test_accuracy"], e["elapsed_s"], e["epoch"], target)
+    last = s[s["epoch"] == s["epoch"].max()]
     return {"unit": "step", "units": len(p), "bytes_up_per_unit": s["bytes_sent"].mean(),
+            "bytes_up_per_unit_last_epoch": last["bytes_sent"].mean(),
             "bytes_down_per_unit": s["bytes_received"].mean(),
             "comm_time_mean_s": s["comm_time_s"].mean(), "comm_time_max_s": s["comm_time_s"].max(),
             "unit_time_mean_s": p["step_time_s"].mean(),
@@ -74,7 +79,8 @@ def summarize(runs: list[Run], shown: list[Run], frames: dict[str, dict[str, pd.
         rows.append(row)
     df = pd.DataFrame(rows, columns=COLUMNS)
     ref = df[df["shown"] & (df["series"] == df["kind"].map(REFERENCE))]
-    ref_bytes = df["group"].map(ref.set_index("group")["bytes_up_per_unit"])
-    df["compression_ratio"] = ref_bytes / df["bytes_up_per_unit"]
+    for col, ratio in (("bytes_up_per_unit", "compression_ratio"),
+                       ("bytes_up_per_unit_last_epoch", "compression_ratio_last_epoch")):
+        df[ratio] = df["group"].map(ref.set_index("group")[col]) / df[col]
     return df.sort_values(["group", "shown", "series", "run_id"], ascending=[True, False, True, True],
                           kind="stable").reset_index(drop=True)
