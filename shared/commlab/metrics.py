@@ -91,7 +91,22 @@ class RunWriter:
         self.manifest.update(fields)
         write_json_atomic(self.dir / "manifest.json", self.manifest)
 
+    def applied_links(self) -> dict[str, Any]:
+        """What each node's link really got: the link-<node>.json records its entry point wrote
+        into this run folder (containers, namespaces); empty for plain loopback runs."""
+        links: dict[str, Any] = {}
+        for path in sorted(self.dir.glob("link-*.json")):
+            try:
+                links[path.stem.removeprefix("link-")] = json.loads(path.read_text())
+            except (OSError, ValueError) as e:
+                links[path.stem.removeprefix("link-")] = {"error": f"unreadable {path.name}: {e}"}
+        return links
+
     def close(self, status: str = "completed") -> None:
-        self.update_manifest(status=status, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        # Folding the link records in here puts them into the manifest however the nodes were
+        # started (a plain `docker compose up` has no launcher that could do it afterwards).
+        links = self.applied_links()
+        self.update_manifest(status=status, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                             **({"link_applied": links} if links else {}))
         for t in self._tables.values():
             t.close()

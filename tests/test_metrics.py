@@ -1,0 +1,33 @@
+"""RunWriter: manifest and CSV tables that survive a crash, and the applied link records."""
+import csv
+import json
+
+import pytest
+
+from commlab.metrics import RunWriter
+
+
+def test_rows_are_on_disk_before_close_and_manifest_records_links(tmp_path):
+    run = RunWriter(tmp_path, "run-1", {"kind": "fl", "link_profile": "10mbit"})
+    table = run.table("rounds", ["round", "bytes_up"])
+    table.append({"round": 1, "bytes_up": 123})
+    # A reader (or a crash) between rows sees every finished row.
+    with open(run.dir / "rounds.csv") as f:
+        assert list(csv.DictReader(f)) == [{"round": "1", "bytes_up": "123"}]
+    (run.dir / "link-client-0.json").write_text(json.dumps({"applied": {"rate": "10mbit"}}))
+    (run.dir / "link-client-1.json").write_text("{truncated")
+    run.close()
+    manifest = json.loads((run.dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["kind"] == "fl"
+    assert manifest["link_applied"]["client-0"] == {"applied": {"rate": "10mbit"}}
+    assert "unreadable link-client-1.json" in manifest["link_applied"]["client-1"]["error"]
+
+
+def test_loopback_run_has_no_link_record_and_rows_need_every_column(tmp_path):
+    run = RunWriter(tmp_path, "run-2", {"kind": "ddp"})
+    table = run.table("steps", ["step", "bytes_sent"])
+    with pytest.raises(KeyError, match="bytes_sent"):
+        table.append({"step": 1})
+    run.close(status="failed: PeerLost")
+    manifest = json.loads((run.dir / "manifest.json").read_text())
+    assert "link_applied" not in manifest and manifest["status"] == "failed: PeerLost"
