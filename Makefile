@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: help venv test
 help:
-	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
+	@grep -hE '^[a-zA-Z0-9_% -]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
