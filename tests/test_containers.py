@@ -18,6 +18,7 @@ import pytest
 
 from commlab.testbed.backend import choose_backend
 from commlab.testbed.compose_file import Node, addresses, compose_spec, container_config
+from commlab.testbed.docker_run import free_net
 from commlab.testbed.engine import BOOTSTRAP, REPO, engine_answers
 
 BENCH = ipaddress.ip_network("198.18.0.0/15")
@@ -109,7 +110,9 @@ def read_csv(path: Path) -> list[dict]:
 @pytest.mark.timeout(1200)  # includes a cold image build (module fixture) when first
 def test_fl_with_docker_compose_up(engine, tmp_path):
     project = f"cltest{os.getpid()}"
-    env = {**os.environ, "RESULTS_DIR": str(tmp_path), "ROUNDS": "2", "SAMPLES": "1000", "LINK_PROFILE": "10mbit"}
+    # A free 198.19.<net>.0/24, so a default `docker compose up` left on the machine cannot clash.
+    env = {**os.environ, "RESULTS_DIR": str(tmp_path), "ROUNDS": "2", "SAMPLES": "1000", "LINK_PROFILE": "10mbit",
+           "COMPOSE_NET": str(free_net(project))}
     compose = ["docker", "compose", "-f", str(REPO / "compose" / "fl.yaml"), "-p", project]
     try:
         up = subprocess.run([*compose, "up", "--abort-on-container-failure"], env=env, capture_output=True, text=True, timeout=480)
