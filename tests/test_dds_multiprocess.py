@@ -101,6 +101,9 @@ def _rank(domain: int, rank: int, world: int, q, die_after_barrier: bool = False
         g = Group(node, "ddp", rank, world, timeout_s=10.0)
         g.barrier(30)
         if die_after_barrier:
+            # Let this rank's own barrier message reach the others first: the test is about a
+            # rank dying between collectives, not about which call notices a death mid-barrier.
+            time.sleep(0.5)
             os.kill(os.getpid(), signal.SIGKILL)
         sizes = {0: 0, 1: 70_000, 2: 300_001}  # rank 0 sends EMPTY bytes
         mine = bytes([rank + 1]) * sizes[rank]

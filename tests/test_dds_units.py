@@ -120,3 +120,22 @@ def test_wire_bytes_formula_and_stats_deltas():
         pass
     d = s.since(before)
     assert d["bytes_sent"] == 10 and d["wait_s"] >= 0.5 and d["bytes_received"] == 0
+
+
+def test_matched_handles_asks_again_when_a_match_arrives_mid_call():
+    from commlab.dds.endpoints import matched_handles
+    answers = iter([IndexError("invalid index"), [7, 9]])
+
+    def flaky():  # the binding's race: the count grew between its two C calls
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    assert matched_handles(flaky) == [7, 9]
+
+    def broken():
+        raise IndexError("invalid index")
+
+    with pytest.raises(IndexError):
+        matched_handles(broken, attempts=3)

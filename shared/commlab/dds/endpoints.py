@@ -27,6 +27,23 @@ from .reading import ReaderLoop
 from .reassembly import Assembled, Reassembler
 from .stats import wire_bytes
 
+
+
+def matched_handles(list_matched: Callable[[], list[int]], attempts: int = 5) -> list[int]:
+    """Instance handles of the matched endpoints, robust to a match arriving mid-call.
+
+    cyclonedds 11.0.1 sizes its buffer from a first count and then indexes by the second call's
+    return value, which is the current total: an endpoint matching in between raises IndexError.
+    Matching settles within milliseconds, so asking again gives a consistent list.
+    """
+    for _ in range(attempts - 1):
+        try:
+            return list_matched()
+        except IndexError:
+            time.sleep(0.001)
+    return list_matched()
+
+
 if TYPE_CHECKING:
     from .node import DdsNode
 
@@ -57,7 +74,7 @@ class ChunkWriter:
         version = (status.total_count, status.current_count)
         if version != self._matched_version:
             out = set()
-            for handle in self.writer.get_matched_subscriptions():
+            for handle in matched_handles(self.writer.get_matched_subscriptions):
                 data = self.writer.get_matched_subscription_data(handle)
                 if data is not None:
                     out.add(str(data.participant_key))
@@ -121,7 +138,7 @@ class ChunkReader:
         if version != self._matched_version:
             self._matched_version = version
             writers = set()
-            for handle in self.reader.get_matched_publications():
+            for handle in matched_handles(self.reader.get_matched_publications):
                 data = self.reader.get_matched_publication_data(handle)
                 if data is not None:
                     writers.add(str(data.participant_key))
