@@ -1,12 +1,20 @@
 """Single-process tests of the DDS transport pieces: config XML, chunking, reassembly, messages, stats."""
 from __future__ import annotations
 
+import ctypes
+import os
+import subprocess
+import sys
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from commlab.dds import ClientUpdate, CommStats, DdsSettings, MessageError, ModelBlob, TrainCmd, wire_bytes
-from commlab.dds.chunk import Chunk, decode, encode, split
+from commlab.dds.cdr import address_of
+from commlab.dds.chunk import Chunk, decode_head, encode, split
 from commlab.dds.messages import from_wire, to_wire
-from commlab.dds.reassembly import Reassembler
+from commlab.dds.reassembly import MAX_MESSAGE_BYTES, Assembled, Reassembler
 from commlab.dds.settings import LOOPBACK_CHUNK, MTU_CHUNK, socket_buffer_bytes
 
 
@@ -59,20 +67,39 @@ def test_split_covers_payload_and_empty_payload_gives_one_chunk():
     assert len(empty) == 1 and empty[0].count == 1 and len(empty[0].payload) == 0
 
 
-def _roundtrip(c: Chunk) -> Chunk:
-    return decode(encode(c))
+def feed(r: Reassembler, c: Chunk) -> Assembled | None:
+    """Give a chunk to the reassembler as the reader does: head parsed from the encoded sample,
+    payload copied into the message buffer through its address."""
+    data = encode(c)
+    head = decode_head(data, len(data))
+    payload = bytes(c.payload)
+    return r.add(head, lambda buf, offset: ctypes.memmove(address_of(buf) + offset, payload, len(payload)))
 
 
 def test_reassembly_out_of_order_with_duplicates_and_interleaved_senders():
     stats = CommStats()
     r = Reassembler("t", stats, timeout_s=10)
-    a = [_roundtrip(c) for c in split("a", 1, 1, "A", b"a" * 2500, 1000)]
-    b = [_roundtrip(c) for c in split("b", 1, 1, "B", b"b" * 1500, 1000)]  # same msg_id, other sender
-    out = [r.add(c) for c in (a[2], b[1], a[0], a[0], b[0], a[1])]
+    a = list(split("a", 1, 1, "A", bytes(range(250)) * 10, 1000))
+    b = list(split("b", 1, 1, "B", b"b" * 1500, 1000))  # same msg_id, other sender
+    out = [feed(r, c) for c in (a[2], b[1], a[0], a[0], b[0], a[1])]
     done = [m for m in out if m is not None]
-    assert [(m.sender, m.meta, m.payload) for m in done] == [("b", "B", b"b" * 1500), ("a", "A", b"a" * 2500)]
+    assert [(m.sender, m.meta, m.payload) for m in done] == [("b", "B", b"b" * 1500), ("a", "A", bytes(range(250)) * 10)]
+    assert all(type(m.payload) is bytes for m in done)
     assert stats.duplicate_chunks == 1
-    assert r.add(a[1]) is None and stats.duplicate_chunks == 2  # a late copy of a delivered message
+    assert feed(r, a[1]) is None and stats.duplicate_chunks == 2  # a late copy of a delivered message
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=5000), st.integers(1, 700), st.randoms(use_true_random=False), st.integers(0, 3))
+def test_reassembly_of_any_order_with_duplicates_gives_the_payload(payload, chunk_bytes, rnd, duplicates):
+    stats = CommStats()
+    r = Reassembler("t", stats, timeout_s=10)
+    chunks = list(split("s", 3, 4, "meta", payload, chunk_bytes))
+    order = chunks + [rnd.choice(chunks) for _ in range(duplicates)]
+    rnd.shuffle(order)
+    done = [m for m in (feed(r, c) for c in order) if m is not None]
+    assert len(done) == 1 and done[0].payload == payload and done[0].meta == "meta"
+    assert stats.malformed_chunks == 0 and stats.duplicate_chunks == duplicates
 
 
 def test_malformed_chunks_drop_the_message_and_are_counted():
@@ -80,17 +107,31 @@ def test_malformed_chunks_drop_the_message_and_are_counted():
     r = Reassembler("t", stats, timeout_s=10)
     good = list(split("a", 1, 5, "", b"x" * 3000, 1000))
     bad = Chunk("a", 1, 5, 1, 7, 3000, "", b"y" * 1000)  # count disagrees
-    assert r.add(good[0]) is None and r.add(bad) is None
+    assert feed(r, good[0]) is None and feed(r, bad) is None
     assert stats.malformed_chunks == 1
-    assert r.add(good[1]) is None and r.add(good[2]) is None  # the dropped message never completes
-    assert r.add(Chunk("c", 1, 1, 3, 2, 10, "", b"")) is None and stats.malformed_chunks == 2  # index >= count
-    assert r.add(Chunk("d", 1, 1, 0, 1, 5, "", b"toolong")) is None and stats.malformed_chunks == 3
+    assert feed(r, good[1]) is None and feed(r, good[2]) is None  # the dropped message never completes
+    assert feed(r, Chunk("c", 1, 1, 3, 2, 10, "", b"")) is None and stats.malformed_chunks == 2  # index >= count
+    assert feed(r, Chunk("d", 1, 1, 0, 1, 5, "", b"toolong")) is None and stats.malformed_chunks == 3
+
+
+@pytest.mark.parametrize("chunks", [
+    [Chunk("e", 1, 1, 0, 3, 2500, "", b"x" * 1000), Chunk("e", 1, 1, 1, 3, 2500, "", b"x" * 900)],  # strides differ
+    [Chunk("e", 1, 1, 2, 3, 2500, "", b"x" * 1500)],  # a last chunk larger than the others can be
+    [Chunk("e", 1, 1, 2, 3, 2500, "", b"x" * 499)],  # leaves an offset that is not a whole stride
+    [Chunk("e", 1, 1, 0, 3, 5000, "", b"x" * 1000)],  # three chunks of 1000 cannot hold 5000 bytes
+    [Chunk("e", 1, 1, 0, 2, MAX_MESSAGE_BYTES + 1, "", b"x")],  # would allocate an absurd buffer
+])
+def test_chunks_that_cannot_be_placed_are_malformed(chunks):
+    stats = CommStats()
+    r = Reassembler("t", stats, timeout_s=10)
+    assert all(feed(r, c) is None for c in chunks)
+    assert stats.malformed_chunks == 1
 
 
 def test_incomplete_messages_expire_and_are_counted():
     stats = CommStats()
     r = Reassembler("t", stats, timeout_s=5)
-    r.add(next(split("a", 1, 1, "", b"x" * 3000, 1000)))
+    feed(r, next(split("a", 1, 1, "", b"x" * 3000, 1000)))
     assert r.expire(now=0.0) == []
     assert r.expire(now=1e12) == [("a", 1, 1)] and stats.expired_messages == 1
 
@@ -139,3 +180,31 @@ def test_matched_handles_asks_again_when_a_match_arrives_mid_call():
 
     with pytest.raises(IndexError):
         matched_handles(broken, attempts=3)
+
+
+FAULTS_OF_LARGE_ALLOCATIONS = """
+import resource, sys
+from commlab.dds.memory import keep_freed_blocks
+if sys.argv[1] == "keep":
+    assert keep_freed_blocks()
+for _ in range(3):  # warm up
+    b = bytearray(8 << 20); del b
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(50):
+    b = bytearray(8 << 20); del b
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _faults(mode: str, env: dict[str, str]) -> int:
+    out = subprocess.run([sys.executable, "-c", FAULTS_OF_LARGE_ALLOCATIONS, mode], env={**os.environ, **env},
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout)
+
+
+def test_freed_large_blocks_are_reused_without_page_faults():
+    # Forced to mmap every block (glibc's tunable), 50 blocks of 8 MiB fault on every page: the
+    # measurement sees it. keep_freed_blocks() overrides that and the same loop barely faults.
+    forced = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"}
+    assert _faults("default", forced) > 50 * 2048 // 2
+    assert _faults("keep", forced) < 2048

@@ -19,6 +19,7 @@ from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 
+from .cdr import SampleInfo, serdata_bytes
 from .qos import announcement
 from .reading import ReaderLoop
 
@@ -49,19 +50,24 @@ class PeerDirectory:
     own_name: str
     peers: dict[str, Peer] = field(default_factory=dict)
     changed: threading.Condition = field(default_factory=threading.Condition)
+    # An invalid sample (the instance was disposed or lost its writer) carries no data, only the
+    # handle of its instance: remember which name each instance handle announced.
+    names: dict[int, str] = field(default_factory=dict)
+    generation: int = 0  # bumped by every sample, so a publisher can tell that nothing changed
 
-    def on_samples(self, samples: list) -> None:
+
+    def on_sample(self, sample: int, info: SampleInfo) -> None:
         with self.changed:
-            for data, info in samples:
-                if info.valid_data:
-                    a = Announce.deserialize(data)
-                    if a.name != self.own_name:
-                        self.peers[a.name] = Peer(a.name, a.participant, a.incarnation, json.loads(a.info))
-                elif info.instance_state != InstanceState.Alive:  # NOT_ALIVE_*: the writer left or its lease expired
-                    name = Announce.deserialize_key(data).name
-                    peer = self.peers.get(name)
-                    if peer is not None:
-                        peer.alive = False
+            if info.valid_data:
+                a = Announce.deserialize(serdata_bytes(sample))
+                self.names[info.instance_handle] = a.name
+                if a.name != self.own_name:
+                    self.peers[a.name] = Peer(a.name, a.participant, a.incarnation, json.loads(a.info))
+            elif info.instance_state != InstanceState.Alive:  # NOT_ALIVE_*: the writer left or its lease expired
+                peer = self.peers.get(self.names.get(info.instance_handle, ""))
+                if peer is not None:
+                    peer.alive = False
+            self.generation += 1
             self.changed.notify_all()
 
     def wait_for(self, ready: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
@@ -89,7 +95,7 @@ class Announcer:
         self.directory = PeerDirectory(name)
         self._writer = DataWriter(participant, topic, qos=announcement(write_timeout_s))
         self._reader = DataReader(participant, topic, qos=announcement(write_timeout_s))
-        self._loop = ReaderLoop(participant, self._reader, "announce", self.directory.on_samples)
+        self._loop = ReaderLoop(participant, self._reader, "announce", self.directory.on_sample)
         self.info: dict[str, Any] = {"subscribes": [], "groups": {}, "matched": {}}
         self._lock = threading.Lock()  # reader threads update `matched`
         # Not announced until the first barrier: an announcement promises that the node's readers

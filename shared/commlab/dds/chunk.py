@@ -6,15 +6,15 @@ restarted sender's old messages; index/count/total_bytes let the receiver valida
 `meta` travels in chunk 0 only.
 
 The stock binding (de)serializes `sequence[uint8]` as a Python list of ints (about 20 MB/s), so
-encode/decode below write and parse the same XCDR1 bytes by hand, with one copy of the payload on
-the way out and none on the way in. tests/test_dds_fastpath.py checks them byte for byte against
-the binding, and pins the non-public C-layer calls that carry these bytes (endpoints.py, reading.py).
+the bytes are written and parsed here by hand: encode_head gives everything before the payload
+octets (the writer sends head and payload as separate pieces, cdr.py), decode_head parses them
+from a prefix of a received sample so the payload can be copied once, straight into place.
+tests/test_dds_fastpath.py checks them byte for byte against the binding.
 """
 # No `from __future__ import annotations`: the IDL binding resolves these hints at runtime.
 import struct
-import threading
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import Iterator, NamedTuple, Union
 
 from cyclonedds.idl import IdlStruct
 from cyclonedds.idl.types import sequence, uint8, uint32, uint64
@@ -54,69 +54,83 @@ LITTLE = b"\x00\x01\x00\x00"
 HEAD = {"<": struct.Struct("<QQIIQ"), ">": struct.Struct(">QQIIQ")}  # incarnation msg_id index count total
 
 
-def _head(c: Chunk) -> bytes:
+class ChunkHead(NamedTuple):
+    """Every field of a Chunk except the payload, plus where the payload octets are in the sample."""
+    sender: str
+    incarnation: int
+    msg_id: int
+    index: int
+    count: int
+    total_bytes: int
+    meta: str
+    payload_offset: int
+    payload_len: int
+
+
+class PrefixTooShort(Exception):
+    """decode_head needs more of the sample than the prefix it was given (a long meta)."""
+
+
+def encode_head(c: Chunk, payload_len: int) -> bytes:
     """Every byte of the sample before the payload octets (up to and including their count)."""
     sender, meta = c.sender.encode() + b"\0", c.meta.encode() + b"\0"
     pos = 4 + len(sender)
     out = [LITTLE, struct.pack("<I", len(sender)), sender, b"\0" * (-pos % 8),
            HEAD["<"].pack(c.incarnation, c.msg_id, c.index, c.count, c.total_bytes)]
     pos += -pos % 8 + HEAD["<"].size
-    out += [struct.pack("<I", len(meta)), meta, b"\0" * (-(pos + 4 + len(meta)) % 4), struct.pack("<I", len(c.payload))]
+    out += [struct.pack("<I", len(meta)), meta, b"\0" * (-(pos + 4 + len(meta)) % 4), struct.pack("<I", payload_len)]
     return b"".join(out)
+
+
+def padding(head_len: int, payload_len: int) -> bytes:
+    """The zeros DataWriter.write appends so the sample is a multiple of 4 bytes."""
+    return bytes(-(head_len + payload_len) % 4)
 
 
 def encode(c: Chunk) -> bytes:
     """The sample exactly as the binding's DataWriter.write serializes it (XCDR1, little endian)."""
-    return b"".join([_head(c), c.payload, b"\0" * (-len(c.payload) % 4)])
+    head = encode_head(c, len(c.payload))
+    return b"".join([head, c.payload, padding(len(head), len(c.payload))])
 
 
-class Encoder:
-    """encode() into one buffer reused for every chunk of a writer. A fresh 1 MiB bytes per chunk
-    cost a malloc and page faults each time (about 10% of loopback goodput for 1.7-10 MB messages).
-    The returned view is valid until the next call in the same thread (one buffer per thread, as
-    threads may publish on one writer); the C layer copies it during write()."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-
-    def __call__(self, c: Chunk) -> memoryview:
-        head = _head(c)
-        end = len(head) + len(c.payload)
-        total = end + (-end % 4)  # the header is 4-aligned, so this pads the payload as encode() does
-        buf = getattr(self._local, "buf", b"")
-        if len(buf) < total:
-            buf = self._local.buf = bytearray(total)  # a new buffer, not a resize: an old view may still exist
-        view = memoryview(buf)[:total]
-        view[:len(head)] = head
-        view[len(head):end] = c.payload
-        view[end:total] = bytes(total - end)
-        return view
-
-
-def decode(data: bytes) -> Chunk:
-    """Parse a serialized Chunk; its payload is a zero-copy view into `data`. MessageError if malformed."""
-    if len(data) < 4 or data[0] != 0 or data[1] not in (0, 1):
-        raise MessageError(f"not an XCDR1 Chunk (encapsulation {bytes(data[:4]).hex()})")
-    e = "<" if data[1] == 1 else ">"
+def decode_head(data: bytes | bytearray | memoryview, sample_size: int) -> ChunkHead:
+    """Parse the fields of a serialized Chunk of `sample_size` bytes from `data`, which may be just
+    a prefix of it. MessageError if the sample is malformed; PrefixTooShort if the prefix ends
+    before the payload octets do not (the caller then passes the whole sample)."""
     view = memoryview(data)
+    short = len(view) < sample_size
+    if len(view) < 4 or view[0] != 0 or view[1] not in (0, 1):
+        raise MessageError(f"not an XCDR1 Chunk (encapsulation {bytes(view[:4]).hex()})")
+    e = "<" if view[1] == 1 else ">"
     try:
-        sender, pos = _string(view, 4, e)
+        sender, pos = _string(view, 4, e, short)
         pos += -(pos - 4) % 8
         incarnation, msg_id, index, count, total = HEAD[e].unpack_from(view, pos)
-        meta, pos = _string(view, pos + HEAD[e].size, e)
+        meta, pos = _string(view, pos + HEAD[e].size, e, short)
         pos += -(pos - 4) % 4
         (n,) = struct.unpack_from(e + "I", view, pos)
     except struct.error as err:
-        raise MessageError(f"truncated Chunk of {len(data)} bytes: {err}") from None
-    if pos + 4 + n > len(data):
-        raise MessageError(f"Chunk payload of {n} bytes overruns the {len(data)}-byte sample")
-    return Chunk(sender, incarnation, msg_id, index, count, total, meta, view[pos + 4:pos + 4 + n])
+        if short:
+            raise PrefixTooShort from None
+        raise MessageError(f"truncated Chunk of {sample_size} bytes: {err}") from None
+    if pos + 4 + n > sample_size:
+        raise MessageError(f"Chunk payload of {n} bytes overruns the {sample_size}-byte sample")
+    return ChunkHead(sender, incarnation, msg_id, index, count, total, meta, pos + 4, n)
 
 
-def _string(view: memoryview, pos: int, e: str) -> tuple[str, int]:
+def decode(data: bytes) -> Chunk:
+    """Parse a whole serialized Chunk; its payload is a zero-copy view into `data`."""
+    h = decode_head(data, len(data))
+    payload = memoryview(data)[h.payload_offset:h.payload_offset + h.payload_len]
+    return Chunk(h.sender, h.incarnation, h.msg_id, h.index, h.count, h.total_bytes, h.meta, payload)
+
+
+def _string(view: memoryview, pos: int, e: str, short: bool) -> tuple[str, int]:
     pos += -(pos - 4) % 4
     (n,) = struct.unpack_from(e + "I", view, pos)
     end = pos + 4 + n
+    if end > len(view) and short:
+        raise PrefixTooShort
     if n == 0 or end > len(view) or view[end - 1] != 0:
         raise MessageError(f"bad string of length {n} at offset {pos}")
     try:

@@ -13,13 +13,13 @@ import queue
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from cyclonedds._clayer import ddspy_write
 from cyclonedds.core import DDSException
 from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 
-from .chunk import Chunk, Encoder, decode, split
+from .cdr import SampleInfo, address_of, serdata_size, serdata_to_ser, sertype_of, write_iov
+from .chunk import Chunk, ChunkHead, PrefixTooShort, decode_head, encode_head, split
 from .errors import DdsWriteTimeout, MessageError
 from .messages import from_wire, to_wire
 from .qos import lossless
@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 RETCODE_TIMEOUT = DDSException.DDS_RETCODE_TIMEOUT
+ZEROS = bytes(4)
+ZEROS_ADDRESS = address_of(ZEROS)
+HEAD_PREFIX = 512  # bytes read to parse a chunk's head; a longer meta costs one more copy
 
 
 def chunk_topic(node: "DdsNode", name: str) -> Topic:
@@ -62,16 +65,20 @@ class ChunkWriter:
         self.node, self.name = node, name
         self.writer = DataWriter(node.participant, chunk_topic(node, name), qos=lossless(node.settings.write_timeout_s))
         self._ids = itertools.count(1)
-        self._encode = Encoder()
+        self._sertype = sertype_of(self.writer._ref)
         self._matched: set[str] = set()
         self._matched_version: tuple[int, int] = (-1, -1)
+        self._ready_at: tuple[int, tuple[int, int]] | None = None  # (directory generation, match version)
         node.writers.append(self)
+
+    def _match_version(self) -> tuple[int, int]:
+        status = self.writer.get_publication_matched_status()
+        return status.total_count, status.current_count
 
     def matched_participants(self) -> set[str]:
         """Participants of the matched readers; recomputed only when the match counts change,
         since the lookup costs about a millisecond and runs before every message."""
-        status = self.writer.get_publication_matched_status()
-        version = (status.total_count, status.current_count)
+        version = self._match_version()
         if version != self._matched_version:
             out = set()
             for handle in matched_handles(self.writer.get_matched_subscriptions):
@@ -90,34 +97,50 @@ class ChunkWriter:
                       and (p.participant not in matched or me not in p.info.get("matched", {}).get(self.name, ())))
 
     def wait_for_readers(self, timeout_s: float) -> None:
+        directory = self.node.announcer.directory
+        if self._ready_at == (directory.generation, self._match_version()):
+            return  # no announcement and no match changed since every reader was matched
+
+        def ready() -> bool:  # evaluated under the directory's lock
+            if self.missing_readers():
+                return False
+            self._ready_at = (directory.generation, self._matched_version)
+            return True
         with self.node.stats.waiting():
-            directory = self.node.announcer.directory
-            if not directory.wait_for(lambda: not self.missing_readers(), timeout_s):
+            if not directory.wait_for(ready, timeout_s):
                 raise DdsWriteTimeout(self.name, self.missing_readers(), f"readers not matched within {timeout_s:.1f}s")
 
     def write(self, meta: str, payload: bytes | memoryview) -> None:
         s = self.node.settings
         self.wait_for_readers(s.write_timeout_s)
-        copies = len(self.matched_participants())  # one unicast copy per remote participant
+        copies = len(self._matched)  # one unicast copy per remote participant (current as of the wait)
         msg_id = next(self._ids)
         sent = chunks = 0
         waited = 0.0
+        view = memoryview(payload).cast("B")
+        base = address_of(view) if len(view) else 0
         try:
-            for chunk in split(self.node.name, self.node.incarnation, msg_id, meta, payload, s.chunk_bytes):
-                ser = self._encode(chunk)
+            for chunk in split(self.node.name, self.node.incarnation, msg_id, meta, view, s.chunk_bytes):
+                n = len(chunk.payload)
+                head = encode_head(chunk, n)
+                pad = -(len(head) + n) % 4  # DataWriter.write pads samples to a multiple of 4
+                pieces = [(address_of(head), len(head)), (base + chunk.index * s.chunk_bytes, n), (ZEROS_ADDRESS, pad)]
                 start = time.perf_counter()
-                ret = ddspy_write(self.writer._ref, ser)
+                ret = write_iov(self.writer._ref, self._sertype, [p for p in pieces if p[1]])
                 waited += time.perf_counter() - start
                 if ret == RETCODE_TIMEOUT:
                     raise DdsWriteTimeout(self.name, self.node.peer_names(self.matched_participants()),
                                           f"chunk {chunk.index + 1}/{chunk.count} blocked for {s.write_timeout_s:.1f}s")
                 if ret < 0:
                     raise DDSException(ret, f"writing chunk {chunk.index} on topic {self.name!r}")
-                sent += copies * wire_bytes(len(ser), s.fragment_bytes)
+                sent += copies * wire_bytes(len(head) + n + pad, s.fragment_bytes)
                 chunks += copies
-        finally:  # counted once per message: the per-chunk loop is the hot path
+        except BaseException:
             self.node.stats.add(bytes_sent=sent, chunks_sent=chunks, wait_s=waited)
-        self.node.stats.add(payload_sent=copies * len(payload), messages_sent=copies)
+            raise
+        # counted once per message: the per-chunk loop is the hot path
+        self.node.stats.add(bytes_sent=sent, chunks_sent=chunks, wait_s=waited,
+                            payload_sent=copies * len(view), messages_sent=copies)
 
 
 class ChunkReader:
@@ -128,8 +151,10 @@ class ChunkReader:
         self.reader = DataReader(node.participant, chunk_topic(node, name), qos=lossless(node.settings.write_timeout_s))
         self._assembler = Reassembler(name, node.stats, node.settings.reassembly_timeout_s)
         self._matched_version: tuple[int, int] = (-1, -1)
+        self._prefix = bytearray(HEAD_PREFIX)  # used by the reader thread only
+        self._prefix_address = address_of(self._prefix)
         node.announcer.add_subscription(name)
-        self._loop = ReaderLoop(node.participant, self.reader, name, self._on_samples, self._on_tick, wake_on_match=True)
+        self._loop = ReaderLoop(node.participant, self.reader, name, self._on_sample, self._on_tick, wake_on_match=True)
 
     def _on_tick(self) -> None:
         self._assembler.expire()
@@ -144,22 +169,33 @@ class ChunkReader:
                     writers.add(str(data.participant_key))
             self.node.announcer.set_matched_writers(self.name, writers)
 
-    def _on_samples(self, samples: list) -> None:
-        fragment = self.node.settings.fragment_bytes
-        for data, info in samples:
-            if not info.valid_data:
-                continue
-            self.node.stats.add(bytes_received=wire_bytes(len(data), fragment), chunks_received=1)
-            try:
-                chunk = decode(data)
-            except MessageError as e:
-                self.node.stats.add(malformed_chunks=1)
-                log.warning("topic %s: undecodable chunk of %d bytes dropped: %s", self.name, len(data), e)
-                continue
-            done = self._assembler.add(chunk)
-            if done is not None:
-                self.node.stats.add(messages_received=1, payload_received=len(done.payload))
-                self._on_message(done)
+    def _on_sample(self, sample: int, info: SampleInfo) -> None:
+        if not info.valid_data:  # a writer left or disposed: nothing to read
+            return
+        size = serdata_size(sample)
+        self.node.stats.add(bytes_received=wire_bytes(size, self.node.settings.fragment_bytes), chunks_received=1)
+        try:
+            head = self._decode_head(sample, size)
+        except MessageError as e:
+            self.node.stats.add(malformed_chunks=1)
+            log.warning("topic %s: undecodable chunk of %d bytes dropped: %s", self.name, size, e)
+            return
+        done = self._assembler.add(head, lambda buf, offset: serdata_to_ser(
+            sample, head.payload_offset, head.payload_len, address_of(buf) + offset))
+        if done is not None:
+            self.node.stats.add(messages_received=1, payload_received=len(done.payload))
+            self._on_message(done)
+
+    def _decode_head(self, sample: int, size: int) -> ChunkHead:
+        """The chunk's fields from a copy of the sample's first bytes (all of it if the meta is long)."""
+        n = min(size, len(self._prefix))
+        serdata_to_ser(sample, 0, n, self._prefix_address)
+        try:
+            return decode_head(memoryview(self._prefix)[:n], size)
+        except PrefixTooShort:
+            whole = bytearray(size)
+            serdata_to_ser(sample, 0, size, address_of(whole))
+            return decode_head(whole, size)
 
     def close(self) -> None:
         self._loop.stop()

@@ -13,6 +13,7 @@ from cyclonedds.topic import Topic
 from .announce import Announcer
 from .endpoints import ChunkWriter, Publisher, Subscriber
 from .errors import BarrierTimeout
+from .memory import keep_freed_blocks
 from .messages import message_type
 from .settings import DdsSettings
 from .stats import CommStats
@@ -22,6 +23,7 @@ class DdsNode:
     def __init__(self, name: str, settings: DdsSettings):
         self.name, self.settings = name, settings
         self.stats = CommStats()
+        keep_freed_blocks()  # large chunks would otherwise page-fault on every allocation (memory.py)
         # Distinguishes this run of `name` from an earlier one (a restarted controller reuses its name).
         self.incarnation = random.getrandbits(63)
         # The domain is created with our XML before the participant, so no default config

@@ -6,10 +6,11 @@ import logging
 import threading
 from typing import Callable
 
-from cyclonedds._clayer import ddspy_take
 from cyclonedds.core import DDSStatus, GuardCondition, InstanceState, ReadCondition, SampleState, ViewState, WaitSet
 from cyclonedds.sub import DataReader
 from cyclonedds.util import duration
+
+from .cdr import SampleInfo, Taker, serdata_unref
 
 log = logging.getLogger(__name__)
 TAKE_AT_ONCE = 256
@@ -17,16 +18,16 @@ TICK = duration(milliseconds=200)
 
 
 class ReaderLoop:
-    """Calls on_samples(list of (serialized bytes, SampleInfo)) from its thread, and on_tick() at
-    least every 200 ms and, with wake_on_match, as soon as a writer matches or unmatches.
-
-    Taking serialized samples through the C layer (non-public, pinned, see fastpath.py) gives the
-    exact sample size for byte counting; deserialization is left to the callback.
+    """Calls on_sample(serdata reference, SampleInfo) for every received sample from its thread,
+    and on_tick() at least every 200 ms and, with wake_on_match, as soon as a writer matches or
+    unmatches. Samples are taken serialized (cdr.py): the callback copies out what it needs and
+    the reference is released when it returns.
     """
 
-    def __init__(self, participant, reader: DataReader, name: str, on_samples: Callable[[list], None],
+    def __init__(self, participant, reader: DataReader, name: str, on_sample: Callable[[int, SampleInfo], None],
                  on_tick: Callable[[], None] = lambda: None, wake_on_match: bool = False):
-        self._reader, self._on_samples, self._on_tick = reader, on_samples, on_tick
+        self._on_sample, self._on_tick = on_sample, on_tick
+        self._taker = Taker(reader._ref, TAKE_AT_ONCE)
         self._waitset = WaitSet(participant)
         self._guard = GuardCondition(participant)
         self._cond = ReadCondition(reader, SampleState.Any | ViewState.Any | InstanceState.Any)
@@ -35,7 +36,6 @@ class ReaderLoop:
         if wake_on_match:  # on_tick must then read the matched status, which resets the trigger
             reader.set_status_mask(DDSStatus.SubscriptionMatched)
             self._waitset.attach(reader)
-        self._mask = self._cond.mask
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"dds-read-{name}", daemon=True)
         self._thread.start()
@@ -44,14 +44,22 @@ class ReaderLoop:
         while not self._stopping:
             self._waitset.wait(TICK)
             try:
-                while not self._stopping:
-                    got = ddspy_take(self._reader._ref, self._mask, TAKE_AT_ONCE)
-                    if isinstance(got, int) or not got:
-                        break
-                    self._on_samples(got)
+                while not self._stopping and self._deliver(self._taker.take()):
+                    pass
                 self._on_tick()
             except Exception:  # a bad sample must not kill the node's only reader thread
                 log.exception("reader thread %s", self._thread.name)
+
+    def _deliver(self, n: int) -> int:
+        samples, infos = self._taker.samples, self._taker.infos
+        for i in range(n):
+            try:
+                self._on_sample(samples[i], infos[i])
+            except Exception:  # a bad sample must not kill the node's only reader thread, nor its neighbours
+                log.exception("reader thread %s", self._thread.name)
+            finally:
+                serdata_unref(samples[i])
+        return n
 
     def stop(self) -> None:
         self._stopping = True

@@ -1,8 +1,11 @@
 """Reassembly of chunked messages: in order, per (sender, incarnation, msg_id), validated.
 
+Each chunk's payload is copied once, straight to its place in the message's buffer: every chunk
+but the last carries the sender's chunk size (the stride), so a chunk's offset follows from its
+own head (index * stride; the last one ends at total_bytes) whatever order chunks arrive in.
 Duplicated chunks are ignored; a chunk that contradicts its message (index out of range, another
-count or total) drops the whole message; partial messages older than the timeout expire. Every
-such event is logged and counted in CommStats, never delivered.
+count, total or stride) drops the whole message; partial messages older than the timeout expire.
+Every such event is logged and counted in CommStats, never delivered.
 """
 from __future__ import annotations
 
@@ -10,23 +13,28 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Callable
 
-from .chunk import Chunk
+from .cdr import unfilled_bytes
+from .chunk import ChunkHead
 from .stats import CommStats
 
 log = logging.getLogger(__name__)
 MessageKey = tuple[str, int, int]
 REMEMBERED_DONE = 4096  # completed ids kept to recognise late duplicates of finished messages
+MAX_MESSAGE_BYTES = 1 << 32  # a head claiming more is malformed (the buffer is allocated up front)
+CopyPayload = Callable[[bytes, int], None]  # (message buffer, offset): copy this chunk's payload there
 
 
 @dataclass
 class Partial:
     count: int
     total_bytes: int
+    stride: int
     started: float
+    buffer: bytes  # unfilled_bytes(total_bytes), filled chunk by chunk before it is handed out
     meta: str | None = None
-    parts: dict[int, bytes | memoryview] = field(default_factory=dict)
-    size: int = 0
+    received: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -36,52 +44,65 @@ class Assembled:
     payload: bytes
 
 
+def placement(h: ChunkHead) -> tuple[int, int] | str:
+    """(stride, offset) of a chunk from its head alone, or what is wrong with it."""
+    n, count, total = h.payload_len, h.count, h.total_bytes
+    if count == 0 or h.index >= count:
+        return "index out of range"
+    if total > MAX_MESSAGE_BYTES:
+        return f"message of {total} bytes exceeds {MAX_MESSAGE_BYTES}"
+    if count == 1:
+        return (n, 0) if n == total else f"{n} payload bytes in a one-chunk message of {total}"
+    if h.index < count - 1:
+        stride = n
+    elif 0 < n and (total - n) % (count - 1) == 0:
+        stride = (total - n) // (count - 1)
+    else:
+        return f"last chunk of {n} bytes does not fit {count} chunks of {total} bytes"
+    if not (0 < n <= stride and (count - 1) * stride < total <= count * stride):
+        return f"{count} chunks of {stride} bytes cannot hold {total} bytes"
+    return stride, h.index * stride
+
+
 class Reassembler:
     def __init__(self, topic: str, stats: CommStats, timeout_s: float):
         self.topic, self.stats, self.timeout_s = topic, stats, timeout_s
         self._partial: dict[MessageKey, Partial] = {}
         self._done: OrderedDict[MessageKey, bool] = OrderedDict()  # value: was delivered
 
-    def add(self, c: Chunk) -> Assembled | None:
-        """Feed one chunk; returns the message when this chunk completes it."""
-        key = (c.sender, c.incarnation, c.msg_id)
+    def add(self, h: ChunkHead, copy_payload: CopyPayload) -> Assembled | None:
+        """Feed one chunk; copy_payload is called (once) only if the chunk is accepted. Returns
+        the message when this chunk completes it."""
+        key = (h.sender, h.incarnation, h.msg_id)
         if key in self._done:
             if self._done[key]:  # a late copy of a delivered message; chunks of a dropped one are just ignored
                 self.stats.add(duplicate_chunks=1)
             return None
+        place = placement(h)
         p = self._partial.get(key)
-        if p is None:
-            p = self._partial[key] = Partial(c.count, c.total_bytes, time.monotonic())
-        problem = self._check(c, p)
-        if problem:
-            self._drop(key, f"malformed chunk {c.index}/{c.count} from {c.sender}: {problem}")
+        if isinstance(place, str):
+            self._drop(key, f"malformed chunk {h.index}/{h.count} from {h.sender}: {place}")
             return None
-        if c.index in p.parts:
+        stride, offset = place
+        if p is None:
+            p = self._partial[key] = Partial(h.count, h.total_bytes, stride, time.monotonic(), unfilled_bytes(h.total_bytes))
+        elif (h.count, h.total_bytes, stride) != (p.count, p.total_bytes, p.stride):
+            self._drop(key, f"malformed chunk {h.index}/{h.count} from {h.sender}: count/total/stride "
+                            f"{h.count}/{h.total_bytes}/{stride} differ from {p.count}/{p.total_bytes}/{p.stride}")
+            return None
+        if h.index in p.received:
             self.stats.add(duplicate_chunks=1)
             return None
-        p.parts[c.index] = c.payload
-        p.size += len(c.payload)
-        if c.index == 0:
-            p.meta = c.meta
-        if len(p.parts) < p.count:
+        if h.payload_len:
+            copy_payload(p.buffer, offset)
+        p.received.add(h.index)
+        if h.index == 0:
+            p.meta = h.meta
+        if len(p.received) < p.count:
             return None
         del self._partial[key]
-        self._remember(key, delivered=p.size == p.total_bytes)
-        if p.size != p.total_bytes:
-            self.stats.add(malformed_chunks=1)
-            log.warning("topic %s: message %s has %d bytes, header says %d; dropped", self.topic, key, p.size, p.total_bytes)
-            return None
-        payload = b"".join(p.parts[i] for i in range(p.count))  # the one copy out of the received samples
-        return Assembled(c.sender, p.meta or "", payload)
-
-    def _check(self, c: Chunk, p: Partial) -> str:
-        if c.count == 0 or c.index >= c.count:
-            return "index out of range"
-        if c.count != p.count or c.total_bytes != p.total_bytes:
-            return f"count/total {c.count}/{c.total_bytes} differ from {p.count}/{p.total_bytes}"
-        if p.size + len(c.payload) > p.total_bytes:
-            return "more bytes than the message total"
-        return ""
+        self._remember(key, delivered=True)
+        return Assembled(h.sender, p.meta or "", p.buffer)
 
     def _drop(self, key: MessageKey, why: str) -> None:
         self._partial.pop(key, None)
@@ -102,5 +123,5 @@ class Reassembler:
             p = self._partial.pop(k)
             self.stats.add(expired_messages=1)
             log.warning("topic %s: message %s from %s expired with %d/%d chunks after %.1fs",
-                        self.topic, k[2], k[0], len(p.parts), p.count, self.timeout_s)
+                        self.topic, k[2], k[0], len(p.received), p.count, self.timeout_s)
         return old

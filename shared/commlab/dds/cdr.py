@@ -1,0 +1,143 @@
+"""Serialized samples in and out of Cyclone through its C API (ctypes), one payload copy per side.
+
+Why not the binding: `ddspy_write` wants the whole sample in one Python buffer (so the chunk
+header and payload had to be copied together first) and then copies it again into a zeroed
+allocation; `ddspy_take` copies every received sample twice (into a zeroed allocation, then into a
+Python bytes), and reassembly copied it a third time. Those passes were most of the loopback
+cost of a large message (docs/transport.md).
+
+Here a write hands the header and the caller's payload to `ddsi_serdata_from_ser_iov` as
+separate pieces, so the payload is copied once, into the sample Cyclone sends, and
+`dds_writecdr` sends it (ctypes releases the GIL while it blocks, ddspy_write did not). A take
+gets references to the received samples from `dds_takecdr`; the caller reads a small prefix,
+copies the payload once straight to where it belongs, and releases the reference.
+
+All calls are exported by the libddsc that the pinned cyclonedds==11.0.1 wheel loads;
+`dds_takecdr`/`dds_writecdr` are public API, the `ddsi_serdata_*` helpers are exported but
+lower level. tests/test_dds_fastpath.py fails if any of this stops behaving as relied on here.
+"""
+from __future__ import annotations
+
+import ctypes as ct
+from typing import Sequence
+
+import numpy as np
+from cyclonedds.internal import load_cyclonedds
+
+from .errors import DdsError
+
+_lib = load_cyclonedds()  # the library instance the binding itself uses
+# The same library, called without releasing the GIL: for calls of a microsecond or two, where
+# giving the GIL away and queueing for it again costs more than the call (a reader thread doing
+# that per sample lost about 15% of its throughput on 64 KiB messages).
+_lib_gil = ct.PyDLL(_lib._name, handle=_lib._handle)
+SDK_DATA = 2  # enum ddsi_serdata_kind { SDK_EMPTY, SDK_KEY, SDK_DATA }
+
+
+class SampleInfo(ct.Structure):
+    """dds_sample_info_t of Cyclone 11."""
+
+    _fields_ = [("sample_state", ct.c_uint32), ("view_state", ct.c_uint32), ("instance_state", ct.c_uint32),
+                ("valid_data", ct.c_bool), ("source_timestamp", ct.c_int64), ("instance_handle", ct.c_uint64),
+                ("publication_handle", ct.c_uint64), ("disposed_generation_count", ct.c_uint32),
+                ("no_writers_generation_count", ct.c_uint32), ("sample_rank", ct.c_uint32),
+                ("generation_rank", ct.c_uint32), ("absolute_generation_rank", ct.c_uint32)]
+
+
+class IoVec(ct.Structure):
+    """ddsrt_iovec_t on Linux: struct iovec."""
+
+    _fields_ = [("base", ct.c_void_p), ("len", ct.c_size_t)]
+
+
+def _fn(lib: ct.CDLL, name: str, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype, f.argtypes = restype, list(argtypes)
+    return f
+
+
+# Releasing the GIL: calls that copy a whole payload or may block.
+_writecdr = _fn(_lib, "dds_writecdr", ct.c_int32, ct.c_int32, ct.c_void_p)
+_from_ser_iov = _fn(_lib, "ddsi_serdata_from_ser_iov", ct.c_void_p, ct.c_void_p, ct.c_int, ct.c_size_t, ct.POINTER(IoVec), ct.c_size_t)
+_to_ser_releasing_gil = _fn(_lib, "ddsi_serdata_to_ser", None, ct.c_void_p, ct.c_size_t, ct.c_size_t, ct.c_void_p)
+# Holding the GIL: short calls.
+_takecdr = _fn(_lib_gil, "dds_takecdr", ct.c_int32, ct.c_int32, ct.POINTER(ct.c_void_p), ct.c_uint32, ct.POINTER(SampleInfo), ct.c_uint32)
+_get_sertype = _fn(_lib_gil, "dds_get_entity_sertype", ct.c_int32, ct.c_int32, ct.POINTER(ct.c_void_p))
+_to_ser_holding_gil = _fn(_lib_gil, "ddsi_serdata_to_ser", None, ct.c_void_p, ct.c_size_t, ct.c_size_t, ct.c_void_p)
+serdata_size = _fn(_lib_gil, "ddsi_serdata_size", ct.c_uint32, ct.c_void_p)
+serdata_unref = _fn(_lib_gil, "ddsi_serdata_unref", None, ct.c_void_p)
+COPY_RELEASING_GIL = 256 * 1024  # below this a copy takes less than about 20 us: keep the GIL
+
+
+def serdata_to_ser(sample: int, offset: int, size: int, dest: int) -> None:
+    """Copy size bytes of a serialized sample, from offset, to address dest."""
+    (_to_ser_releasing_gil if size >= COPY_RELEASING_GIL else _to_ser_holding_gil)(sample, offset, size, dest)
+
+
+def sertype_of(entity: int) -> int:
+    """The C sertype of a reader's or writer's topic (needed to build samples of that type)."""
+    out = ct.c_void_p()
+    ret = _get_sertype(entity, ct.byref(out))
+    if ret < 0 or not out.value:
+        raise DdsError(f"dds_get_entity_sertype({entity}) failed with {ret}")
+    return out.value
+
+
+def write_iov(writer: int, sertype: int, pieces: Sequence[tuple[int, int]]) -> int:
+    """Write one sample made of (address, length) pieces, in order; returns the DDS return code.
+
+    The pieces are copied into the new sample before this returns, so the caller's buffers may
+    change afterwards; dds_writecdr consumes the sample's reference on every path.
+    """
+    iov = (IoVec * len(pieces))(*pieces)
+    size = sum(n for _, n in pieces)
+    sample = _from_ser_iov(sertype, SDK_DATA, len(pieces), iov, size)
+    if not sample:  # the binding's type rejected the bytes: our encoder is wrong, not the peer
+        raise DdsError(f"Cyclone rejected a serialized sample of {size} bytes")
+    return _writecdr(writer, sample)
+
+
+def serdata_bytes(sample: int) -> bytes:
+    """A copy of a whole serialized sample (the key only, for an invalid sample of a keyed topic)."""
+    out = bytearray(serdata_size(sample))
+    if out:
+        serdata_to_ser(sample, 0, len(out), address_of(out))
+    return bytes(out)
+
+
+class Taker:
+    """Takes up to `capacity` serialized samples at a time from one reader.
+
+    take() returns the number n (0 when there is nothing); samples[i] is a serdata reference and
+    infos[i] its sample info for i < n. Every reference must be released with serdata_unref
+    before the next take.
+    """
+
+    def __init__(self, reader: int, capacity: int):
+        self.reader, self.capacity = reader, capacity
+        self.samples = (ct.c_void_p * capacity)()
+        self.infos = (SampleInfo * capacity)()
+
+    def take(self) -> int:
+        n = _takecdr(self.reader, self.samples, self.capacity, self.infos, 0)
+        if n < 0:
+            raise DdsError(f"dds_takecdr on reader {self.reader} failed with {n}")
+        return n
+
+
+_new_bytes = ct.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.restype, _new_bytes.argtypes = ct.py_object, [ct.c_void_p, ct.c_ssize_t]
+
+
+def unfilled_bytes(n: int) -> bytes:
+    """A new bytes object of n bytes whose contents are not initialised: CPython's C API builds
+    bytes in place this way (PyBytes_FromStringAndSize with NULL), which saves the zeroing pass of
+    bytearray(n). Only for a buffer written completely (via address_of) before anyone else sees it."""
+    return _new_bytes(None, n)
+
+
+def address_of(buf) -> int:
+    """Address of the first byte of a contiguous buffer, read-only ones (bytes) included."""
+    if type(buf) is bytes:  # the common case, three times faster than through numpy
+        return ct.cast(buf, ct.c_void_p).value or 0
+    return np.frombuffer(buf, np.uint8).ctypes.data
