@@ -28,8 +28,8 @@ from .errors import DdsError
 
 _lib = load_cyclonedds()  # the library instance the binding itself uses
 # The same library, called without releasing the GIL: for calls of a microsecond or two, where
-# giving the GIL away and queueing for it again costs more than the call (a reader thread doing
-# that per sample lost about 15% of its throughput on 64 KiB messages).
+# giving the GIL away and queueing for it again (behind a busy consumer thread) costs more than
+# the call itself; the reader thread makes several of them per sample.
 _lib_gil = ct.PyDLL(_lib._name, handle=_lib._handle)
 SDK_DATA = 2  # enum ddsi_serdata_kind { SDK_EMPTY, SDK_KEY, SDK_DATA }
 
@@ -66,7 +66,7 @@ _get_sertype = _fn(_lib_gil, "dds_get_entity_sertype", ct.c_int32, ct.c_int32, c
 _to_ser_holding_gil = _fn(_lib_gil, "ddsi_serdata_to_ser", None, ct.c_void_p, ct.c_size_t, ct.c_size_t, ct.c_void_p)
 serdata_size = _fn(_lib_gil, "ddsi_serdata_size", ct.c_uint32, ct.c_void_p)
 serdata_unref = _fn(_lib_gil, "ddsi_serdata_unref", None, ct.c_void_p)
-COPY_RELEASING_GIL = 256 * 1024  # below this a copy takes less than about 20 us: keep the GIL
+COPY_RELEASING_GIL = 256 * 1024  # below this a copy takes some tens of microseconds at most: keep the GIL
 
 
 def serdata_to_ser(sample: int, offset: int, size: int, dest: int) -> None:
