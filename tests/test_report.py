@@ -192,3 +192,24 @@ def test_run_that_goes_bad_is_skipped_and_others_reported(tmp_path, capsys):
     # A second report over the same results ignores the report folder it wrote.
     assert main(["--results", str(results)]) == 0
     assert "Report on 1 run(s)" in capsys.readouterr().out
+
+
+def test_runs_differing_in_training_settings_are_separate_groups(tmp_path):
+    # Same codec and link, only the learning rate differs: neither run may hide the other.
+    results = tmp_path / "results"
+    run = "20250101-100000-fl-fp32-101"
+    for lr, suffix in ((0.05, "a"), (0.1, "b")):
+        dst = results / f"{run}{suffix}"
+        shutil.copytree(FIXTURE / run, dst)
+        manifest = json.loads((dst / "manifest.json").read_text())
+        manifest["run_id"] = dst.name
+        manifest["config"].update(training={"lr": lr, "local_epochs": 1, "batch_size": 64, "samples_per_round": 600},
+                                  partition={"scheme": "dirichlet", "alpha": 0.5})
+        (dst / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["--results", str(results), "--out", str(tmp_path / "out")]) == 0
+    summary = pd.read_csv(tmp_path / "out" / "summary.csv")
+    assert sorted(summary["group"]) == [f"{FL_LAN}-lr0.05-e1-b64-n600-dirichlet0.5", f"{FL_LAN}-lr0.1-e1-b64-n600-dirichlet0.5"]
+    assert summary["shown"].all()
+    assert set(summary["training"]) == {f"lr={lr} local_epochs=1 batch=64 samples_per_round=600 partition=dirichlet0.5"
+                                        for lr in (0.05, 0.1)}
+    assert "training=lr=0.1 local_epochs=1" in (tmp_path / "out" / "report.md").read_text()

@@ -19,9 +19,10 @@ DDP_FIGURES = ("bytes", "accuracy", "comm-time-max", "comm-time-mean")
 def subtitle(settings: dict) -> str:
     size = f"clients={settings['clients']}" if settings["kind"] == "fl" else f"world={settings['world']}"
     length = f"rounds={settings['rounds']}" if settings["kind"] == "fl" else f"epochs={settings['epochs']}"
+    training = f"\n{settings['training']}" if "training" in settings else ""
     return (f"link={settings['link_profile']}, {size}, model={settings['model']}, "
             f"dataset={settings['dataset']},\n{length}, backend={settings['backend']}; "
-            f"latest run per {'codec' if settings['kind'] == 'fl' else 'method'}")
+            f"latest run per {'codec' if settings['kind'] == 'fl' else 'method'}{training}")
 
 
 def _colors(series: list[str]) -> dict[str, tuple]:

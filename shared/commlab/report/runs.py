@@ -60,17 +60,45 @@ class Run:
     @property
     def settings(self) -> dict:
         m, k = self.manifest, KINDS[self.kind]
-        return {"kind": self.kind, "backend": m.get("backend", "local"), "model": m["model"],
-                "dataset": m["dataset"], "link_profile": m["link_profile"],
-                k["size"]: int(m[k["size"]]), k["length"]: int(m[k["length"]])}
+        out = {"kind": self.kind, "backend": m.get("backend", "local"), "model": m["model"],
+               "dataset": m["dataset"], "link_profile": m["link_profile"],
+               k["size"]: int(m[k["size"]]), k["length"]: int(m[k["length"]])}
+        training = training_settings(self.kind, m.get("config") or {})
+        if training:
+            out["training"] = " ".join(f"{name}={value}" for name, _, value in training)
+        return out
 
     @property
     def group(self) -> str:
-        """File-name-safe name of the settings group, e.g. fl-mnist_cnn-mnist-lan-c3-r5-local."""
+        """File-name-safe name of the settings group, e.g.
+        fl-mnist_cnn-mnist-lan-c2-r10-local-lr0.05-e1-b64-n6000-dirichlet0.5."""
         s, k = self.settings, KINDS[self.kind]
         name = (f"{s['kind']}-{s['model']}-{s['dataset']}-{s['link_profile']}-"
                 f"{k['size'][0]}{s[k['size']]}-{k['length'][0]}{s[k['length']]}-{s['backend']}")
+        training = training_settings(self.kind, self.manifest.get("config") or {})
+        name += "".join(f"-{short}{value}" for _, short, value in training)
         return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def training_settings(kind: str, config: dict) -> list[tuple[str, str, object]]:
+    """(name, short name for group names, value) of the hyperparameters that make two runs of the
+    same codec/method not comparable, from the node config recorded in the manifest; empty for a
+    run recorded without it."""
+    training, partition, out = config.get("training") or {}, config.get("partition") or {}, []
+    if "lr" in training:
+        out.append(("lr", "lr", training["lr"]))
+    if kind == "fl" and "local_epochs" in training:
+        out.append(("local_epochs", "e", training["local_epochs"]))
+    if "batch_size" in training:
+        out.append(("batch", "b", training["batch_size"]))
+    if kind == "fl" and "samples_per_round" in training:
+        out.append(("samples_per_round", "n", training["samples_per_round"]))
+    if kind == "ddp" and "dataset" in config:
+        out.append(("train_subset", "n", config["dataset"].get("train_subset") or "all"))
+    if kind == "fl" and "scheme" in partition:
+        extra = {"dirichlet": partition.get("alpha"), "shards": partition.get("labels_per_client")}.get(partition["scheme"])
+        out.append(("partition", "", f"{partition['scheme']}{'' if extra is None else extra}"))
+    return out
 
 
 @dataclass

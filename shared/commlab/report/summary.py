@@ -15,7 +15,7 @@ from .runs import KINDS, Run
 
 REFERENCE = {"fl": "fp32", "ddp": "dense"}
 COLUMNS = ["group", "kind", "series", "run_id", "shown", "status", "backend", "model", "dataset",
-           "link_profile", "size", "length", "unit", "units", "bytes_up_per_unit",
+           "link_profile", "size", "length", "training", "unit", "units", "bytes_up_per_unit",
            "bytes_down_per_unit", "compression_ratio", "bytes_up_per_unit_last_epoch",
            "compression_ratio_last_epoch", "comm_time_mean_s", "comm_time_max_s",
            "unit_time_mean_s", "total_time_s", "final_accuracy", "target_accuracy",
@@ -74,7 +74,8 @@ def summarize(runs: list[Run], shown: list[Run], frames: dict[str, dict[str, pd.
                "backend": settings["backend"],
                "model": settings["model"], "dataset": settings["dataset"],
                "link_profile": settings["link_profile"], "size": settings[k["size"]],
-               "length": settings[k["length"]], "target_accuracy": target}
+               "length": settings[k["length"]], "training": settings.get("training", ""),
+               "target_accuracy": target}
         row.update((_fl_row if r.kind == "fl" else _ddp_row)(r.run_id, frames[r.kind], target))
         rows.append(row)
     df = pd.DataFrame(rows, columns=COLUMNS)
