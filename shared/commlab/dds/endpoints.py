@@ -18,8 +18,8 @@ from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 
-from .cdr import SampleInfo, address_of, serdata_size, serdata_to_ser, sertype_of, write_iov
-from .chunk import Chunk, ChunkHead, PrefixTooShort, decode_head, encode_head, split
+from .cdr import SampleInfo, address_of, serdata_bytes, serdata_size, serdata_to_ser, sertype_of, write_iov
+from .chunk import Chunk, ChunkHead, PrefixTooShort, decode_head, encode_head, padding, split
 from .errors import DdsWriteTimeout, MessageError
 from .messages import from_wire, to_wire
 from .qos import lossless
@@ -123,7 +123,7 @@ class ChunkWriter:
             for chunk in split(self.node.name, self.node.incarnation, msg_id, meta, view, s.chunk_bytes):
                 n = len(chunk.payload)
                 head = encode_head(chunk, n)
-                pad = -(len(head) + n) % 4  # DataWriter.write pads samples to a multiple of 4
+                pad = len(padding(len(head), n))
                 pieces = [(address_of(head), len(head)), (base + chunk.index * s.chunk_bytes, n), (ZEROS_ADDRESS, pad)]
                 start = time.perf_counter()
                 ret = write_iov(self.writer._ref, self._sertype, [p for p in pieces if p[1]])
@@ -193,9 +193,7 @@ class ChunkReader:
         try:
             return decode_head(memoryview(self._prefix)[:n], size)
         except PrefixTooShort:
-            whole = bytearray(size)
-            serdata_to_ser(sample, 0, size, address_of(whole))
-            return decode_head(whole, size)
+            return decode_head(serdata_bytes(sample), size)
 
     def close(self) -> None:
         self._loop.stop()

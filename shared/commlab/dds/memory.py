@@ -23,4 +23,6 @@ def keep_freed_blocks() -> bool:
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is None:
         return False
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) & bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    mmap_set = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    trim_set = mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)  # always both: one alone is worse than neither
+    return bool(mmap_set and trim_set)
