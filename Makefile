@@ -6,7 +6,7 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test
+.PHONY: help venv test test-repeat
 help:
 	@grep -hE '^[a-zA-Z0-9_% -]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
 
@@ -19,6 +19,12 @@ venv: $(STAMP) ## create .venv and install the project
 
 test: $(STAMP) ## run the whole test suite (unit, multi-process DDS, network namespaces, containers)
 	$(PYTHON) -m pytest -q -ra
+
+# The tests that start, kill and restart processes: run them N times and report any flake.
+N ?= 20
+K ?= test_fl_faults or test_dds_multiprocess or killed
+test-repeat: $(STAMP) ## run the tests matching K (pytest -k; default: fault and multi-process tests) N times each; per-test pass counts
+	$(PYTHON) -m pytest -q -ra --repeat $(N) -k "$(K)"
 
 # Experiment settings shared by the fl-*, ddp-*, histogram and container targets.
 CLIENTS ?= 2

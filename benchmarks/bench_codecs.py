@@ -15,8 +15,10 @@ import numpy as np
 
 from commlab.codecs import decode_any, get_codec
 from commlab.models import build_model, flatten_params
+from commlab.progress import Progress
 
-CODECS = ["fp32", "int8", "fp32_sparse", "int8_sparse", "minmax8", "minmax4", "minmax2", "qsgd16", "qsgd4"]
+CODECS = ["fp32", "int8", "fp32_sparse", "int8_sparse", "minmax8", "minmax4", "minmax2", "qsgd16", "qsgd4",
+          "signsgd", "terngrad", "randomk"]
 FIELDS = ["vector", "numel", "codec", "wire_ratio", "encode_MBps", "decode_MBps", "encode_x_memcpy",
           "decode_x_memcpy", "roundtrip_x_memcpy", "max_abs_err", "mean_abs_err", "memcpy_MBps"]
 
@@ -81,10 +83,12 @@ def main() -> None:
           "enc+dec x memcpy | max abs err | mean abs err |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     rows = []
-    for name, vec in vectors().items():
-        for codec_name in args.codecs.split(","):
+    cases = [(name, vec, codec_name) for name, vec in vectors().items() for codec_name in args.codecs.split(",")]
+    with Progress(len(cases), "case") as progress:
+        for name, vec, codec_name in cases:
             rows.append(bench(name, vec, codec_name, args.reps, args.budget))
-            print(fmt(rows[-1]), flush=True)
+            progress.log(fmt(rows[-1]))
+            progress.update(len(rows), f"{name} {codec_name}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, FIELDS)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from commlab.progress import Progress
+
 
 def run(method: str, world: int, epochs: int, results: Path, extra: list[str]) -> str:
     run_id = f"bench-ddp-{method}-w{world}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -55,7 +57,14 @@ def main() -> int:
     p.add_argument("--runs", nargs=2, metavar=("DENSE", "DGC"))
     p.add_argument("extra", nargs="*", help="passed to commlab.ddp.run (after --)")
     a = p.parse_args()
-    ids = a.runs or [run(m, a.world, a.epochs, a.results_dir, a.extra) for m in ("dense", "dgc")]
+    ids = a.runs
+    if not ids:
+        # Plain lines between the runs: each run draws its own bar on the terminal.
+        with Progress(2, "run", in_place=False) as progress:
+            ids = []
+            for method in ("dense", "dgc"):
+                ids.append(run(method, a.world, a.epochs, a.results_dir, a.extra))
+                progress.update(len(ids), f"{method} done")
     dense, dgc = (summarise(a.results_dir / i) for i in ids)
     table = pd.DataFrame([dense, dgc]).set_index("method")
     with pd.option_context("display.width", 200, "display.max_columns", 20):

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from commlab.fl.run import build_configs, parse_args
+from commlab.progress import Progress
 
 
 def run(codec: str, a: argparse.Namespace) -> Path:
@@ -49,7 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", nargs=2, type=Path, metavar=("FP32_RUN", "CODEC_RUN"),
                    help="only read two finished run folders")
     a = p.parse_args(argv)
-    dirs = a.runs or [run("fp32", a), run(a.codec, a)]
+    dirs = a.runs
+    if not dirs:
+        with Progress(2, "run") as progress:
+            dirs = []
+            for codec in ("fp32", a.codec):
+                progress.update(len(dirs), f"running {codec}")
+                dirs.append(run(codec, a))
+            progress.update(len(dirs), "done")
     stats = [per_round(d) for d in dirs]
     for name, s, d in zip(("fp32", a.codec), stats, dirs):
         print(f"{name:12s} comm {s['comm_time_s']:.3f} s/round/client, up {s['bytes_up_per_client'] / 1e6:.3f} MB"

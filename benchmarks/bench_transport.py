@@ -24,6 +24,7 @@ from pathlib import Path
 
 from commlab.dds.netns import NetnsUnavailable, veth_pair
 from commlab.dds.probe import parse_sizes
+from commlab.progress import Progress
 
 HERE = Path(__file__).resolve()
 LOOPBACK_SIZES = "65536x100,1700000x20,10000000x5"
@@ -101,11 +102,14 @@ def measure(label: str, a_prefix: list[str], b_prefix: list[str], a: dict, b: di
     dds = ["-m", "commlab.dds.probe"]
     flags = ["--domain", str(domain), "--sizes", sizes] + (["--mtu"] if mtu else [])
     d_runs, t_runs = [], []
-    for _ in range(repeat):
-        d_runs.append(run_pair(b_prefix + py + dds + ["recv", "--interface", b["if"], "--peer", a["addr"]] + flags,
-                               a_prefix + py + dds + ["send", "--interface", a["if"], "--peer", b["addr"]] + flags))
-        t_runs.append(run_pair(b_prefix + py + [str(HERE), "tcp-recv", "--addr", b["addr"], "--sizes", sizes],
-                               a_prefix + py + [str(HERE), "tcp-send", "--addr", b["addr"], "--sizes", sizes]))
+    with Progress(repeat, "repetition") as progress:
+        progress.update(0, label)
+        for _ in range(repeat):
+            d_runs.append(run_pair(b_prefix + py + dds + ["recv", "--interface", b["if"], "--peer", a["addr"]] + flags,
+                                   a_prefix + py + dds + ["send", "--interface", a["if"], "--peer", b["addr"]] + flags))
+            t_runs.append(run_pair(b_prefix + py + [str(HERE), "tcp-recv", "--addr", b["addr"], "--sizes", sizes],
+                                   a_prefix + py + [str(HERE), "tcp-send", "--addr", b["addr"], "--sizes", sizes]))
+            progress.update(len(t_runs), label)
     rows = []
     for i, dr in enumerate(d_runs[0]):
         dds_mbps = statistics.median(run[i]["goodput_MBps"] for run in d_runs)

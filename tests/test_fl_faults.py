@@ -1,5 +1,8 @@
 """FL fault tolerance with real node processes over DDS on loopback (small data, short deadlines):
-a client killed mid-round, a controller killed and resumed from its checkpoint, malformed updates."""
+a client killed mid-round, a controller killed and resumed from its checkpoint, malformed updates.
+
+Every kill lands at a defined point of the node's protocol (commlab.fault_points: the node halts
+there and says so), never after a guessed delay."""
 import csv
 import json
 import os
@@ -13,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from commlab.fault_points import HALT_ENV
 from commlab.fl.checkpoint import load_checkpoint
 from commlab.fl.run import build_configs, parse_args
 from commlab.models import weights_digest
@@ -27,10 +31,13 @@ DOMAIN = 214 + (os.getpid() % 6) * 3
 class Proc:
     """One node process, output in a file so the test can wait for log lines."""
 
-    def __init__(self, tmp_path: Path, name: str, argv: list[str]):
+    def __init__(self, tmp_path: Path, name: str, argv: list[str], halt_at: str | None = None):
         self.log = tmp_path / f"{name}.log"
-        self.proc = subprocess.Popen(argv, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop(HALT_ENV, None)
+        if halt_at:
+            env[HALT_ENV] = halt_at
+        self.proc = subprocess.Popen(argv, stdout=open(self.log, "w"), stderr=subprocess.STDOUT, env=env)
 
     def text(self) -> str:
         return self.log.read_text()
@@ -62,7 +69,9 @@ class Proc:
                 self.proc.wait()
 
 
-def start_run(tmp_path: Path, domain: int, rounds: int, deadline: float = 6.0, clients: int = 2):
+def start_run(tmp_path: Path, domain: int, rounds: int, deadline: float = 6.0, clients: int = 2,
+              halt: dict[str, str] | None = None):
+    """Controller and clients as processes; `halt` maps a node name to its fault point."""
     ctl, cls = build_configs(parse_args([
         "--codec", "int8_sparse", "--clients", str(clients), "--rounds", str(rounds), "--deadline", str(deadline),
         "--samples-per-round", "128", "--batch-size", "32", "--train-subset", "2000", "--test-subset", "300",
@@ -72,7 +81,9 @@ def start_run(tmp_path: Path, domain: int, rounds: int, deadline: float = 6.0, c
     for name, cfg in [("controller", ctl)] + [(f"client-{c['client_id']}", c) for c in cls]:
         paths[name] = tmp_path / f"{name}.json"
         paths[name].write_text(json.dumps(cfg))
-    node = lambda name, script: Proc(tmp_path, name, [sys.executable, str(ROOT / "nodes" / script), str(paths[name])])  # noqa: E731
+    halt = halt or {}
+    node = lambda name, script: Proc(tmp_path, name, [sys.executable, str(ROOT / "nodes" / script), str(paths[name])],  # noqa: E731
+                                     halt.get(name))
     procs = {"controller": node("controller", "controller.py")}
     procs.update({n: node(n, "client.py") for n in paths if n != "controller"})
     return procs, paths, tmp_path / "results" / "fault"
@@ -84,9 +95,10 @@ def rounds_rows(run_dir: Path) -> list[dict]:
 
 
 def test_client_killed_mid_round_closes_round_at_deadline(tmp_path):
-    procs, _, run_dir = start_run(tmp_path, domain=DOMAIN, rounds=3, deadline=10.0)
+    procs, _, run_dir = start_run(tmp_path, domain=DOMAIN, rounds=3, deadline=10.0,
+                                  halt={"client-1": "before_upload@2"})
     try:
-        procs["client-1"].wait_for(r"round 2: training")
+        procs["client-1"].wait_for(r"HALTED at before_upload@2")  # trained round 2, uploaded nothing
         procs["client-1"].proc.send_signal(signal.SIGKILL)
         assert procs["controller"].finish() == 0, procs["controller"].text()
         assert procs["client-0"].finish() == 0
@@ -101,10 +113,11 @@ def test_client_killed_mid_round_closes_round_at_deadline(tmp_path):
 
 
 def test_controller_restart_resumes_from_identical_weights(tmp_path):
-    procs, paths, run_dir = start_run(tmp_path, domain=DOMAIN + 1, rounds=4)
+    procs, paths, run_dir = start_run(tmp_path, domain=DOMAIN + 1, rounds=4, halt={"controller": "after_round@2"})
     try:
         ctl = procs["controller"]
         after_2 = ctl.wait_for(r"round 2/4 .* model ([0-9a-f]{16})").group(1)
+        ctl.wait_for(r"HALTED at after_round@2")  # round 3 not yet commanded
         ctl.proc.send_signal(signal.SIGKILL)  # no clean shutdown: the checkpoint must already be on disk
         ctl.proc.wait()
         ckpt = load_checkpoint(run_dir / "checkpoints")
@@ -133,6 +146,7 @@ from commlab.dds import DdsNode, DdsSettings
 from commlab.dds.messages import ClientUpdate, TrainCmd
 with DdsNode("rogue", DdsSettings(domain_id=int(sys.argv[1]))) as node:
     cmds, pub = node.subscriber(TrainCmd), node.publisher(ClientUpdate)
+    print("subscribed", flush=True)
     node.barrier({"controller"}, 60)
     cmd = cmds.receive(60)
     pub.publish(ClientUpdate(round=cmd.round, client_id="client-0", num_samples=10, payload=b"\\x00not a frame"))
@@ -142,11 +156,20 @@ with DdsNode("rogue", DdsSettings(domain_id=int(sys.argv[1]))) as node:
 
 
 def test_malformed_update_is_rejected_and_counted(tmp_path):
-    procs, _, run_dir = start_run(tmp_path, domain=DOMAIN + 2, rounds=2, deadline=30.0)
+    # The real clients wait before uploading round 1 until the forgeries were rejected, so the
+    # forged client-0 update is judged on its payload, not as a second update.
+    # The rogue is announced before the controller exists, so the first command waits for it too.
+    rogue = Proc(tmp_path, "rogue", [sys.executable, "-c", ROGUE, str(DOMAIN + 2)])
+    rogue.wait_for("subscribed")
+    procs, _, run_dir = start_run(tmp_path, domain=DOMAIN + 2, rounds=2, deadline=30.0,
+                                  halt={"client-0": "before_upload@1", "client-1": "before_upload@1"})
+    procs["rogue"] = rogue
     try:
-        rogue = Proc(tmp_path, "rogue", [sys.executable, "-c", ROGUE, str(DOMAIN + 2)])
-        procs["rogue"] = rogue
         assert rogue.finish() == 0, rogue.text()
+        procs["controller"].wait_for(r"(?s)rejected update.*rejected update")
+        for name in ("client-0", "client-1"):
+            procs[name].wait_for(r"HALTED at before_upload@1")
+            procs[name].proc.send_signal(signal.SIGUSR1)
         assert procs["controller"].finish() == 0, procs["controller"].text()
     finally:
         for p in procs.values():

@@ -1,7 +1,8 @@
 """Starting the node programs of one run as local processes (plain, or inside network namespaces).
 
-Each node's output is relayed to ours line by line as it comes; ending the run signals only the
-processes started here, by PID (SIGTERM first: nodes exit cleanly on it, then SIGKILL).
+Each node's output is relayed to ours line by line as it comes (above the progress bar when one is
+drawn on the terminal); ending the run signals only the processes started here, by PID (SIGTERM
+first: nodes exit cleanly on it, then SIGKILL).
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from .progress import echo
+
 NODES_DIR = Path(__file__).resolve().parents[2] / "nodes"
 END_GRACE_S = 15.0  # how long a node may take to exit after SIGTERM
 
@@ -28,6 +31,21 @@ def random_domain(low: int, high: int) -> int:
 def end_nodes_on_sigterm() -> None:
     """Let SIGTERM unwind through NodeProcesses.__exit__, so the nodes we started are ended too."""
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def codec_params(pairs: list[str]) -> dict[str, Any]:
+    """KEY=VALUE command-line pairs -> codec parameters; VALUE is JSON when it parses, else a string."""
+    from commlab.config_schema import ConfigError
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"codec parameter {pair!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
 
 
 def write_node_config(run_dir: Path, node: str, cfg: dict[str, Any]) -> Path:
@@ -70,7 +88,7 @@ class NodeProcesses:
         """After end(): print every node's exit code; the names of the nodes that failed."""
         codes = {n: p.returncode for n, p in self.procs.items()}
         failed = [n for n, c in codes.items() if c != 0]
-        print(f"[run] exit codes: {codes}" + (f"; FAILED: {', '.join(failed)}" if failed else ""), flush=True)
+        echo(f"[run] exit codes: {codes}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
         return failed
 
     def end(self) -> None:
@@ -95,5 +113,4 @@ class NodeProcesses:
 
 def _relay(proc: subprocess.Popen) -> None:
     for line in proc.stdout:
-        sys.stdout.write(line)
-        sys.stdout.flush()
+        echo(line)

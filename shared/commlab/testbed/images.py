@@ -99,6 +99,15 @@ def registry_answers(image: str = REGISTRY_BASE) -> bool:
     return out.returncode == 0
 
 
+def base_source_missing() -> str | None:
+    """None when the base image can be made here (already made, debootstrap, or a registry), else
+    one line naming what is missing and the command that provides it."""
+    if image_exists(ROOTFS_IMAGE) or (CACHE / f"{SUITE}-rootfs.tar").exists() or shutil.which("debootstrap") \
+            or registry_answers():
+        return None
+    return "no registry answers and debootstrap is missing: run `sudo make docker-engine` (or apt-get install debootstrap)"
+
+
 def remove_rootfs(rootfs: Path) -> None:
     """Delete a rootfs left by an interrupted debootstrap, unmounting its /proc etc. first:
     deleting through a live mount would reach the host's own files."""

@@ -1,0 +1,37 @@
+"""Test-only fault points: a node that reaches a named point halts there until it is killed.
+
+Fault tests must kill a node at a defined place in its protocol, not after a guessed delay (a
+client killed "while training" may already have uploaded). A test starts the node with
+COMMLAB_HALT_AT="<point>@<n>", e.g. "before_upload@2" (an FL client in round 2, after training,
+before its update leaves). The node prints one line "HALTED at before_upload@2" and blocks; the
+test waits for that line and kills it, or lets it go on with SIGUSR1 (to order events between
+nodes). Without the variable every call is a no-op.
+
+Points: before_upload@<round> (FL client), after_round@<round> (FL controller, after the round's
+checkpoint and log line), before_exchange@<step> (DDP worker, after backward, before the step's
+collective).
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+HALT_ENV = "COMMLAB_HALT_AT"
+
+
+def halt_at(point: str, n: int) -> None:
+    """Block until SIGUSR1 if this process was told to halt at `point` number `n`."""
+    if os.environ.get(HALT_ENV) != f"{point}@{n}":
+        return
+    resumed = False
+
+    def resume(signum: int, frame: object) -> None:
+        nonlocal resumed
+        resumed = True
+
+    previous = signal.signal(signal.SIGUSR1, resume)
+    print(f"HALTED at {point}@{n}", flush=True)
+    while not resumed:  # other handlers (SIGTERM: clean exit) still run; SIGKILL ends it
+        signal.pause()
+    signal.signal(signal.SIGUSR1, previous)
+    print(f"RESUMED at {point}@{n}", flush=True)

@@ -1,0 +1,341 @@
+"""signsgd, terngrad and randomk: float references, hypothesis round trips, exact wire sizes,
+malformed frames, and randomk's seed-regenerated index sets."""
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import pytest
+import test_codecs_wire as wire_tests  # the fuzz harness and error-feedback check, reused
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from commlab.codecs import CodecError, decode_any, get_codec, randomk, wire
+
+HEADER = wire.HEADER.size
+NEW = ["signsgd", "terngrad", "randomk"]
+# Explicit settings: the other codec test modules load profiles, and the last one loaded wins.
+quick = settings(max_examples=100, deadline=None)
+fuzz = settings(max_examples=150, deadline=None)
+pytestmark = pytest.mark.filterwarnings("error")
+
+BOUND = float(np.nextafter(np.float32(1e30), np.float32(0)))
+vectors = arrays(np.float32, st.integers(0, 5000), elements=st.floats(-BOUND, BOUND, width=32))
+names = st.sampled_from(NEW)
+
+
+def rand(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+
+
+def frame_param_bytes(frame: bytes) -> bytes:
+    return frame[HEADER : HEADER + frame[7]]
+
+
+# --- float references ----------------------------------------------------------------------------
+
+def test_signsgd_matches_reference():
+    for x in (rand(1000), rand(9, 1) * 1e20, np.array([0.0, -0.0, 2.0, -4.0], np.float32)):
+        ref = np.float32(np.abs(x.astype(np.float64)).mean()) * np.where(x < 0, -1.0, 1.0).astype(np.float32)
+        out = decode_any(get_codec("signsgd").encode(x))
+        np.testing.assert_allclose(out, ref, rtol=1e-6)
+        assert np.array_equal(np.signbit(out), x < 0)  # zero and -0.0 map to +1
+    assert np.array_equal(decode_any(get_codec("signsgd").encode(np.array([0.0, -0.0], np.float32))), [0, 0])
+
+
+def test_terngrad_matches_reference_with_the_same_draws():
+    x = rand(1000) * 3
+    x[:3] = [0.0, x.max() * 2, -x.max() * 3]  # a zero and the unique max magnitude (negative)
+    codec = get_codec("terngrad", seed=11)
+    outs = [decode_any(codec.encode(x)) for _ in range(2)]
+    rng = np.random.default_rng(11)
+    s = np.float32(np.abs(x).max())
+    for out in outs:
+        b = rng.random(x.size, dtype=np.float32) < np.abs(x) / s
+        assert np.array_equal(out, s * np.sign(x) * b)
+    assert out[0] == 0 and out[2] == -s
+    assert not np.array_equal(outs[0], outs[1])  # fresh Bernoulli variables per encode
+
+
+def test_terngrad_is_unbiased():
+    x = rand(40, 2) * 10
+    x[0] = 0
+    codec, draws = get_codec("terngrad", seed=3), 4000
+    s = float(np.abs(x).max())
+    total = np.zeros(x.size, np.float64)
+    for _ in range(draws):
+        out = decode_any(codec.encode(x))
+        assert set(np.unique(out).tolist()) <= {-s, 0.0, s}
+        total += out
+    # One draw has std s * sqrt(p (1 - p)) <= s / 2 per element.
+    assert np.all(np.abs(total / draws - x) <= 6 * s / (2 * math.sqrt(draws)))
+
+
+def test_randomk_matches_reference():
+    x = rand(1000) + 10  # no zeros, so the kept set is visible in the output
+    frame = get_codec("randomk", ratio=0.05).encode(x)
+    seed, k = struct.unpack("<QQ", frame_param_bytes(frame))
+    idx = randomk.positions(seed, x.size, k)
+    ref = np.zeros_like(x)
+    ref[idx] = x[idx]
+    assert k == 50 and np.array_equal(decode_any(frame), ref)
+    assert np.array_equal(idx, np.sort(np.unique(idx))) and 0 <= idx[0] and idx[-1] < x.size
+
+
+@pytest.mark.parametrize(("numel", "k"), [(50, 10), (50, 40)])  # direct and complement selection
+def test_randomk_selection_is_uniform(numel, k):
+    draws = 4000
+    counts = np.zeros(numel)
+    for seed in range(draws):
+        counts[randomk.positions(seed, numel, k)] += 1
+    mean, std = draws * k / numel, math.sqrt(draws * k / numel * (1 - k / numel))
+    assert np.all(np.abs(counts - mean) <= 6 * std)
+
+
+def test_randomk_positions_are_pinned():
+    # Only the raw PCG64 stream is used, which numpy keeps stable: these must never change, or
+    # receivers on another numpy would place the values elsewhere.
+    assert randomk.positions(12345, 100, 5).tolist() == PINNED_12345
+    assert randomk.positions(2**64 - 1, 10, 8).tolist() == PINNED_MAX
+
+
+PINNED_12345 = [33, 36, 67, 69, 86]
+PINNED_MAX = [0, 2, 3, 4, 6, 7, 8, 9]
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(0, 3000), st.data())
+@quick
+def test_randomk_positions_are_k_distinct_sorted_indices(seed, numel, data):
+    k = data.draw(st.integers(0, numel))
+    idx = randomk.positions(seed, numel, k)
+    assert idx.dtype == np.int64 and idx.size == k
+    assert np.all(np.diff(idx) > 0) and (k == 0 or (idx[0] >= 0 and idx[-1] < numel))
+
+
+# --- hypothesis round trips ----------------------------------------------------------------------
+
+def invariant(name: str, codec, frame: bytes, x: np.ndarray, out: np.ndarray) -> None:
+    if name == "signsgd":
+        scale = np.float32(np.abs(x.astype(np.float64)).mean()) if x.size else 0
+        np.testing.assert_allclose(np.abs(out), scale, rtol=1e-6)
+        assert scale == 0 or np.array_equal(out < 0, x < 0)
+    elif name == "terngrad":
+        s = np.abs(x).max(initial=0)
+        assert np.all((out == 0) | (np.abs(out) == s))
+        assert np.all(out[x == 0] == 0) and np.array_equal(np.sign(out[out != 0]), np.sign(x[out != 0]))
+        assert np.array_equal(out[np.abs(x) == s], x[np.abs(x) == s])  # probability 1
+    else:
+        seed, k = struct.unpack("<QQ", frame_param_bytes(frame))
+        assert k == min(x.size, max(1, math.ceil(codec.ratio * x.size))) if x.size else k == 0
+        idx = randomk.positions(seed, x.size, k)
+        assert np.array_equal(out[idx], x[idx]) and np.count_nonzero(np.delete(out, idx)) == 0
+
+
+@given(names, vectors)
+@quick
+def test_round_trip(name, x):
+    codec = get_codec(name)
+    frame = codec.encode(x)
+    out = codec.decode(frame, x.size)
+    assert out.dtype == np.float32 and out.shape == x.shape and np.isfinite(out).all()
+    assert len(frame) == codec.wire_size(x.size)
+    invariant(name, codec, frame, x, out)
+
+
+@given(names, st.integers(0, 2**32), arrays(np.float32, st.integers(0, 300), elements=st.floats(-1, 1, width=32)))
+@quick
+def test_same_seed_gives_same_frames(name, seed, x):
+    params = {} if name == "signsgd" else {"seed": seed}  # signsgd is deterministic
+    a, b = get_codec(name, **params), get_codec(name, **params)
+    assert [a.encode(x) for _ in range(3)] == [b.encode(x) for _ in range(3)]
+
+
+@pytest.mark.parametrize("name", NEW)
+@pytest.mark.parametrize("bad", [np.inf, np.nan])
+def test_non_finite_input(name, bad):
+    x = np.array([1.0, bad], np.float32)
+    if name == "randomk":  # values are sent as they are, like fp32_sparse
+        out = decode_any(get_codec(name, ratio=1.0).encode(x))
+        assert out[0] == 1.0 and not np.isfinite(out[1])
+    else:
+        with pytest.raises(CodecError, match="must be finite"):
+            get_codec(name).encode(x)
+
+
+# --- exact wire sizes ----------------------------------------------------------------------------
+
+SIZES = [0, 1, 2, 7, 8, 9, 15, 16, 17, 99, 100, 101, 4095, 65537, 1000003]
+
+
+def expected_size(name: str, n: int, ratio: float = 0.01) -> int:
+    if name == "signsgd":
+        return HEADER + 4 + math.ceil(n / 8)
+    if name == "terngrad":
+        return HEADER + 4 + 2 * math.ceil(n / 8)
+    return HEADER + 16 + 4 * (min(n, max(1, math.ceil(ratio * n))) if n else 0)
+
+
+@pytest.mark.parametrize("name", NEW)
+@pytest.mark.parametrize("n", SIZES)
+def test_exact_wire_size(name, n):
+    codec = get_codec(name)
+    assert len(codec.encode(rand(n))) == codec.wire_size(n) == expected_size(name, n)
+
+
+@given(names, st.integers(0, 20000), st.floats(0.001, 1.0))
+@quick
+def test_wire_size_formula(name, n, ratio):
+    codec = get_codec(name, ratio=ratio) if name == "randomk" else get_codec(name)
+    assert codec.wire_size(n) == expected_size(name, n, ratio)
+
+
+def test_wire_ratio_for_the_mnist_cnn_vector():
+    n = 1_663_370
+    ratios = {name: get_codec(name).wire_size(n) / (4 * n) for name in NEW}
+    assert ratios["signsgd"] == pytest.approx(1 / 32, rel=1e-3)
+    assert ratios["terngrad"] == pytest.approx(1 / 16, rel=1e-3)
+    assert ratios["randomk"] == pytest.approx(0.01, rel=1e-3)
+
+
+# --- randomk seeds -------------------------------------------------------------------------------
+
+def test_randomk_receiver_regenerates_the_sender_indices(monkeypatch):
+    calls = []
+    real = randomk.positions
+    monkeypatch.setattr(randomk, "positions", lambda *a: calls.append(real(*a)) or calls[-1])
+    x = rand(100_000, 4)
+    codec = get_codec("randomk")
+    frame = codec.encode(x)
+    out = get_codec("randomk").decode(frame, x.size)  # a fresh receiver, another seed of its own
+    sent, received = calls
+    assert sent.size == 1000 and np.array_equal(sent, received)
+    assert np.array_equal(out[sent], x[sent]) and np.count_nonzero(out) == 1000
+
+
+def test_randomk_successive_frames_use_different_seeds_and_indices():
+    codec, x = get_codec("randomk", ratio=0.1), rand(10_000) + 10
+    frames = [codec.encode(x) for _ in range(5)]
+    seeds = [struct.unpack("<QQ", frame_param_bytes(f))[0] for f in frames]
+    assert len(set(seeds)) == 5
+    kept = [np.flatnonzero(decode_any(f)).tolist() for f in frames]
+    assert all(a != b for a, b in zip(kept, kept[1:]))
+    # Seeded: a second encoder with the same seed repeats the same frames, another seed does not.
+    assert [get_codec("randomk", ratio=0.1).encode(x) for _ in range(1)] == frames[:1]
+    assert get_codec("randomk", ratio=0.1, seed=1).encode(x) != frames[0]
+
+
+def test_constructor_parameters():
+    assert get_codec("randomk", ratio=0.25, seed=5).ratio == 0.25
+    with pytest.raises(CodecError, match="ratio"):
+        get_codec("randomk", ratio=0.0)
+    with pytest.raises(CodecError, match="bad parameters"):
+        get_codec("signsgd", seed=1)
+    assert [get_codec(n).lossy for n in NEW] == [True, True, True]
+
+
+# --- malformed frames ----------------------------------------------------------------------------
+
+VEC = rand(20, 5)
+
+
+def build(codec_id: int, numel: int, params: bytes, payload: bytes) -> bytes:
+    return wire.build(codec_id, numel, params, [payload])
+
+
+def scaled(scale: float, bitmaps: bytes) -> bytes:
+    return struct.pack("<f", scale) + bitmaps
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (get_codec("signsgd").encode(VEC)[:-1], "truncated"),
+        (get_codec("terngrad").encode(VEC)[:-1], "truncated"),
+        (get_codec("randomk").encode(VEC)[:-1], "truncated"),
+        (build(7, 20, b"", scaled(1.0, bytes(2))), "payload 6 bytes, 20 signs need 7"),
+        (build(7, 20, b"", scaled(1.0, bytes(4))), "payload 8 bytes"),
+        (build(7, 20, b"", scaled(float("nan"), bytes(3))), "scale nan must be finite"),
+        (build(7, 20, b"", scaled(float("inf"), bytes(3))), "scale inf"),
+        (build(7, 20, b"", scaled(-1.0, bytes(3))), "non-negative"),
+        (build(7, 20, b"", scaled(2.0**127, bytes(3))), "<= 8.50706e\\+37"),
+        (build(7, 20, b"", scaled(1.0, bytes([0, 0, 0x10]))), "bits set past the end"),
+        (build(7, 0, b"", b""), "payload 0 bytes, 0 signs need 4"),
+        (build(7, 4, b"\0", scaled(1.0, bytes(1))), "1 parameter bytes, expected 0"),
+        (build(8, 20, b"", scaled(1.0, bytes(3))), "payload 7 bytes, 20 values need 10"),
+        (build(8, 20, b"", scaled(-2.0, bytes(6))), "non-negative"),
+        (build(8, 20, b"", scaled(1.0, bytes([0, 0, 0, 0, 0, 0x20]))), "bits set past the end"),
+        (build(8, 20, b"", scaled(1.0, bytes([0, 0, 0x10, 0, 0, 0]))), "bits set past the end"),
+        (build(8, 20, b"", scaled(1.0, bytes([1, 0, 0, 2, 0, 0]))), "sign bit set on a zero value"),
+        (build(9, 20, struct.pack("<QQ", 1, 21), bytes(84)), "21 kept values for only 20"),
+        (build(9, 20, struct.pack("<QQ", 1, 2**64 - 1), bytes(8)), "kept values for only 20"),
+        (build(9, 20, struct.pack("<QQ", 1, 2), bytes(12)), "payload 12 bytes, 2 float32 values need 8"),
+        (build(9, 20, struct.pack("<QQ", 1, 2), bytes(4)), "payload 4 bytes"),
+        (build(9, 20, struct.pack("<Q", 1), bytes(8)), "8 parameter bytes, expected 16"),
+        (build(9, 2**31, struct.pack("<QQ", 1, 1), bytes(4)), None),  # valid, but needs numel=2**31
+    ],
+)
+def test_specific_errors(frame, message):
+    if message is None:
+        with pytest.raises(CodecError, match="frame has 2147483648 elements, expected 20"):
+            decode_any(frame, numel=20)
+        return
+    with pytest.raises(CodecError, match=message):
+        decode_any(frame)
+
+
+def test_hand_built_frames_decode():
+    assert decode_any(build(7, 3, b"", scaled(2.0, bytes([0b101])))).tolist() == [-2, 2, -2]
+    assert decode_any(build(8, 3, b"", scaled(2.0, bytes([0b110, 0b100])))).tolist() == [0, 2, -2]
+    vals = np.array([5.0, 6.0], "<f4").tobytes()
+    out = decode_any(build(9, 10, struct.pack("<QQ", 42, 2), vals))
+    assert out[randomk.positions(42, 10, 2)].tolist() == [5, 6] and np.count_nonzero(out) == 2
+
+
+def valid_frames() -> list[bytes]:
+    frames = []
+    for name in NEW:
+        for x in (rand(100, 3), np.zeros(3, np.float32), np.zeros(0, np.float32), rand(9, 4)):
+            frames.append(get_codec(name).encode(x))
+    frames.append(get_codec("randomk", ratio=0.9).encode(rand(200)))  # complement selection
+    return frames
+
+
+FRAMES = valid_frames()
+
+
+@given(st.sampled_from(FRAMES), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=6))
+@fuzz
+def test_mutated_frames(frame, edits):
+    buf = bytearray(frame)
+    for pos, value in edits:
+        buf[pos % len(buf)] = value
+    wire_tests.decode_only_codec_error(bytes(buf))
+
+
+@given(st.sampled_from(FRAMES), st.integers(0, 64), st.binary(max_size=16))
+@fuzz
+def test_truncated_or_extended(frame, cut, extra):
+    wire_tests.decode_only_codec_error(frame[: max(0, len(frame) - cut)] + extra)
+
+
+@given(st.sampled_from(FRAMES), st.sampled_from([8, 16, HEADER, HEADER + 8]), st.integers(0, 2**64 - 1))
+@fuzz
+def test_length_fields_overwritten(frame, offset, value):
+    # Offsets 8, 16: numel, payload length; 24, 32: randomk's seed and k.
+    buf = bytearray(frame)
+    if offset + 8 <= len(buf):
+        struct.pack_into("<Q", buf, offset, value)
+    wire_tests.decode_only_codec_error(bytes(buf))
+
+
+@given(st.sampled_from([7, 8, 9]), st.binary(max_size=120))
+@fuzz
+def test_random_bytes_after_a_valid_header_prefix(codec_id, tail):
+    wire_tests.decode_only_codec_error(wire.MAGIC + bytes([wire.VERSION, codec_id, wire.DTYPE_FLOAT32]) + tail)
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_error_feedback_conserves_the_sum(name):
+    wire_tests.test_error_feedback_conserves_the_sum(name)
