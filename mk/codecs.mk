@@ -2,3 +2,10 @@
 .PHONY: bench-codecs
 bench-codecs: $(STAMP) ## codec table: wire bytes, encode/decode MB/s vs memcpy, error -> results/bench/codecs.csv
 	$(PYTHON) benchmarks/bench_codecs.py
+
+# Every compressor in FL and DDP (docs/codecs.md): bytes vs fp32/dense, accuracy delta, comm time.
+# Short runs by default; MATRIX_ARGS="--fl-rounds 10 --fl-samples 6000 --ddp-epochs 2 --ddp-train-subset 20000" for the full ones.
+MATRIX_ARGS ?=
+.PHONY: bench-matrix
+bench-matrix: $(STAMP) ## every compressor x {FL, DDP}: bytes, accuracy delta, comm time -> results/bench/matrix.{csv,md}
+	$(PYTHON) benchmarks/bench_matrix.py $(MATRIX_ARGS)

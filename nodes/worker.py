@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     from commlab.data import DatasetError
     from commlab.dds import DdsError, exit_cleanly_on_sigterm
     from commlab.ddp.train import run_worker
-    from commlab.dgc.frame import FrameError
+    from commlab.ddp.frame_allgather import FrameError
     exit_cleanly_on_sigterm()
     try:
         run_worker(cfg, world, rank)

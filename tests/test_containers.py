@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from commlab.testbed.backend import choose_backend
-from commlab.testbed.compose_file import Node, addresses, compose_spec, container_config
+from commlab.roster import ddp_roster, fl_roster
+from commlab.testbed.compose_file import addresses, compose_spec, container_config
 from commlab.testbed.docker_run import free_net
-from commlab.testbed.engine import (REPO, bootstrap_as_root, compose_answers, compose_missing, engine_answers,
-                                    engine_missing)
+from commlab.testbed.engine import REPO, bootstrap_as_root, compose_answers, compose_missing, engine_answers
 
 BENCH = ipaddress.ip_network("198.18.0.0/15")
 
@@ -33,8 +33,7 @@ def fl_cfg(results: Path) -> dict:
 
 
 def test_container_config_rewrites_only_transport_paths_and_profile(tmp_path):
-    nodes = [Node("controller", "controller"), Node("client-0", "client"), Node("client-1", "client")]
-    addrs = addresses(nodes, 200)
+    addrs = addresses(fl_roster(2), 200)
     cfg = fl_cfg(tmp_path)
     out = container_config(cfg, "client-0", addrs, "10mbit", tmp_path)
     assert out["dds"] == {"domain_id": 7, "interface": "eth0", "loopback_tuned": False,
@@ -55,8 +54,8 @@ def test_container_config_refuses_paths_a_container_cannot_see(tmp_path):
 
 
 def test_compose_spec_uses_internal_benchmark_network_and_fixed_addresses(tmp_path):
-    nodes = [Node("worker-0", "worker", (("RANK", "0"),)), Node("worker-1", "worker", (("RANK", "1"),))]
-    spec = compose_spec(nodes, run_id="20260101-ddp-x", host_results=tmp_path, net=201, config_dir="/results/x/configs")
+    spec = compose_spec(ddp_roster(2), run_id="20260101-ddp-x", host_results=tmp_path, net=201,
+                        config_dir="/results/x/configs")
     net = spec["networks"]["lab"]
     assert net["internal"] is True
     assert ipaddress.ip_network(net["ipam"]["config"][0]["subnet"]).subnet_of(BENCH)
@@ -65,6 +64,7 @@ def test_compose_spec_uses_internal_benchmark_network_and_fixed_addresses(tmp_pa
         assert svc["cap_add"] == ["NET_ADMIN"] and svc["image"] == "commlab-worker:latest"
         assert svc["command"] == [f"/results/x/configs/{name}.json"]
     assert spec["services"]["worker-1"]["environment"]["RANK"] == "1"
+    assert spec["services"]["worker-1"]["environment"]["WORLD"] == "2"
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +101,10 @@ def test_choose_backend():
 
 @pytest.fixture(scope="module")
 def engine(bootstrapped):
+    from commlab.testbed.images import build_images, engine_missing
     missing = engine_missing()
     if missing:
         pytest.skip(missing)
-    from commlab.testbed.images import build_images
     t0 = time.monotonic()
     build_images()
     print(f"images ready in {time.monotonic() - t0:.0f} s")

@@ -18,6 +18,8 @@ from commlab.dds import DdsNode, DdsSettings, MessageError
 from commlab.dds.cdr import SampleInfo, Taker, address_of, serdata_size, serdata_to_ser, serdata_unref, sertype_of, write_iov
 from commlab.dds.chunk import Chunk, PrefixTooShort, decode, decode_head, encode, encode_head, padding
 
+from sample_messages import Blob
+
 CASES = [(n, sender, meta) for n in (0, 1, 2, 3, 5, 4099) for sender in ("", "a", "abc", "abcd", "worker-12")
          for meta in ("", "m", "mm", '{"key": "3/w", "rank": 1}', "é")]
 
@@ -73,7 +75,7 @@ def test_decode_rejects_malformed_samples_with_message_error():
 
 def test_writers_use_xcdr1_as_the_codec_assumes():
     with DdsNode("solo", DdsSettings(domain_id=179)) as node:
-        assert node.publisher("ModelBlob")._writer.writer._use_version_2 is False
+        assert node.publisher(Blob)._writer.writer._use_version_2 is False
 
 
 def test_sample_info_layout_is_cyclone_11():

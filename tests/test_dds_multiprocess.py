@@ -10,11 +10,12 @@ import time
 import numpy as np
 import pytest
 
-from commlab.dds import (BarrierTimeout, ClientUpdate, DdsNode, DdsSettings, DdsWriteTimeout, Group, ModelBlob, PeerLost,
-                         TrainCmd,
-                         exit_cleanly_on_sigterm)
+from commlab.dds import BarrierTimeout, DdsNode, DdsSettings, DdsWriteTimeout, Group, PeerLost, exit_cleanly_on_sigterm
 from commlab.dds.chunk import Chunk
 from commlab.dds.endpoints import ChunkWriter
+from commlab.dds.messages import to_wire
+
+from sample_messages import Blob, Reply, Request
 
 pytestmark = pytest.mark.slow
 CTX = mp.get_context("spawn")
@@ -36,16 +37,16 @@ def _join(procs, timeout=60):
 
 def _client_echo(domain: int, n: int, done) -> None:
     with DdsNode("client-0", _settings(domain, chunk_bytes=65536)) as node:
-        cmds, blobs, up = node.subscriber(TrainCmd), node.subscriber(ModelBlob), node.publisher(ClientUpdate)
+        reqs, blobs, up = node.subscriber(Request), node.subscriber(Blob), node.publisher(Reply)
         node.barrier({"controller"}, 20)
-        cmd = cmds.receive(20)
+        req = reqs.receive(20)
         digests = [_digest(blobs.receive(20).payload) for _ in range(n)]
-        up.publish(ClientUpdate(round=cmd.round, client_id=f"{cmd.run_id}:{';'.join(digests)}", num_samples=n,
-                                payload=b"u" * 3_000_000))
+        up.publish(Reply(seq=req.seq, text=f"{req.tag}:{';'.join(digests)}:{req.params['k']}", count=n,
+                         payload=b"u" * 3_000_000))
         done.wait(30)  # stay until the reply was checked: closing may drop unacknowledged data
 
 
-RUN_ID = "r" * 2000  # a meta longer than the 512-byte head prefix the reader parses first
+LONG_TAG = "r" * 2000  # a meta longer than the 512-byte head prefix the reader parses first
 
 
 def test_big_chunked_messages_arrive_whole_in_order():
@@ -55,15 +56,14 @@ def test_big_chunked_messages_arrive_whole_in_order():
     p.start()
     try:
         with DdsNode("controller", _settings(180)) as node:
-            up, cmds, blobs = node.subscriber(ClientUpdate), node.publisher(TrainCmd), node.publisher(ModelBlob)
+            up, reqs, blobs = node.subscriber(Reply), node.publisher(Request), node.publisher(Blob)
             node.barrier({"client-0"}, 20)
-            cmds.publish(TrainCmd(round=4, epochs=1, lr=0.1, seed=1, subset_size=10, codec="fp32",
-                                  codec_params={"k": [1, 2]}, deadline_s=5.0, batch_size=8, run_id=RUN_ID))
+            reqs.publish(Request(seq=4, tag=LONG_TAG, scale=0.1, params={"k": [1, 2]}))
             for i, b in enumerate(payloads):
-                blobs.publish(ModelBlob(round=4, model_version=i, payload=b))
+                blobs.publish(Blob(seq=4, index=i, payload=b))
             reply = up.receive(30)
-            assert reply is not None and reply.round == 4 and up.last_sender == "client-0"
-            assert reply.client_id == RUN_ID + ":" + ";".join(_digest(b) for b in payloads)
+            assert reply is not None and reply.seq == 4 and reply.count == 3 and up.last_sender == "client-0"
+            assert reply.text == LONG_TAG + ":" + ";".join(_digest(b) for b in payloads) + ":[1, 2]"
             assert reply.payload == b"u" * 3_000_000
             s = node.stats.snapshot()
             sent = sum(len(b) for b in payloads)
@@ -205,9 +205,9 @@ def test_sigterm_leaves_cleanly_so_peers_know_before_the_lease_expires():
 def _bad_sender(domain: int, done) -> None:
     with DdsNode("sender", _settings(domain)) as node:
         node.barrier({"receiver"}, 20)
-        w = ChunkWriter(node, "ModelBlob")
+        w = ChunkWriter(node, "Blob")
         w.wait_for_readers(10)
-        meta = '{"round": 1, "model_version": 1}'
+        meta = '{"seq": 1, "index": 1}'
         raw = [Chunk("sender", node.incarnation, 900, i, 3, 3000, meta if i == 0 else "", bytes([i]) * 1000)
                for i in range(3)]
         for c in (raw[1], raw[0], raw[1], raw[2], raw[2]):  # out of order with duplicates: one good message
@@ -215,7 +215,10 @@ def _bad_sender(domain: int, done) -> None:
         w.writer.write(Chunk("sender", node.incarnation, 901, 0, 2, 2000, meta, b"x" * 1000))
         w.writer.write(Chunk("sender", node.incarnation, 901, 1, 5, 2000, "", b"y" * 1000))  # count contradicts
         w.writer.write(Chunk("sender", node.incarnation, 902, 0, 1, 4, "{not json", b"abcd"))  # bad meta
-        node.publisher(ModelBlob).publish(ModelBlob(round=2, model_version=2, payload=b"ok"))
+        # The good message last, on the same writer: one writer's samples arrive in order, so the
+        # receiver has handled every chunk above once it has this message (another writer on the
+        # same topic could overtake them).
+        w.write(*to_wire(Blob(seq=2, index=2, payload=b"ok")))
         done.wait(30)
 
 
@@ -225,11 +228,11 @@ def test_malformed_and_duplicate_chunks_are_dropped_and_counted():
     p.start()
     try:
         with DdsNode("receiver", _settings(184)) as node:
-            blobs = node.subscriber(ModelBlob)
+            blobs = node.subscriber(Blob)
             node.barrier({"sender"}, 20)
             first, second = blobs.receive(20), blobs.receive(20)
             assert first.payload == b"\x00" * 1000 + b"\x01" * 1000 + b"\x02" * 1000
-            assert (second.round, second.payload) == (2, b"ok")
+            assert (second.seq, second.payload) == (2, b"ok")
             assert blobs.receive(0.5) is None
             s = node.stats.snapshot()
             assert s["duplicate_chunks"] == 2 and s["malformed_chunks"] == 2
@@ -240,25 +243,25 @@ def test_malformed_and_duplicate_chunks_are_dropped_and_counted():
 
 def _controller(domain: int, rnd: int, q) -> None:
     with DdsNode("controller", _settings(domain)) as node:
-        up, cmds = node.subscriber(ClientUpdate), node.publisher(TrainCmd)
+        up, reqs = node.subscriber(Reply), node.publisher(Request)
         node.barrier({"client-0"}, 20)
-        cmds.publish(TrainCmd(round=rnd, epochs=1, lr=0.1, seed=rnd, subset_size=1, codec="fp32"))
+        reqs.publish(Request(seq=rnd, tag="restart"))
         reply = up.receive(20)
-        q.put(None if reply is None else reply.round)
+        q.put(None if reply is None else reply.seq)
 
 
 def test_clients_survive_a_controller_restart():
     q = CTX.Queue()
     with DdsNode("client-0", _settings(185)) as node:
-        cmds, up = node.subscriber(TrainCmd), node.publisher(ClientUpdate)
+        reqs, up = node.subscriber(Request), node.publisher(Reply)
         node.barrier(set(), 1)
         for rnd in (1, 2):  # the second controller is a new participant under the same name
             ctl = CTX.Process(target=_controller, args=(185, rnd, q))
             ctl.start()
             try:
-                cmd = cmds.receive(30)
-                assert cmd is not None and cmd.round == rnd
-                up.publish(ClientUpdate(round=rnd, client_id="client-0", num_samples=1))
+                req = reqs.receive(30)
+                assert req is not None and req.seq == rnd
+                up.publish(Reply(seq=rnd, text="client-0", count=1))
                 assert q.get(timeout=30) == rnd
             finally:
                 _join([ctl])
@@ -266,7 +269,7 @@ def test_clients_survive_a_controller_restart():
 
 def _frozen_reader(domain: int, ready) -> None:
     with DdsNode("client-0", _settings(domain, lease_s=30.0)) as node:
-        node.subscriber(ModelBlob)
+        node.subscriber(Blob)
         node.barrier({"controller"}, 20)
         ready.set()
         time.sleep(60)  # SIGSTOPped here by the test, then terminated
@@ -279,15 +282,15 @@ def test_blocked_write_raises_write_timeout_naming_topic_and_peer():
     try:
         settings = DdsSettings(domain_id=187, write_timeout_s=1.5, lease_s=30.0)
         with DdsNode("controller", settings) as node:
-            blobs = node.publisher(ModelBlob)
+            blobs = node.publisher(Blob)
             node.barrier({"client-0"}, 20)
             assert ready.wait(20)
             os.kill(p.pid, signal.SIGSTOP)  # alive for its 30 s lease, but acknowledges nothing
             t = time.monotonic()
             with pytest.raises(DdsWriteTimeout) as e:
-                blobs.publish(ModelBlob(round=1, model_version=1, payload=bytes(50_000_000)))
+                blobs.publish(Blob(seq=1, index=1, payload=bytes(50_000_000)))
             assert time.monotonic() - t < 10
-            assert "ModelBlob" in str(e.value) and e.value.peers == ["client-0"]
+            assert e.value.topic == "Blob" and "'Blob'" in str(e.value) and e.value.peers == ["client-0"]
     finally:
         os.kill(p.pid, signal.SIGCONT)
         p.terminate()

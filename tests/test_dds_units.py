@@ -10,12 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commlab.dds import ClientUpdate, CommStats, DdsSettings, MessageError, ModelBlob, TrainCmd, wire_bytes
+from commlab.dds import CommStats, DdsSettings, MessageError, wire_bytes
 from commlab.dds.cdr import address_of
 from commlab.dds.chunk import Chunk, decode_head, encode, split
-from commlab.dds.messages import from_wire, to_wire
+from commlab.dds.messages import from_wire, message_type, to_wire
 from commlab.dds.reassembly import MAX_MESSAGE_BYTES, Assembled, Reassembler
 from commlab.dds.settings import LOOPBACK_CHUNK, MTU_CHUNK, socket_buffer_bytes
+
+from sample_messages import Blob, Reply, Request
 
 
 def test_local_xml_pins_loopback_and_never_multicasts():
@@ -137,18 +139,24 @@ def test_incomplete_messages_expire_and_are_counted():
 
 
 def test_messages_roundtrip_and_reject_bad_meta():
-    cmd = TrainCmd(round=3, epochs=1, lr=0.05, seed=7, subset_size=100, codec="int8", codec_params={"chunk": 256},
-                   deadline_s=30.0, batch_size=32, run_id="r1")
-    assert from_wire(TrainCmd, *to_wire(cmd)) == cmd
-    upd = ClientUpdate(round=1, client_id="client-2", num_samples=600, payload=b"\x00\x01")
-    assert from_wire(ClientUpdate, *to_wire(upd)) == upd
-    meta, _ = to_wire(ModelBlob(round=1, model_version=2))
-    with pytest.raises(MessageError, match="model_version"):
-        from_wire(ModelBlob, meta.replace("model_version", "version"), b"")
+    req = Request(seq=3, tag="r1", scale=0.05, params={"chunk": 256, "k": [1, 2]})
+    assert from_wire(Request, *to_wire(req)) == req
+    reply = Reply(seq=1, text="node-2", count=600, payload=b"\x00\x01")
+    assert from_wire(Reply, *to_wire(reply)) == reply
+    meta, _ = to_wire(Blob(seq=1, index=2))
+    with pytest.raises(MessageError, match="index"):
+        from_wire(Blob, meta.replace("index", "position"), b"")
     with pytest.raises(MessageError, match="not JSON"):
-        from_wire(ModelBlob, "{", b"")
+        from_wire(Blob, "{", b"")
     with pytest.raises(MessageError, match="no payload"):
-        from_wire(TrainCmd, to_wire(cmd)[0], b"zz")
+        from_wire(Request, to_wire(req)[0], b"zz")
+
+
+def test_a_message_type_is_a_dataclass_class():
+    assert message_type(Blob) is Blob
+    for bad in ("Blob", Blob(seq=1, index=1), dict):
+        with pytest.raises(TypeError, match="dataclass"):
+            message_type(bad)
 
 
 def test_wire_bytes_formula_and_stats_deltas():

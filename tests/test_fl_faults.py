@@ -20,6 +20,7 @@ from commlab.fault_points import HALT_ENV
 from commlab.fl.checkpoint import load_checkpoint
 from commlab.fl.run import build_configs, parse_args
 from commlab.models import weights_digest
+from commlab.roster import fl_roster
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,15 +78,12 @@ def start_run(tmp_path: Path, domain: int, rounds: int, deadline: float = 6.0, c
         "--samples-per-round", "128", "--batch-size", "32", "--train-subset", "2000", "--test-subset", "300",
         "--results-dir", str(tmp_path / "results"), "--run-id", "fault", "--domain-id", str(domain)]))
     ctl["round_hard_limit_s"] = 60.0
-    paths = {}
-    for name, cfg in [("controller", ctl)] + [(f"client-{c['client_id']}", c) for c in cls]:
-        paths[name] = tmp_path / f"{name}.json"
-        paths[name].write_text(json.dumps(cfg))
-    halt = halt or {}
-    node = lambda name, script: Proc(tmp_path, name, [sys.executable, str(ROOT / "nodes" / script), str(paths[name])],  # noqa: E731
-                                     halt.get(name))
-    procs = {"controller": node("controller", "controller.py")}
-    procs.update({n: node(n, "client.py") for n in paths if n != "controller"})
+    paths, procs = {}, {}
+    for node, cfg in zip(fl_roster(clients), [ctl, *cls]):  # the controller first
+        paths[node.name] = tmp_path / f"{node.name}.json"
+        paths[node.name].write_text(json.dumps(cfg))
+        procs[node.name] = Proc(tmp_path, node.name, [sys.executable, str(ROOT / "nodes" / node.script),
+                                                      str(paths[node.name])], (halt or {}).get(node.name))
     return procs, paths, tmp_path / "results" / "fault"
 
 
@@ -143,7 +141,7 @@ def test_controller_restart_resumes_from_identical_weights(tmp_path):
 ROGUE = """
 import sys, numpy as np
 from commlab.dds import DdsNode, DdsSettings
-from commlab.dds.messages import ClientUpdate, TrainCmd
+from commlab.fl.messages import ClientUpdate, TrainCmd
 with DdsNode("rogue", DdsSettings(domain_id=int(sys.argv[1]))) as node:
     cmds, pub = node.subscriber(TrainCmd), node.publisher(ClientUpdate)
     print("subscribed", flush=True)

@@ -5,8 +5,8 @@ import pytest
 from commlab.codecs import get_codec
 from commlab.fl.collect import RoundFailed, UpdateCollector
 from commlab.fl.local_training import round_subset
+from commlab.fl.messages import ClientUpdate
 from commlab.fl.strategy import FedAvg, FitIns, FitRes
-from commlab.dds.messages import ClientUpdate
 
 
 def fedavg(weights, **kw):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from commlab.metrics import RunWriter
+from commlab.metrics import RunWriter, write_atomic
 
 
 def test_rows_are_on_disk_before_close_and_manifest_records_links(tmp_path):
@@ -31,3 +31,18 @@ def test_loopback_run_has_no_link_record_and_rows_need_every_column(tmp_path):
     run.close(status="failed: PeerLost")
     manifest = json.loads((run.dir / "manifest.json").read_text())
     assert "link_applied" not in manifest and manifest["status"] == "failed: PeerLost"
+
+
+def test_write_atomic_replaces_whole_or_not_at_all(tmp_path):
+    path = tmp_path / "state.bin"
+    write_atomic(path, b"old")
+    write_atomic(path, lambda f: f.write(b"new, through a writer"), mode=0o640)
+    assert path.read_bytes() == b"new, through a writer" and path.stat().st_mode & 0o777 == 0o640
+
+    def crash(f):
+        f.write(b"half")
+        raise OSError("disk full")
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(path, crash)
+    assert path.read_bytes() == b"new, through a writer"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.bin"]  # no temporary file left behind

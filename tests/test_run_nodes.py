@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from commlab.roster import ddp_roster, fl_roster
 from commlab.testbed import backend
 from commlab.testbed.backend import RunFailed, run_nodes
 from commlab.testbed.netns import NetnsError
@@ -56,3 +57,10 @@ def test_shaped_profile_as_root_uses_namespaces_else_falls_back(tmp_path, monkey
         return tmp_path / "r3"
     assert run_nodes("p", "local", "10mbit", tmp_path / "r3", ["controller"],
                      local=lambda: 5, netns=netns, docker=_never) == expected
+
+
+def test_roster_names_programs_and_environment():
+    assert [(n.name, n.script, n.env) for n in fl_roster(2)] == [
+        ("controller", "controller.py", ()), ("client-0", "client.py", ()), ("client-1", "client.py", ())]
+    assert [(n.name, n.script, dict(n.env)) for n in ddp_roster(2)] == [
+        ("worker-0", "worker.py", {"RANK": "0", "WORLD": "2"}), ("worker-1", "worker.py", {"RANK": "1", "WORLD": "2"})]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .progress import echo
+from .roster import Node
 
 NODES_DIR = Path(__file__).resolve().parents[2] / "nodes"
 END_GRACE_S = 15.0  # how long a node may take to exit after SIGTERM
@@ -63,14 +64,14 @@ class NodeProcesses:
         self.procs: dict[str, subprocess.Popen] = {}
         self._relays: list[threading.Thread] = []
 
-    def start(self, name: str, script: str, config: Path, env: dict[str, str] | None = None,
-              prefix: Sequence[str] = ()) -> subprocess.Popen:
-        """Run nodes/<script> CONFIG (through `prefix`, e.g. ip netns exec NS); the manifest records
-        backend local (COMMLAB_BACKEND) whatever interface the node's DDS uses."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COMMLAB_BACKEND": "local", **(env or {})}
-        proc = subprocess.Popen([*prefix, sys.executable, str(NODES_DIR / script), str(config)], env=env,
+    def start(self, node: Node, config: Path, prefix: Sequence[str] = ()) -> subprocess.Popen:
+        """Run the node's program nodes/<role>.py CONFIG with its environment (through `prefix`, e.g.
+        ip netns exec NS); the manifest records backend local (COMMLAB_BACKEND) whatever interface
+        the node's DDS uses."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COMMLAB_BACKEND": "local", **dict(node.env)}
+        proc = subprocess.Popen([*prefix, sys.executable, str(NODES_DIR / node.script), str(config)], env=env,
                                 text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.procs[name] = proc
+        self.procs[node.name] = proc
         self._relays.append(threading.Thread(target=_relay, args=(proc,), daemon=True))
         self._relays[-1].start()
         return proc

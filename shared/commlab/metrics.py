@@ -10,8 +10,9 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, BinaryIO, Callable, Mapping
 
 
 def git_commit(repo_dir: Path | None = None) -> str:
@@ -37,13 +38,37 @@ def new_run_id(kind: str, label: str) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{label}-{os.getpid()}"
 
 
+def write_atomic(path: Path, data: bytes | Callable[[BinaryIO], None], mode: int | None = None) -> None:
+    """Replace `path` whole or not at all, also across a crash: `data` (bytes, or a function that
+    writes to the open binary file, e.g. torch.save / np.savez) goes to a temporary file of its own in
+    the same folder, which is flushed, fsynced and renamed over `path`; then the folder is fsynced so
+    the rename itself is durable. Readers see the old file or the new one, never part of either.
+    The temporary file is removed if writing fails. `mode`: permissions to set (default: the umask's)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                f.write(data)
+            else:
+                data(f)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str).encode())
 
 
 class CsvTable:

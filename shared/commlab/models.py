@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from commlab.train_step import TrainStep, batch_loss, cross_entropy_step
+
 
 class MnistCnn(nn.Module):
     """The CNN of McMahan et al. (FedAvg, 2017): two 5x5 convolutions (32, 64 channels, each with
@@ -58,6 +60,11 @@ def build_model(name: str, seed: int = 0, **params) -> nn.Module:
 
 def num_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def layout_of(model: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every parameter in flatten_params order: what layout-aware codecs get."""
+    return [(name, tuple(p.shape)) for name, p in model.named_parameters()]
 
 
 def flatten_params(model: nn.Module) -> np.ndarray:
@@ -121,9 +128,11 @@ def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 1
 
 
 def train_epoch(model: nn.Module, x: np.ndarray, y: np.ndarray, indices: np.ndarray, *, batch_size: int,
-                lr: float, seed: int, optimizer: torch.optim.Optimizer | None = None) -> float:
+                lr: float, seed: int, optimizer: torch.optim.Optimizer | None = None,
+                step: TrainStep = cross_entropy_step) -> float:
     """One pass of minibatch SGD over x[indices] in an order fixed by seed; returns the mean loss.
-    Pass an optimizer to keep its state (momentum) across epochs; default is plain SGD(lr)."""
+    Pass an optimizer to keep its state (momentum) across epochs; default is plain SGD(lr).
+    `step` gives each batch's loss (commlab.train_step); default: cross-entropy."""
     if len(indices) == 0:
         raise ValueError("train_epoch got no samples")
     opt = optimizer if optimizer is not None else torch.optim.SGD(model.parameters(), lr=lr)
@@ -133,7 +142,7 @@ def train_epoch(model: nn.Module, x: np.ndarray, y: np.ndarray, indices: np.ndar
     for start in range(0, len(order), batch_size):
         batch = order[start: start + batch_size]
         opt.zero_grad()
-        loss = F.cross_entropy(model(torch.from_numpy(x[batch])), torch.from_numpy(y[batch]))
+        loss = batch_loss(step, model, torch.from_numpy(x[batch]), torch.from_numpy(y[batch]))
         loss.backward()
         opt.step()
         total += loss.item() * len(batch)

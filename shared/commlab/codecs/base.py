@@ -30,6 +30,9 @@ class Codec(ABC):
     params_struct: ClassVar[struct.Struct]
     # Codecs named with a numeric suffix ("minmax4", "qsgd16") take it as this constructor argument.
     suffix_param: ClassVar[str | None] = None
+    # Codecs that treat tensors differently (DGC: small tensors dense; PowerSGD: matrices) get the
+    # model's layout, [(name, shape)] in flat-vector order, when built to encode; never per call.
+    needs_layout: ClassVar[bool] = False
 
     def __init__(self, max_numel: int = wire.MAX_NUMEL) -> None:
         self.max_numel = max_numel
@@ -90,8 +93,9 @@ def register(cls: type[Codec]) -> type[Codec]:
     return cls
 
 
-def get_codec(name: str, **params: Any) -> Codec:
-    """Build a codec by registry name, e.g. "int8", "fp32_sparse", "minmax4", "qsgd16"."""
+def get_codec(name: str, layout: Any = None, **params: Any) -> Codec:
+    """Build a codec by registry name, e.g. "int8", "fp32_sparse", "minmax4", "qsgd16", "dgc";
+    `layout` (the model's [(name, shape)]) goes to the codecs that need it and is ignored by others."""
     cls = _BY_NAME.get(name)
     if cls is None:
         for candidate in _BY_NAME.values():
@@ -101,6 +105,8 @@ def get_codec(name: str, **params: Any) -> Codec:
                 break
     if cls is None:
         raise CodecError(f"unknown codec {name!r}; known: {', '.join(names())}")
+    if cls.needs_layout:
+        params = {**params, "layout": layout}
     try:
         return cls(**params)
     except TypeError as exc:

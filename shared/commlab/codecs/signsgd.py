@@ -4,7 +4,7 @@ Feedback Fixes SignSGD and other Gradient Compression Schemes", ICML 2019).
 Over the wire: one float32 scale s = ||p||_1 / D (the mean magnitude), then the signs as a bitmap
 of ceil(D/8) bytes, bit i (little-endian bit order) set when p_i < 0. Decode: s * sign(p_i), where
 zero (and -0.0) maps to +1, so every decoded value is +s or -s. The codec is stateless: the error
-feedback of EF-signSGD is the separate ``ErrorFeedback`` memory (error_feedback.py) around it.
+feedback of EF-signSGD is the separate ``ErrorFeedback`` memory (memory.py) around it.
 
 The 1-bit stream has the layout of ``bitpack.pack(values, 1)``, but is built with np.packbits,
 about 90 times faster. The bitmap and scale helpers are shared with terngrad.py.

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from commlab.metrics import write_atomic
 
 RawArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # train_x, train_y, test_x, test_y (uint8)
 
@@ -89,17 +90,12 @@ def _check(spec: DatasetSpec, raw: RawArrays, origin: str) -> None:
         raise DatasetError(f"{spec.name} from {origin}: label outside 0..{spec.num_classes - 1}")
 
 
-def _write_atomic(path: Path, raw: RawArrays) -> None:
+def _write_cache(path: Path, raw: RawArrays) -> None:
+    """Readers never see a half-written cache, even with concurrent loaders; readable by all, since
+    other users and containers share the cache."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, train_x=raw[0], train_y=raw[1], test_x=raw[2], test_y=raw[3])
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; other users and containers share the cache
-        os.replace(tmp, path)  # readers never see a half-written cache, even with concurrent loaders
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_atomic(path, lambda f: np.savez(f, train_x=raw[0], train_y=raw[1], test_x=raw[2], test_y=raw[3]),
+                 mode=0o644)
 
 
 def load_raw(name: str, root: Path | str | None = None) -> RawArrays:
@@ -117,7 +113,7 @@ def load_raw(name: str, root: Path | str | None = None) -> RawArrays:
     raw = spec.reader()
     _check(spec, raw, "source")
     try:
-        _write_atomic(path, raw)
+        _write_cache(path, raw)
     except OSError as exc:  # a read-only home (e.g. in a container) must not stop training
         print(f"commlab.data: cannot write cache {path} ({exc}); continuing uncached", file=sys.stderr)
     return raw

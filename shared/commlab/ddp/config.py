@@ -11,11 +11,11 @@ from pathlib import Path
 
 from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, existing, load_config,
                                    positive)
-from commlab.dgc.warmup import PAPER_STAGES
+from commlab.codecs.compression import DGC_MEMORY_PARAMS, MASKING
+from commlab.codecs.schedule import PAPER_STAGES
+from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
-# Besides these two, `method` may name any registered codec (commlab.codecs), exchanged by allgather.
-METHODS = ("dense", "dgc")
-MASKING = ("after_warmup", "always", "never")
+DENSE = "dense"  # the allreduce reference; every other method is a registered codec (commlab.codecs)
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class TrainingSection:
 
 @dataclass(frozen=True)
 class DgcSection:
+    """DGC's codec, memory and schedule parameters (method "dgc"); method_params override them."""
     final_density: float = 0.001
     warmup_stages: tuple[float, ...] = PAPER_STAGES
     warmup_length: float = 1.0      # in warmup_unit, split evenly over the stages
@@ -71,7 +72,7 @@ class WorkerConfig:
     run_id: str
     results_dir: str
     dds: DdsSection
-    method: str                       # "dense" | "dgc" | any registered codec name ("int8", "qsgd4", ...)
+    method: str                       # "dense" or any registered codec name ("dgc", "int8", "qsgd4", ...)
     method_params: dict = field(default_factory=dict)  # codec parameters, e.g. {"ratio": 0.05}
     link_profile: str = "lan"         # recorded in the manifest; shaping is applied by the testbed
     model: ModelSection = ModelSection()
@@ -84,19 +85,35 @@ class WorkerConfig:
     eval_batch_size: int = 1000
     threads: int = 1
     resume_from: str | None = None    # a run folder: continue after its checkpoint-rank<r>.pt
+    train_step: str = DEFAULT_TRAIN_STEP  # "module:function" or "file.py:function": the loss of one batch
 
     def check(self, where: str) -> None:
         existing(where, "resume_from", self.resume_from)
-        if self.method not in METHODS:
-            from commlab.codecs import CodecError, get_codec, names
-            try:
-                get_codec(self.method, **self.method_params)
-            except CodecError:
-                raise ConfigError(f"{where}method: must be one of {', '.join(METHODS + tuple(names()))}, "
-                                  f"got {self.method!r} (params {self.method_params})") from None
+        load_train_step(self.train_step, f"{where}train_step")
         positive(where, barrier_timeout_s=self.barrier_timeout_s, threads=self.threads,
                   collective_timeout_s=self.collective_timeout_s, summary_every=self.summary_every,
                   eval_batch_size=self.eval_batch_size)
+        if self.method == DENSE:
+            return
+        from commlab.codecs import CodecError, get_codec
+        try:
+            get_codec(self.method)
+        except CodecError as e:
+            raise ConfigError(f"{where}method: neither {DENSE} nor a registered codec: {e}") from None
+        try:
+            get_codec(self.method, **{k: v for k, v in self.codec_params().items() if k not in DGC_MEMORY_PARAMS})
+        except CodecError as e:
+            raise ConfigError(f"{where}method_params: {e}") from None
+
+    def codec_params(self) -> dict:
+        """Parameters for commlab.codecs.compression: for dgc the dgc section, then method_params."""
+        if self.method != "dgc":
+            return dict(self.method_params)
+        d = self.dgc
+        return {"density": d.final_density, "warmup_stages": d.warmup_stages, "warmup_length": d.warmup_length,
+                "warmup_unit": d.warmup_unit, "sample_ratio": d.sample_ratio, "min_sparse_numel": d.min_sparse_numel,
+                "fp16_values": d.fp16_values, "momentum_masking": d.momentum_masking, "clip_norm": d.clip_norm,
+                **self.method_params}
 
 
 def load_worker_config(path: str | Path) -> WorkerConfig:

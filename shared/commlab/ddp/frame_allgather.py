@@ -1,11 +1,13 @@
-"""Any registered codec as a DDP gradient exchange: error feedback, encode, allgather the frames,
-decode every rank's frame and average; then the same momentum SGD as the dense reference.
+"""Every compressed DDP gradient exchange: compensate (the codec's memory), encode, allgather the
+frames, decode every rank's frame and average; dense.py is the reference it is compared with.
 
-Per step each rank sends one frame (codec.wire_size bytes) to its peers instead of the dense
-vector; what the codec drops stays in this rank's residual (ErrorFeedback) and is added to the
-next step's gradient, so it is delayed, not lost.
+Per step each rank sends one frame (codec.wire_size bytes at most) to its peers instead of the
+dense vector. What the codec drops stays in this rank's memory and joins the next step's gradient
+(error feedback; for DGC the momentum-corrected velocity), so it is delayed, not lost. With DGC the
+momentum lives in the memory, so weight decay joins the gradient before compensation and the
+optimizer is plain SGD; otherwise the optimizer is the same momentum SGD as the dense reference.
 
-    exchange = FrameAllgather(group, model, training, "int8")
+    exchange = FrameAllgather(group, model, training, "int8", {}, steps_per_epoch)
     compress_s, decompress_s, density = exchange.exchange(step)   # every .grad is now the average
     exchange.optimizer.step()
 """
@@ -17,40 +19,48 @@ from typing import Any
 import numpy as np
 import torch
 
-from commlab.codecs import CodecError, ErrorFeedback, get_codec
+from commlab.codecs import CodecError
+from commlab.codecs.compression import build_compression
 from commlab.dds import Group
 from commlab.ddp.config import TrainingSection
-from commlab.models import flatten_grads, load_grads
+from commlab.models import flatten_grads, flatten_params, layout_of, load_grads
 
 
 class FrameError(ValueError):
-    """A rank's frame does not decode to a gradient of this model; names the rank."""
+    """A rank's frame does not decode to a finite gradient of this model; names the rank."""
 
 
 class FrameAllgather:
-    def __init__(self, group: Group, model: torch.nn.Module, training: TrainingSection, codec_name: str,
-                 codec_params: dict[str, Any] | None = None):
-        self.group, self.model, self.method = group, model, codec_name
-        self.codec = get_codec(codec_name, **(codec_params or {}))
-        self.memory = ErrorFeedback() if self.codec.lossy else None
-        self.optimizer = torch.optim.SGD(model.parameters(), lr=training.lr, momentum=training.momentum,
-                                         nesterov=training.nesterov, weight_decay=training.weight_decay)
+    def __init__(self, group: Group, model: torch.nn.Module, training: TrainingSection, method: str,
+                 params: dict[str, Any], steps_per_epoch: int):
+        self.group, self.model, self.method, self.steps_per_epoch = group, model, method, steps_per_epoch
+        self.compression = build_compression(method, params, layout_of(model), momentum=training.momentum,
+                                             nesterov=training.nesterov, world=group.world,
+                                             seed=training.seed * 1_000_003 + group.rank)
+        self.fold_weight_decay = self.compression.memory.applies_momentum
+        self.weight_decay = training.weight_decay
+        if self.fold_weight_decay:
+            self.optimizer = torch.optim.SGD(model.parameters(), lr=training.lr)
+        else:
+            self.optimizer = torch.optim.SGD(model.parameters(), lr=training.lr, momentum=training.momentum,
+                                             nesterov=training.nesterov, weight_decay=training.weight_decay)
 
     def exchange(self, step: int) -> tuple[float, float, float]:
         """Replace every .grad by the mean of all ranks' decoded frames; returns
-        (compress_s, decompress_s, share of coordinates this rank's frame carries as non-zero)."""
+        (compress_s, decompress_s, share of the compressible coordinates this rank sent)."""
         t0 = time.perf_counter()
-        sent = flatten_grads(self.model)
-        if self.memory is not None:
-            sent = self.memory.compensate(sent)
-        frame = self.codec.encode(sent)
+        grad = flatten_grads(self.model)
+        if self.fold_weight_decay:  # so that weight decay is momentum-corrected too
+            grad += self.weight_decay * flatten_params(self.model)
+        self.compression.at_step(step, self.steps_per_epoch)
+        frame, sent = self.compression.compress(grad)
         t1 = time.perf_counter()
         frames = self.group.allgather(f"{step}/{self.method}", frame)
         t2 = time.perf_counter()
         total = np.zeros(sent.size, np.float32)
         for rank, received in enumerate(frames):
             try:
-                decoded = self.codec.decode(received, numel=sent.size)
+                decoded = self.compression.codec.decode(received, numel=sent.size)
             except CodecError as e:
                 raise FrameError(f"frame from rank {rank}: {e}") from None
             if not np.isfinite(decoded).all():
@@ -58,16 +68,22 @@ class FrameAllgather:
             if rank == self.group.rank:
                 own = decoded
             total += decoded
-        if self.memory is not None:
-            self.memory.update(sent, own)  # what the others saw of this rank: the decoded frame
+        self.compression.remember(sent, own)  # what the others saw of this rank: its decoded frame
         load_grads(self.model, total / self.group.world)
-        return t1 - t0, time.perf_counter() - t2, float(np.count_nonzero(own)) / max(sent.size, 1)
+        return t1 - t0, time.perf_counter() - t2, self.compression.sent_share(own)
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(),
-                "memory": None if self.memory is None else self.memory.state_dict()}
+        # Tensors, not numpy arrays: checkpoints load with torch.load(weights_only=True).
+        return {"optimizer": self.optimizer.state_dict(), "compression": _map_arrays(
+            self.compression.state_dict(), np.ndarray, lambda a: torch.from_numpy(a.copy()))}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
-        if self.memory is not None and state.get("memory") is not None:
-            self.memory.load_state_dict(state["memory"])
+        self.compression.load_state_dict(_map_arrays(state["compression"], torch.Tensor, lambda t: t.numpy()))
+
+
+def _map_arrays(obj: Any, kind: type, convert) -> Any:
+    """`obj` with every `kind` inside nested dicts replaced by convert(it)."""
+    if isinstance(obj, dict):
+        return {k: _map_arrays(v, kind, convert) for k, v in obj.items()}
+    return convert(obj) if isinstance(obj, kind) else obj

@@ -5,12 +5,9 @@ from __future__ import annotations
 from typing import Callable
 
 from commlab.metrics import CsvTable
+from commlab.tables import COLUMNS
 
-STEP_COLUMNS = ["step", "epoch", "rank", "bytes_sent", "bytes_received", "comm_time_s", "compute_time_s",
-                "compress_time_s", "decompress_time_s", "step_time_s", "density", "train_loss"]
-EPOCH_COLUMNS = ["epoch", "rank", "step", "test_accuracy", "test_loss", "epoch_time_s"]
-SUMMED = ("bytes_sent", "bytes_received", "comm_time_s", "compute_time_s", "compress_time_s",
-          "decompress_time_s", "step_time_s", "density", "train_loss")
+SUMMED = tuple(c for c in COLUMNS["steps"] if c not in ("step", "epoch", "rank"))  # averaged in the summary
 
 
 class StepProfile:

@@ -16,9 +16,11 @@ from commlab.ddp.config import WorkerConfig
 from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, random_domain, write_node_config
 from commlab.metrics import new_run_id
 from commlab.progress import watch_csv
+from commlab.roster import ddp_roster
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_ddp
 from commlab.testbed.netns_run import run_ddp_netns
+from commlab.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 
 GRACE_S = 15.0  # after a worker fails, the others get collective_timeout_s + this to notice and exit
 
@@ -39,6 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32, help="per worker")
     p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train-step", default=DEFAULT_TRAIN_STEP, metavar="SPEC",
+                   help="every worker's loss of one batch: package.module:function or path/to/file.py:function "
+                   "(default %(default)s; docs/ddp.md)")
     p.add_argument("--density", type=float, default=0.001, help="DGC density after warm-up")
     p.add_argument("--warmup", type=float, default=1.0, help="DGC warm-up length in --warmup-unit")
     p.add_argument("--warmup-unit", choices=("steps", "epochs"), default="epochs")
@@ -62,7 +67,8 @@ def build_config(a: argparse.Namespace) -> dict:
            "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed},
            "dgc": {"final_density": a.density, "warmup_length": a.warmup, "warmup_unit": a.warmup_unit},
            "collective_timeout_s": a.collective_timeout, "summary_every": a.summary_every,
-           "resume_from": str(Path(a.resume_from).resolve()) if a.resume_from else None}
+           "resume_from": str(Path(a.resume_from).resolve()) if a.resume_from else None,
+           "train_step": resolve_spec_path(a.train_step)}
     return to_dict(from_dict(WorkerConfig, cfg))
 
 
@@ -80,8 +86,7 @@ def run_local(cfg: dict, world: int) -> int:
     collective timeout to report the lost rank themselves, then they are ended."""
     path = write_node_config(Path(cfg["results_dir"]) / cfg["run_id"], "worker", cfg)
     with NodeProcesses() as procs:
-        ranks = [procs.start(f"worker-{r}", "worker.py", path, env={"WORLD": str(world), "RANK": str(r)})
-                 for r in range(world)]
+        ranks = [procs.start(node, path) for node in ddp_roster(world)]
         procs.wait_while(lambda: all(p.poll() in (None, 0) for p in ranks) and procs.running())
         procs.wait_while(procs.running, cfg["collective_timeout_s"] + GRACE_S)
     return 1 if procs.report() else 0
@@ -105,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_progress = watch_csv(run_dir / "steps-rank0.csv", a.epochs * steps_per_epoch(cfg, a.world), "step",
                               numbered_from=0, note_column="train_loss", note_label="loss")
     try:
-        return run_nodes("commlab.ddp.run", backend, a.profile, run_dir, [f"worker-{r}" for r in range(a.world)],
+        return run_nodes("commlab.ddp.run", backend, a.profile, run_dir, [node.name for node in ddp_roster(a.world)],
                          local=lambda: run_local(cfg, a.world),
                          netns=lambda: run_ddp_netns([cfg] * a.world, a.profile),
                          docker=lambda: run_ddp([cfg] * a.world, a.profile, Path(cfg["results_dir"])))

@@ -7,27 +7,27 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from commlab.builders import build_dataset, build_node_model, dds_settings
+from commlab.codecs import get_codec
+from commlab.codecs.powersgd import PowerSgd
 from commlab.config_schema import ConfigError, to_dict
 from commlab.data import partition
 from commlab.dds import DdsNode, Group
 from commlab.ddp.checkpoint import load_checkpoint, save_checkpoint
 from commlab.ddp.config import WorkerConfig
 from commlab.ddp.dense import DenseAllreduce
-from commlab.ddp.dgc_exchange import DgcAllgather
 from commlab.ddp.evaluate import distributed_evaluate
 from commlab.ddp.frame_allgather import FrameAllgather
-from commlab.ddp.profile import EPOCH_COLUMNS, STEP_COLUMNS, StepProfile
+from commlab.ddp.lowrank import LowRankAllreduce
+from commlab.ddp.profile import StepProfile
 from commlab.fault_points import halt_at
 from commlab.metrics import CsvTable, RunWriter, backend_name
+from commlab.roster import worker_name
+from commlab.tables import COLUMNS
+from commlab.train_step import TrainStep, batch_loss, load_train_step
 
 GROUP = "ddp"
-
-
-def worker_name(rank: int) -> str:
-    return f"worker-{rank}"
 
 
 def log(rank: int, text: str) -> None:
@@ -45,6 +45,7 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
         raise ConfigError(f"training.batch_size: {tr.batch_size} exceeds the smallest shard "
                           f"({min(len(s) for s in shards)} samples for {world} ranks)")
     model = build_node_model(cfg.model, seed=tr.seed, threads=cfg.threads)  # same init on every rank
+    step_fn = load_train_step(cfg.train_step)  # already checked with the config
     out = Path(cfg.results_dir) / cfg.run_id
     writer = None
     if rank == 0:
@@ -56,8 +57,8 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
                       "subset": cfg.dataset.subset_seed},
             "steps_per_epoch": steps_per_epoch, "status": "running"})
     out.mkdir(parents=True, exist_ok=True)
-    steps = CsvTable(out / f"steps-rank{rank}.csv", STEP_COLUMNS)
-    epochs = CsvTable(out / f"epochs-rank{rank}.csv", EPOCH_COLUMNS)
+    steps = CsvTable(out / f"steps-rank{rank}.csv", COLUMNS["steps"])
+    epochs = CsvTable(out / f"epochs-rank{rank}.csv", COLUMNS["epochs"])
     node, status = None, "failed"
     try:
         node = DdsNode(worker_name(rank), dds_settings(cfg.dds))
@@ -80,7 +81,7 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
             model.train()
             for b in range(steps_per_epoch):
                 profile.record(train_step(model, exchange, node, data, order[b * tr.batch_size:(b + 1) * tr.batch_size],
-                                          step, epoch, rank))
+                                          step, epoch, rank, step_fn))
                 step += 1
             acc, loss = distributed_evaluate(model, data.test_x, data.test_y, group, f"eval/{epoch}",
                                              cfg.eval_batch_size)
@@ -98,25 +99,27 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
             writer.close(status)
 
 
-Exchange = DenseAllreduce | DgcAllgather | FrameAllgather
+Exchange = DenseAllreduce | FrameAllgather | LowRankAllreduce
 
 
 def build_exchange(cfg: WorkerConfig, group: Group, model: torch.nn.Module, steps_per_epoch: int) -> Exchange:
-    """dense: allreduce; dgc: its own memory and warm-up; any other codec: allgather of frames."""
+    """dense: the allreduce reference; PowerSGD: its two small allreduces; any other registered
+    codec (dgc included): allgather of frames."""
     if cfg.method == "dense":
         return DenseAllreduce(group, model, cfg.training)
-    if cfg.method == "dgc":
-        return DgcAllgather(group, model, cfg.training, cfg.dgc, steps_per_epoch)
-    return FrameAllgather(group, model, cfg.training, cfg.method, cfg.method_params)
+    if isinstance(get_codec(cfg.method), PowerSgd):
+        return LowRankAllreduce(group, model, cfg.training, cfg.method, cfg.codec_params())
+    return FrameAllgather(group, model, cfg.training, cfg.method, cfg.codec_params(), steps_per_epoch)
 
 
 def train_step(model: torch.nn.Module, exchange: Exchange, node: DdsNode, data,
-               batch: np.ndarray, step: int, epoch: int, rank: int) -> dict:
-    """Forward/backward, exchange, update; the steps.csv row of this step."""
+               batch: np.ndarray, step: int, epoch: int, rank: int, loss_fn: TrainStep) -> dict:
+    """Forward/backward (the batch's loss from loss_fn, the config's train_step), exchange, update;
+    the steps.csv row of this step."""
     t0 = time.perf_counter()
     before = node.stats.snapshot()
     exchange.optimizer.zero_grad()
-    loss = F.cross_entropy(model(torch.from_numpy(data.train_x[batch])), torch.from_numpy(data.train_y[batch]))
+    loss = batch_loss(loss_fn, model, torch.from_numpy(data.train_x[batch]), torch.from_numpy(data.train_y[batch]))
     loss.backward()
     t1 = time.perf_counter()
     halt_at("before_exchange", step)

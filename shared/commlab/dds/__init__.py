@@ -1,11 +1,9 @@
 """Cyclone DDS transport: per-node config, chunked reliable topics, barrier, collectives, stats."""
 from .collectives import Group, Handle
 from .errors import BarrierTimeout, DdsError, DdsWriteTimeout, MessageError, PeerLost
-from .messages import ClientUpdate, ModelBlob, TrainCmd
 from .node import DdsNode, exit_cleanly_on_sigterm
 from .settings import DdsSettings
 from .stats import CommStats, delta, wire_bytes
 
-__all__ = ["BarrierTimeout", "ClientUpdate", "CommStats", "DdsError", "DdsNode", "DdsSettings", "DdsWriteTimeout",
-           "Group", "Handle", "MessageError", "ModelBlob", "PeerLost", "TrainCmd", "delta", "exit_cleanly_on_sigterm",
-           "wire_bytes"]
+__all__ = ["BarrierTimeout", "CommStats", "DdsError", "DdsNode", "DdsSettings", "DdsWriteTimeout", "Group",
+           "Handle", "MessageError", "PeerLost", "delta", "exit_cleanly_on_sigterm", "wire_bytes"]

@@ -11,7 +11,7 @@ import itertools
 import logging
 import queue
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from cyclonedds.core import DDSException
 from cyclonedds.pub import DataWriter
@@ -21,12 +21,12 @@ from cyclonedds.topic import Topic
 from .cdr import SampleInfo, address_of, serdata_bytes, serdata_size, serdata_to_ser, sertype_of, write_iov
 from .chunk import Chunk, ChunkHead, PrefixTooShort, decode_head, encode_head, padding, split
 from .errors import DdsWriteTimeout, MessageError
+from .host import EndpointHost
 from .messages import from_wire, to_wire
 from .qos import lossless
 from .reading import ReaderLoop
 from .reassembly import Assembled, Reassembler
 from .stats import wire_bytes
-
 
 
 def matched_handles(list_matched: Callable[[], list[int]], attempts: int = 5) -> list[int]:
@@ -44,9 +44,6 @@ def matched_handles(list_matched: Callable[[], list[int]], attempts: int = 5) ->
     return list_matched()
 
 
-if TYPE_CHECKING:
-    from .node import DdsNode
-
 log = logging.getLogger(__name__)
 RETCODE_TIMEOUT = DDSException.DDS_RETCODE_TIMEOUT
 ZEROS = bytes(4)
@@ -54,14 +51,14 @@ ZEROS_ADDRESS = address_of(ZEROS)
 HEAD_PREFIX = 512  # bytes read to parse a chunk's head; a longer meta costs one more copy
 
 
-def chunk_topic(node: "DdsNode", name: str) -> Topic:
+def chunk_topic(node: EndpointHost, name: str) -> Topic:
     return node.topic(f"commlab_{name}", Chunk, lossless(node.settings.write_timeout_s))
 
 
 class ChunkWriter:
     """Writes (meta, payload) messages as chunks on one topic."""
 
-    def __init__(self, node: "DdsNode", name: str):
+    def __init__(self, node: EndpointHost, name: str):
         self.node, self.name = node, name
         self.writer = DataWriter(node.participant, chunk_topic(node, name), qos=lossless(node.settings.write_timeout_s))
         self._ids = itertools.count(1)
@@ -146,7 +143,7 @@ class ChunkWriter:
 class ChunkReader:
     """Reassembles messages of one topic in its own thread and passes each to on_message."""
 
-    def __init__(self, node: "DdsNode", name: str, on_message: Callable[[Assembled], None]):
+    def __init__(self, node: EndpointHost, name: str, on_message: Callable[[Assembled], None]):
         self.node, self.name, self._on_message = node, name, on_message
         self.reader = DataReader(node.participant, chunk_topic(node, name), qos=lossless(node.settings.write_timeout_s))
         self._assembler = Reassembler(name, node.stats, node.settings.reassembly_timeout_s)
@@ -200,7 +197,7 @@ class ChunkReader:
 
 
 class Publisher:
-    def __init__(self, node: "DdsNode", cls: type):
+    def __init__(self, node: EndpointHost, cls: type):
         self.cls = cls
         self._writer = ChunkWriter(node, cls.__name__)
 
@@ -214,7 +211,7 @@ class Publisher:
 
 
 class Subscriber:
-    def __init__(self, node: "DdsNode", cls: type):
+    def __init__(self, node: EndpointHost, cls: type):
         self.cls, self._stats = cls, node.stats
         self.last_sender = ""  # node name of the sender of the last message received
         self._queue: queue.Queue = queue.Queue()

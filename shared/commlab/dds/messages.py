@@ -1,51 +1,21 @@
-"""The FL messages. Each is a plain dataclass; on the wire its fields travel as JSON in the first
-chunk's `meta` and its `payload` (if it has one) as the chunked bytes. The topic is the class name."""
+"""Typed messages on named topics. A message type is a plain dataclass; its topic is its class
+name. On the wire its fields travel as JSON in the first chunk's `meta` and its `payload` field (if
+it has one; bytes) as the chunked bytes. The transport defines no message types of its own: the
+code using it does."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import fields, is_dataclass
 from typing import Any
 
 from .errors import MessageError
 
 
-@dataclass
-class TrainCmd:
-    round: int
-    epochs: int
-    lr: float
-    seed: int
-    subset_size: int
-    codec: str
-    codec_params: dict[str, Any] = field(default_factory=dict)
-    deadline_s: float = 60.0
-    batch_size: int = 32
-    run_id: str = ""
-
-
-@dataclass
-class ClientUpdate:
-    round: int
-    client_id: str
-    num_samples: int
-    payload: bytes = b""
-
-
-@dataclass
-class ModelBlob:
-    round: int
-    model_version: int
-    payload: bytes = b""
-
-
-MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (TrainCmd, ClientUpdate, ModelBlob)}
-
-
-def message_type(topic: str | type) -> type:
-    name = topic if isinstance(topic, str) else topic.__name__
-    if name not in MESSAGES:
-        raise ValueError(f"unknown topic {name!r}; known: {sorted(MESSAGES)}")
-    return MESSAGES[name]
+def message_type(cls: type) -> type:
+    """`cls` itself if it can travel as a message (a dataclass class), else TypeError."""
+    if not (isinstance(cls, type) and is_dataclass(cls)):
+        raise TypeError(f"a message type is a dataclass class (its topic is the class name), got {cls!r}")
+    return cls
 
 
 def to_wire(msg: Any) -> tuple[str, bytes | memoryview]:

@@ -1,60 +1,24 @@
-"""DdsNode: the one DomainParticipant of a process, configured before it exists, plus its
-announcement, topics, endpoints and CommStats."""
+"""DdsNode: the one DomainParticipant of a process (host.EndpointHost: configured before it
+exists, its announcement, topics and CommStats) with typed publishers, subscribers and the barrier."""
 from __future__ import annotations
 
-import random
 import signal
 import sys
-from typing import Any
 
-from cyclonedds.domain import Domain, DomainParticipant
-from cyclonedds.topic import Topic
-
-from .announce import Announcer
-from .endpoints import ChunkWriter, Publisher, Subscriber
+from .endpoints import Publisher, Subscriber
 from .errors import BarrierTimeout
-from .memory import keep_freed_blocks
+from .host import EndpointHost
 from .messages import message_type
-from .settings import DdsSettings
-from .stats import CommStats
 
 
-class DdsNode:
-    def __init__(self, name: str, settings: DdsSettings):
-        self.name, self.settings = name, settings
-        self.stats = CommStats()
-        keep_freed_blocks()  # large chunks would otherwise page-fault on every allocation (memory.py)
-        # Distinguishes this run of `name` from an earlier one (a restarted controller reuses its name).
-        self.incarnation = random.getrandbits(63)
-        # The domain is created with our XML before the participant, so no default config
-        # (multicast on eth0) is ever used.
-        self._domain = Domain(settings.domain_id, settings.to_xml())
-        self.participant = DomainParticipant(settings.domain_id)
-        self.participant_id = str(self.participant.guid)
-        self._topics: dict[str, Topic] = {}
-        self._closables: list[Any] = []
-        self.writers: list[ChunkWriter] = []  # the barrier waits until each has matched its readers
-        self.announcer = Announcer(self.participant, name, self.incarnation, settings.write_timeout_s)
-
-    def topic(self, name: str, data_type: type, qos) -> Topic:
-        if name not in self._topics:
-            self._topics[name] = Topic(self.participant, name, data_type, qos=qos)
-        return self._topics[name]
-
-    def publisher(self, message: str | type) -> Publisher:
+class DdsNode(EndpointHost):
+    def publisher(self, message: type) -> Publisher:
         return Publisher(self, message_type(message))
 
-    def subscriber(self, message: str | type) -> Subscriber:
+    def subscriber(self, message: type) -> Subscriber:
         sub = Subscriber(self, message_type(message))
         self._closables.append(sub)
         return sub
-
-    def add_closable(self, thing: Any) -> None:
-        self._closables.append(thing)
-
-    def peer_names(self, participants: set[str]) -> list[str]:
-        by_id = {p.participant: n for n, p in self.announcer.directory.peers.items()}
-        return sorted(by_id.get(p, f"unannounced participant {p}") for p in participants if p != self.participant_id)
 
     def barrier(self, expected: set[str], timeout_s: float) -> None:
         """Announce this node, then wait until every expected peer is alive and announced and every
@@ -70,15 +34,6 @@ class DdsNode:
         with self.stats.waiting():
             if not directory.wait_for(lambda: not missing(), timeout_s):
                 raise BarrierTimeout(missing(), timeout_s)
-
-    def close(self) -> None:
-        for thing in reversed(self._closables):
-            thing.close()
-        self._closables.clear()
-        self.announcer.close()
-        # Deleting the participant deletes its readers and writers; peers see us leave at once.
-        self.participant.__del__()
-        self._domain.__del__()
 
     def __enter__(self) -> "DdsNode":
         return self

@@ -2,8 +2,8 @@
 
     python -m commlab.dds.probe send|recv --domain D --interface IF --peer ADDR --sizes 65536x20,1700000x2 [--mtu]
 
-The sender publishes `count` ModelBlobs of each size; the receiver acknowledges each batch with
-a ClientUpdate carrying the SHA-256 of everything it received. The sender prints one JSON line
+The sender publishes `count` ProbeData messages of each size; the receiver acknowledges each batch
+with a ProbeAck carrying the SHA-256 of everything it received. The sender prints one JSON line
 per size: bytes, seconds (first write to acknowledgement), goodput and CommStats deltas.
 """
 from __future__ import annotations
@@ -13,10 +13,24 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass
 
-from .messages import ClientUpdate, ModelBlob
 from .node import DdsNode, exit_cleanly_on_sigterm
 from .settings import DdsSettings
+
+
+@dataclass
+class ProbeData:
+    batch: int
+    index: int
+    payload: bytes = b""
+
+
+@dataclass
+class ProbeAck:
+    batch: int
+    count: int
+    sha256: str
 
 
 def parse_sizes(text: str) -> list[tuple[int, int]]:
@@ -25,18 +39,18 @@ def parse_sizes(text: str) -> list[tuple[int, int]]:
 
 
 def send(node: DdsNode, sizes: list[tuple[int, int]]) -> None:
-    blobs, acks = node.publisher(ModelBlob), node.subscriber(ClientUpdate)
+    blobs, acks = node.publisher(ProbeData), node.subscriber(ProbeAck)
     node.barrier({"recv"}, 60)
-    for round_, (size, count) in enumerate(sizes):
+    for batch, (size, count) in enumerate(sizes):
         payload = os.urandom(size)
         before = node.stats.snapshot()
         start = time.perf_counter()
         for i in range(count):
-            blobs.publish(ModelBlob(round=round_, model_version=i, payload=payload))
+            blobs.publish(ProbeData(batch=batch, index=i, payload=payload))
         ack = acks.receive(600)
         seconds = time.perf_counter() - start
         expected = hashlib.sha256(payload * count).hexdigest()
-        if ack is None or ack.client_id != expected:
+        if ack is None or ack.sha256 != expected:
             raise SystemExit(f"size {size}: no or wrong acknowledgement")
         d = node.stats.since(before)
         print(json.dumps({"size": size, "count": count, "seconds": seconds, "goodput_MBps": size * count / seconds / 1e6,
@@ -44,16 +58,16 @@ def send(node: DdsNode, sizes: list[tuple[int, int]]) -> None:
 
 
 def recv(node: DdsNode, sizes: list[tuple[int, int]]) -> None:
-    blobs, acks = node.subscriber(ModelBlob), node.publisher(ClientUpdate)
+    blobs, acks = node.subscriber(ProbeData), node.publisher(ProbeAck)
     node.barrier({"send"}, 60)
-    for round_, (size, count) in enumerate(sizes):
+    for batch, (size, count) in enumerate(sizes):
         h = hashlib.sha256()
         for _ in range(count):
             msg = blobs.receive(600)
-            if msg is None or msg.round != round_:
+            if msg is None or msg.batch != batch:
                 raise SystemExit(f"size {size}: missing message")
             h.update(msg.payload)
-        acks.publish(ClientUpdate(round=round_, client_id=h.hexdigest(), num_samples=count))
+        acks.publish(ProbeAck(batch=batch, count=count, sha256=h.hexdigest()))
     time.sleep(1.0)  # closing at once could drop the last, not yet acknowledged, ack
 
 

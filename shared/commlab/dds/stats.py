@@ -65,7 +65,7 @@ class CommStats:
             return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
 
     def since(self, earlier: dict[str, float]) -> dict[str, float]:
-        """Counters accumulated since an earlier snapshot (per round or per step metrics)."""
+        """Counters accumulated since an earlier snapshot (metrics per interval of the caller's choosing)."""
         return delta(earlier, self.snapshot())
 
 

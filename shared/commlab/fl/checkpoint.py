@@ -1,12 +1,11 @@
 """Atomic per-round checkpoints: weights, round, strategy state and config in one .npz file.
 
-Written to a temporary file, fsynced, then os.replace'd, so a crash at any moment leaves either
-the previous checkpoint or the new one, never half a file. No pickle: arrays plus a JSON string.
+Written atomically (commlab.metrics.write_atomic), so a crash at any moment leaves either the
+previous checkpoint or the new one, never half a file. No pickle: arrays plus a JSON string.
 """
 from __future__ import annotations
 
 import json
-import os
 import re
 import zipfile
 from dataclasses import dataclass
@@ -14,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from commlab.metrics import write_atomic
 
 _NAME = re.compile(r"^round-(\d{6})\.npz$")
 _STRATEGY = "strategy."
@@ -31,24 +32,10 @@ def save_checkpoint(directory: Path, ckpt: Checkpoint, keep: int = 1) -> Path:
     """Write round-<r>.npz atomically, then delete all but the newest `keep` checkpoints."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"round-{ckpt.round:06d}.npz"
-    tmp = directory / f".{path.name}.tmp"
     meta = json.dumps({"round": ckpt.round, "config": ckpt.config}, default=str).encode()
     arrays = {"weights": ckpt.weights, "meta": np.frombuffer(meta, dtype=np.uint8)}
     arrays.update({_STRATEGY + k: v for k, v in ckpt.strategy_state.items()})
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)  # make the rename itself durable
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomic(path, lambda f: np.savez(f, **arrays))
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink()
     return path

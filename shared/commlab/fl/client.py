@@ -1,6 +1,6 @@
 """The FL client: wait for TrainCmd, train on its own partition, send the encoded delta, apply
-the ModelBlob. Survives controller restarts: it keeps listening and runs whatever round the
-controller announces, from the model of the previous round.
+the ModelBlob; end on Stop. Survives controller restarts: it keeps listening and runs whatever
+round the controller announces, from the model of the previous round.
 """
 from __future__ import annotations
 
@@ -13,22 +13,22 @@ import numpy as np
 import torch
 
 from commlab.builders import build_dataset, build_node_model, dds_settings
-from commlab.codecs import Codec, get_codec
-from commlab.codecs.error_feedback import ErrorFeedback
+from commlab.codecs import get_codec
+from commlab.codecs.compression import Compression, build_compression
 from commlab.data import Dataset, label_histogram, partition
 from commlab.dds import DdsError
-from commlab.dds.messages import ClientUpdate, ModelBlob, TrainCmd
 from commlab.fault_points import halt_at
 from commlab.fl.config import ClientConfig, load_client_config
 from commlab.fl.entry import as_config_error, log_to
-from commlab.fl.controller import CONTROLLER, STOP_EPOCHS
 from commlab.fl.local_training import local_update, round_subset
+from commlab.fl.messages import ClientUpdate, ModelBlob, Stop, TrainCmd
 from commlab.fl.strategy import FitIns
 from commlab.metrics import CsvTable
-from commlab.models import weights_digest
+from commlab.models import layout_of, weights_digest
+from commlab.roster import CONTROLLER
+from commlab.tables import COLUMNS
+from commlab.train_step import load_train_step
 
-CLIENT_COLUMNS = ["round", "client_id", "num_samples", "bytes_up", "bytes_down", "comm_time_s",
-                  "train_time_s", "encode_time_s", "decode_time_s"]
 POLL_S = 0.1
 
 
@@ -43,19 +43,20 @@ class Client:
         self.cmd_sub = node.subscriber(TrainCmd)
         self.blob_sub = node.subscriber(ModelBlob)
         self.update_pub = node.publisher(ClientUpdate)
+        self.stop_sub = node.subscriber(Stop)
         self.model_codec = get_codec("fp32")
+        self.train_step = load_train_step(cfg.train_step)  # already checked with the config
         self.weights: np.ndarray | None = None
         self.weights_round: int | None = None
         self.decode_s = 0.0  # ModelBlob decoding since the last row
         self._codec_key: tuple | None = None
-        self.codec: Codec | None = None
-        self.feedback: ErrorFeedback | None = None
-        # Error-feedback memory before each round: a round rerun after a controller restart
+        self.compression: Compression | None = None
+        # The compression memory before each round: a round rerun after a controller restart
         # starts from the same memory, so the lost first attempt leaves no trace.
-        self._feedback_before: dict[int, dict] = {}
+        self._memory_before: dict[int, dict] = {}
         run_dir = Path(cfg.results_dir) / cfg.run_id
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.table = CsvTable(run_dir / f"clients-{cfg.client_id}.csv", CLIENT_COLUMNS)
+        self.table = CsvTable(run_dir / f"clients-{cfg.client_id}.csv", COLUMNS["clients"])
         self._row_start = node.stats.snapshot()
 
     def run(self) -> None:
@@ -66,18 +67,36 @@ class Client:
             self._apply_blobs(0.0)
             cmd = self.cmd_sub.receive(POLL_S)
             if cmd is None:
+                # Only with no command waiting: every TrainCmd published before the Stop is run.
+                if self._stopped():
+                    return
                 if time.monotonic() - idle_since > self.cfg.idle_timeout_s:
                     raise ClientIdle(f"{self.cfg.name}: no TrainCmd from the controller for {self.cfg.idle_timeout_s:.0f}s")
                 continue
-            if cmd.run_id != self.cfg.run_id:  # another run sharing the DDS domain: not ours to obey
-                self.log(f"ignoring TrainCmd of run {cmd.run_id!r} (this is run {self.cfg.run_id!r})")
+            if not self._accepts(cmd):
                 continue
             idle_since = time.monotonic()
-            if cmd.epochs == STOP_EPOCHS:
-                self.log(f"controller finished the run at round {cmd.round - 1}")
-                return
             self.run_round(cmd)
             idle_since = time.monotonic()
+
+    def _accepts(self, cmd: TrainCmd) -> bool:
+        """False, with one log line, for a command of another run or an invalid one."""
+        if cmd.run_id != self.cfg.run_id:  # another run sharing the DDS domain: not ours to obey
+            self.log(f"ignoring TrainCmd of run {cmd.run_id!r} (this is run {self.cfg.run_id!r})")
+            return False
+        if (problem := cmd.problem()) is not None:
+            self.log(f"rejected TrainCmd for round {cmd.round}: {problem}")
+            return False
+        return True
+
+    def _stopped(self) -> bool:
+        """True once a Stop of this run arrived (a Stop of another run on the domain is ignored)."""
+        while (stop := self.stop_sub.receive(0.0)) is not None:
+            if stop.run_id == self.cfg.run_id:
+                self.log(f"stopped on the Stop message: run over after round {stop.last_round} ({stop.reason})")
+                return True
+            self.log(f"ignoring Stop of run {stop.run_id!r} (this is run {self.cfg.run_id!r})")
+        return False
 
     def _apply_blobs(self, timeout_s: float) -> None:
         """Apply every ModelBlob waiting (the controller is the authority: the latest one wins)."""
@@ -99,13 +118,15 @@ class Client:
             self._apply_blobs(POLL_S)
         return time.perf_counter() - start
 
-    def _codec_for(self, cmd: TrainCmd) -> Codec:
+    def _compression_for(self, cmd: TrainCmd) -> Compression:
+        """The codec the controller asked for, with its memory (error feedback; DGC's accumulation),
+        kept across rounds while the codec stays the same."""
         key = (cmd.codec, tuple(sorted(cmd.codec_params.items())))
         if key != self._codec_key:
-            self.codec = get_codec(cmd.codec, **cmd.codec_params)
-            self.feedback = ErrorFeedback() if self.codec.lossy else None
-            self._codec_key, self._feedback_before = key, {}
-        return self.codec
+            self.compression = build_compression(cmd.codec, cmd.codec_params, layout_of(self.model),
+                                                 seed=self.cfg.client_id)
+            self._codec_key, self._memory_before = key, {}
+        return self.compression
 
     def run_round(self, cmd: TrainCmd) -> None:
         rnd = cmd.round
@@ -117,10 +138,11 @@ class Client:
                  f"(round {self.weights_round})")
         start = time.perf_counter()
         delta, loss = local_update(self.model, self.weights, self.data, indices, fit,
-                                   momentum=self.cfg.optimizer.momentum, weight_decay=self.cfg.optimizer.weight_decay)
+                                   momentum=self.cfg.optimizer.momentum, weight_decay=self.cfg.optimizer.weight_decay,
+                                   step=self.train_step)
         train_s = time.perf_counter() - start
         start = time.perf_counter()
-        payload = self._encode(rnd, delta, self._codec_for(cmd))
+        payload = self._encode(rnd, delta, self._compression_for(cmd))
         encode_s = time.perf_counter() - start
         waited = self.node.stats.wait_s
         halt_at("before_upload", rnd)
@@ -140,18 +162,13 @@ class Client:
         self.log(f"round {rnd}: sent {len(payload)} B update, loss {loss:.4f}, train {train_s:.1f}s, "
                  f"encode {encode_s:.3f}s")
 
-    def _encode(self, rnd: int, delta: np.ndarray, codec: Codec) -> bytes:
-        """Encode the delta; for lossy codecs with error feedback, so that what the codec drops
-        now is added to a later update instead of being lost."""
-        if self.feedback is None:
-            return codec.encode(delta)
-        if rnd in self._feedback_before:
-            self.feedback.load_state_dict(copy.deepcopy(self._feedback_before[rnd]))
-        self._feedback_before = {rnd: copy.deepcopy(self.feedback.state_dict())}
-        compensated = self.feedback.compensate(delta)
-        payload = codec.encode(compensated)
-        self.feedback.update(compensated, codec.decode(payload))
-        return payload
+    def _encode(self, rnd: int, delta: np.ndarray, compression: Compression) -> bytes:
+        """Encode the delta through the codec's memory, so that what a lossy codec drops now is
+        added to a later update instead of being lost."""
+        if rnd in self._memory_before:
+            compression.load_state_dict(copy.deepcopy(self._memory_before[rnd]))
+        self._memory_before = {rnd: copy.deepcopy(compression.state_dict())}
+        return compression.encode(delta)
 
 
 def run_client(config_path: str) -> None:

@@ -11,6 +11,8 @@ from typing import Any
 
 from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, existing, load_config,
                                    positive)
+from commlab.roster import client_name
+from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
 PARTITION_SCHEMES = ("iid", "dirichlet", "shards")
 
@@ -91,8 +93,10 @@ class ControllerConfig:
     seed: int = 0                       # model initialisation
     eval_batch_size: int = 1000
     threads: int = 1                    # torch intra-op threads (cores are shared)
+    train_step: str = DEFAULT_TRAIN_STEP  # recorded only: each client runs the step of its own config
 
     def check(self, where: str) -> None:
+        load_train_step(self.train_step, f"{where}train_step")
         positive(where, rounds=self.rounds, expected_clients=self.expected_clients,
                   min_clients=self.min_clients, round_deadline_s=self.round_deadline_s,
                   match_timeout_s=self.match_timeout_s, keep_checkpoints=self.keep_checkpoints,
@@ -131,8 +135,10 @@ class ClientConfig:
     optimizer: OptimizerSection = OptimizerSection()
     idle_timeout_s: float = 300.0   # exit with an error after this long without a command
     threads: int = 1
+    train_step: str = DEFAULT_TRAIN_STEP  # "module:function" or "file.py:function": the loss of one batch
 
     def check(self, where: str) -> None:
+        load_train_step(self.train_step, f"{where}train_step")
         positive(where, num_clients=self.num_clients, idle_timeout_s=self.idle_timeout_s, threads=self.threads)
         if not 0 <= self.client_id < self.num_clients:
             raise ConfigError(f"{where}client_id: must be in 0..{self.num_clients - 1}, got {self.client_id}")
@@ -140,11 +146,6 @@ class ClientConfig:
     @property
     def name(self) -> str:
         return client_name(self.client_id)
-
-
-def client_name(index: int) -> str:
-    """DDS participant / barrier name of client `index`."""
-    return f"client-{index}"
 
 
 def load_controller_config(path: str | Path) -> ControllerConfig:

@@ -1,5 +1,5 @@
 """The FL controller: match barrier, then per round TrainCmd -> collect updates -> aggregate ->
-ModelBlob -> evaluate -> checkpoint -> one rounds.csv row.
+ModelBlob -> evaluate -> checkpoint -> one rounds.csv row; after the last round, Stop.
 
 Transport-facing code only; the round logic is the Strategy, validation of updates the
 UpdateCollector, persistence the checkpoint module.
@@ -17,20 +17,17 @@ from commlab.codecs import Codec, get_codec
 from commlab.config_schema import ConfigError, to_dict
 from commlab.data import Dataset
 from commlab.dds import DdsError
-from commlab.dds.messages import ClientUpdate, ModelBlob, TrainCmd
 from commlab.fault_points import halt_at
 from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from commlab.fl.collect import UpdateCollector
 from commlab.fl.config import ControllerConfig, load_controller_config
 from commlab.fl.entry import as_config_error, check_codec, log_to
+from commlab.fl.messages import ClientUpdate, ModelBlob, Stop, TrainCmd
 from commlab.fl.strategy import FedAvg, Strategy
 from commlab.metrics import RunWriter, backend_name
 from commlab.models import evaluate, flatten_params, load_params, weights_digest
-
-ROUND_COLUMNS = ["round", "round_time_s", "participants", "n_participants", "bytes_up", "bytes_down",
-                 "aggregate_time_s", "decode_time_s", "test_accuracy", "test_loss", "rejected_updates"]
-CONTROLLER = "controller"  # DDS node name of the controller
-STOP_EPOCHS = 0  # a TrainCmd with epochs == 0 tells clients the run is over
+from commlab.roster import CONTROLLER
+from commlab.tables import COLUMNS
 
 
 class Controller:
@@ -38,12 +35,14 @@ class Controller:
                  model: torch.nn.Module, data: Dataset, writer: RunWriter, log: Callable[[str], None] = print):
         self.cfg, self.node, self.strategy, self.start_round = cfg, node, strategy, start_round
         self.model, self.data, self.writer, self.log = model, data, writer, log
-        self.codec: Codec = get_codec(cfg.codec.name, **cfg.codec.params)
+        # Decoders read every parameter from the frame: the name alone says which decoder to use.
+        self.codec: Codec = get_codec(cfg.codec.name)
         self.model_codec: Codec = get_codec("fp32")  # the broadcast model is always full precision
         self.cmd_pub = node.publisher(TrainCmd)
         self.blob_pub = node.publisher(ModelBlob)
+        self.stop_pub = node.publisher(Stop)
         self.update_sub = node.subscriber(ClientUpdate)
-        self.rounds_table = writer.table("rounds", ROUND_COLUMNS)
+        self.rounds_table = writer.table("rounds", COLUMNS["rounds"])
 
     def run(self) -> None:
         cfg = self.cfg
@@ -56,14 +55,14 @@ class Controller:
             self.run_round(rnd, before)
             before = self.node.stats.snapshot()
         try:
-            self.cmd_pub.publish(self.command(cfg.rounds + 1, stop=True))
+            self.stop_pub.publish(Stop(run_id=cfg.run_id, last_round=cfg.rounds, reason="completed"))
         except DdsError as e:  # every round is done and saved; clients that miss this time out
             self.log(f"could not tell every client that the run is over: {e}")
         self.log(f"finished {cfg.rounds} rounds; final model {weights_digest(self.strategy.weights)}")
 
-    def command(self, rnd: int, stop: bool = False) -> TrainCmd:
+    def command(self, rnd: int) -> TrainCmd:
         fit = self.strategy.configure_round(rnd)
-        return TrainCmd(round=rnd, epochs=STOP_EPOCHS if stop else fit.epochs, lr=fit.lr, seed=fit.seed,
+        return TrainCmd(round=rnd, epochs=fit.epochs, lr=fit.lr, seed=fit.seed,
                         subset_size=fit.subset_size, codec=self.cfg.codec.name, codec_params=dict(self.cfg.codec.params),
                         deadline_s=self.cfg.round_deadline_s, batch_size=fit.batch_size, run_id=self.cfg.run_id)
 
@@ -125,7 +124,7 @@ def run_controller(config_path: str) -> None:
     if strategy_state is not None:
         as_config_error("init_path", lambda: strategy.load_state_dict(strategy_state))
     settings = as_config_error("dds", lambda: dds_settings(cfg.dds))
-    log = log_to("controller")
+    log = log_to(CONTROLLER)
     if start_round > 1:
         log(f"resuming at round {start_round} from {cfg.init_path}, model {weights_digest(strategy.weights)}")
     writer = RunWriter(cfg.results_dir, cfg.run_id, {

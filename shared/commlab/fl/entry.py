@@ -10,7 +10,8 @@ import sys
 import traceback
 from typing import Callable, TypeVar
 
-from commlab.codecs import CodecError, get_codec
+from commlab.codecs import CodecError
+from commlab.codecs.compression import build_compression
 from commlab.config_schema import ConfigError
 from commlab.fl.config import CodecSection
 
@@ -29,8 +30,9 @@ def as_config_error(what: str, build: Callable[[], T]) -> T:
 
 
 def check_codec(section: CodecSection, where: str = "codec") -> None:
+    """The codec and its parameters (memory and schedule ones included) resolve; no model needed."""
     try:
-        get_codec(section.name, **section.params)
+        build_compression(section.name, section.params, layout=[])
     except CodecError as e:
         raise ConfigError(f"{where}: {e}") from None
 

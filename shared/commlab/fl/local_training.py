@@ -7,6 +7,7 @@ import torch
 from commlab.data import Dataset
 from commlab.fl.strategy import FitIns
 from commlab.models import flatten_params, load_params, train_epoch
+from commlab.train_step import TrainStep, cross_entropy_step
 
 
 def round_subset(part: np.ndarray, fit: FitIns, client_index: int) -> np.ndarray:
@@ -19,8 +20,10 @@ def round_subset(part: np.ndarray, fit: FitIns, client_index: int) -> np.ndarray
 
 
 def local_update(model: torch.nn.Module, global_weights: np.ndarray, data: Dataset, indices: np.ndarray,
-                 fit: FitIns, *, momentum: float, weight_decay: float) -> tuple[np.ndarray, float]:
-    """Train from global_weights for fit.epochs over data[indices]; return (new - global, last epoch loss).
+                 fit: FitIns, *, momentum: float, weight_decay: float,
+                 step: TrainStep = cross_entropy_step) -> tuple[np.ndarray, float]:
+    """Train from global_weights for fit.epochs over data[indices], each batch's loss from `step`
+    (the client config's train_step); return (new - global, last epoch loss).
 
     A fresh optimizer every round: momentum is client-local state that must not leak stale
     directions from a model the server has since replaced.
@@ -31,5 +34,5 @@ def local_update(model: torch.nn.Module, global_weights: np.ndarray, data: Datas
     loss = float("nan")
     for epoch in range(fit.epochs):
         loss = train_epoch(model, data.train_x, data.train_y, indices, batch_size=fit.batch_size,
-                           lr=fit.lr, seed=fit.seed * 1000 + epoch, optimizer=opt)
+                           lr=fit.lr, seed=fit.seed * 1000 + epoch, optimizer=opt, step=step)
     return flatten_params(model) - global_weights, loss

@@ -16,9 +16,11 @@ from commlab.fl.config import ClientConfig, ControllerConfig
 from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, random_domain, write_node_config
 from commlab.metrics import new_run_id
 from commlab.progress import watch_csv
+from commlab.roster import fl_roster
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_fl
 from commlab.testbed.netns_run import run_fl_netns
+from commlab.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 
 CLIENT_GRACE_S = 60.0  # how long clients may take to exit after the controller finished
 
@@ -43,6 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--train-step", default=DEFAULT_TRAIN_STEP, metavar="SPEC",
+                   help="every client's loss of one batch: package.module:function or path/to/file.py:function "
+                   "(default %(default)s; docs/fl.md)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-clients", type=int, default=1)
     p.add_argument("--deadline", type=float, default=300.0, help="round deadline in seconds")
@@ -65,7 +70,8 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
               "model": {"name": a.model, "params": {}},
               "dataset": {"name": a.dataset, "train_subset": a.train_subset, "test_subset": a.test_subset},
               "partition": {"scheme": a.partition, "alpha": a.alpha, "labels_per_client": a.labels_per_client,
-                            "seed": a.seed}}
+                            "seed": a.seed},
+              "train_step": resolve_spec_path(a.train_step)}
     controller = {**common, "checkpoint_dir": str(Path(results) / run_id / "checkpoints"),
                   "rounds": a.rounds, "expected_clients": a.clients, "min_clients": a.min_clients,
                   "codec": {"name": a.codec, "params": codec_params(a.codec_param)},
@@ -84,10 +90,8 @@ def run_local(controller_cfg: dict, client_cfgs: list[dict]) -> int:
     """Start controller + clients as local processes; non-zero if any of them failed."""
     run_dir = Path(controller_cfg["results_dir"]) / controller_cfg["run_id"]
     with NodeProcesses() as procs:
-        controller = procs.start("controller", "controller.py",
-                                 write_node_config(run_dir, "controller", controller_cfg))
-        clients = [procs.start(f"client-{c['client_id']}", "client.py",
-                               write_node_config(run_dir, f"client-{c['client_id']}", c)) for c in client_cfgs]
+        controller, *clients = [procs.start(node, write_node_config(run_dir, node.name, cfg))
+                                for node, cfg in zip(fl_roster(len(client_cfgs)), [controller_cfg, *client_cfgs])]
         # The controller decides the run; stop early only when no client is left to train.
         procs.wait_while(lambda: controller.poll() is None and any(c.poll() in (None, 0) for c in clients))
         if controller.poll() == 0:
@@ -116,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                               note_label="acc")
     try:
         code = run_nodes("commlab.fl.run", backend, a.profile, run_dir,
-                         ["controller"] + [f"client-{c['client_id']}" for c in clients],
+                         [node.name for node in fl_roster(len(clients))],
                          local=lambda: run_local(controller, clients),
                          netns=lambda: run_fl_netns(controller, clients, a.profile),
                          docker=lambda: run_fl(controller, clients, a.profile, Path(controller["results_dir"])))

@@ -1,10 +1,13 @@
 """The report over results/: load runs, build frames, write summary.csv, report.md and figures."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .figures import ddp_figures, fl_figures
+import pandas as pd
+
+from .figures import ddp_figures, fl_figures, matrix_figure
 from .frames import ddp_frames, fl_frames, latest_per_series
 from .markdown import render
 from .runs import Run, Skipped, load_runs
@@ -28,6 +31,11 @@ def _window(runs: list[Run]) -> int:
     """Steps per window so the longest run has about 50 points."""
     steps = max((r.tables["steps"]["step"].nunique() for r in runs), default=0)
     return max(1, steps // 50)
+
+
+def _matrix_settings(matrix: Path) -> str:
+    meta = matrix.with_suffix(".json")
+    return "; ".join(json.loads(meta.read_text())["settings"].values()) if meta.exists() else ""
 
 
 def build_report(results: Path, out: Path, run_ids: list[str] | None = None,
@@ -60,7 +68,14 @@ def build_report(results: Path, out: Path, run_ids: list[str] | None = None,
             paths = ddp_figures(ddp_frames(members, window), settings, group, out, target, window)
         figures[group] = [p.name for p in paths]
         files += paths
-    (out / "report.md").write_text(render(summary, groups, figures, skipped, warnings, command, target))
+    text = render(summary, groups, figures, skipped, warnings, command, target)
+    matrix = results / "bench" / "matrix.csv"
+    if matrix.exists():  # written by benchmarks/bench_matrix.py (make bench-matrix)
+        files.append(matrix_figure(pd.read_csv(matrix), _matrix_settings(matrix), out))
+        text += ("\n## Compressor matrix (make bench-matrix)\n\n"
+                 + (matrix.with_suffix(".md").read_text() if matrix.with_suffix(".md").exists() else "")
+                 + "\n![matrix](matrix.png)\n")
+    (out / "report.md").write_text(text)
     files.append(out / "report.md")
     message = (f"Report on {len(runs)} run(s) in {len(groups)} settings group(s): {out / 'report.md'}"
                + "".join(f"\nskipped {s.path.name}: {s.reason}" for s in skipped)

@@ -118,3 +118,30 @@ def ddp_figures(frames: dict[str, pd.DataFrame], settings: dict, group: str, out
         paths.append(_save(fig, ax, f"DDP: {word} communication time", sub,
                            out / f"{group}-comm-time-{stat}.png"))
     return paths
+
+
+def matrix_figure(matrix: pd.DataFrame, settings: str, out: Path) -> Path:
+    """bench-matrix: bytes a node sends vs fp32/dense (log scale) against the accuracy delta, one
+    point per compressor and mode."""
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    ok = matrix[matrix["status"] == "ok"]
+    for mode, marker in (("fl", "o"), ("ddp", "s")):
+        part = ok[ok["mode"] == mode]
+        if part.empty:
+            continue
+        ax.scatter(part["bytes_vs_fp32"], part["accuracy_delta_pp"], marker=marker, label=mode.upper())
+        for _, row in part.iterrows():
+            ax.annotate(row["compressor"], (row["bytes_vs_fp32"], row["accuracy_delta_pp"]), fontsize=7,
+                        xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel("bytes sent per node, share of fp32 (FL: per round; DDP: per step and peer)")
+    ax.set_ylabel("test accuracy - fp32/dense (percentage points)")
+    ax.set_title(f"Compressor matrix: bytes vs accuracy\n{settings}", fontsize=9)
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "matrix.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .runs import COLUMNS, TEXT, Run
+from commlab.tables import COLUMNS, TEXT
+
+from .runs import Run
 
 
 def latest_per_series(runs: list[Run]) -> tuple[list[Run], list[Run]]:

@@ -12,19 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-# Columns each table must have (docs/architecture.md, "Results layout"); extra columns are kept.
-COLUMNS = {
-    "rounds": ["round", "round_time_s", "participants", "n_participants", "bytes_up", "bytes_down",
-               "aggregate_time_s", "decode_time_s", "test_accuracy", "test_loss", "rejected_updates"],
-    "clients": ["round", "client_id", "num_samples", "bytes_up", "bytes_down", "comm_time_s",
-                "train_time_s", "encode_time_s", "decode_time_s"],
-    "steps": ["step", "epoch", "rank", "bytes_sent", "bytes_received", "comm_time_s", "compute_time_s",
-              "compress_time_s", "decompress_time_s", "step_time_s", "density", "train_loss"],
-    "epochs": ["epoch", "rank", "step", "test_accuracy", "test_loss", "epoch_time_s"],
-}
-# Text columns, and numeric columns that may be empty (a round or epoch without evaluation).
-TEXT = {"participants", "client_id"}
-OPTIONAL = {"test_accuracy", "test_loss"}
+from commlab.tables import COLUMNS, OPTIONAL, TEXT  # columns a table must have (extra ones are kept)
+
 # Per kind: the settings that define a comparable experiment, the series field, the tables.
 KINDS = {
     "fl": {"series": "codec", "size": "clients", "length": "rounds",

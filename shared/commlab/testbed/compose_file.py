@@ -10,20 +10,13 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..roster import Node
 from .images import node_image
 
 CONTAINER_RESULTS = "/results"
-
-
-@dataclass(frozen=True)
-class Node:
-    name: str                      # service, host and DDS participant name: controller, client-0, worker-1
-    role: str                      # controller | client | worker
-    env: tuple[tuple[str, str], ...] = ()  # extra environment, e.g. RANK/WORLD for workers
 
 
 def addresses(nodes: list[Node], net: int) -> dict[str, str]:

@@ -18,8 +18,9 @@ from typing import Any
 
 from ..metrics import git_commit, write_json_atomic
 from ..progress import echo
+from ..roster import Node, ddp_roster, fl_roster
 from .backend import RunFailed, record_links
-from .compose_file import CONTAINER_RESULTS, Node, addresses, compose_spec, container_config, project_name
+from .compose_file import CONTAINER_RESULTS, addresses, compose_spec, container_config, project_name
 from .engine import EngineError, docker
 from .images import build_images, images_current
 
@@ -29,14 +30,11 @@ CONTROLLER_GRACE_S = 60.0  # clients get this long to leave after the controller
 
 def run_fl(controller_cfg: dict[str, Any], client_cfgs: list[dict[str, Any]], link_profile: str,
            results_dir: Path) -> Path:
-    nodes = [Node("controller", "controller")] + [Node(f"client-{i}", "client") for i in range(len(client_cfgs))]
-    return _run(nodes, [controller_cfg, *client_cfgs], link_profile, Path(results_dir), primary="controller")
+    return _run(fl_roster(len(client_cfgs)), [controller_cfg, *client_cfgs], link_profile, Path(results_dir))
 
 
 def run_ddp(worker_cfgs: list[dict[str, Any]], link_profile: str, results_dir: Path) -> Path:
-    world = len(worker_cfgs)
-    nodes = [Node(f"worker-{r}", "worker", (("RANK", str(r)), ("WORLD", str(world)))) for r in range(world)]
-    return _run(nodes, worker_cfgs, link_profile, Path(results_dir), primary="worker-0")
+    return _run(ddp_roster(len(worker_cfgs)), worker_cfgs, link_profile, Path(results_dir))
 
 
 def free_net(run_id: str) -> int:
@@ -51,8 +49,8 @@ def free_net(run_id: str) -> int:
     raise EngineError("every 198.19.128-249.0/24 network is taken: remove stale ones (docker network prune)")
 
 
-def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, results_dir: Path,
-         primary: str) -> Path:
+def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, results_dir: Path) -> Path:
+    """The first node is the primary one (controller, rank 0): once it has exited, the run ends."""
     run_ids = {c["run_id"] for c in cfgs}
     if len(run_ids) != 1:
         raise ValueError(f"node configs disagree on run_id: {sorted(run_ids)}")
@@ -78,7 +76,7 @@ def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, resul
     print(f"docker backend: {len(nodes)} containers on 198.19.{net}.0/24, link profile {link_profile}, "
           f"compose file {compose_file}", flush=True)
     try:
-        codes = _up(compose_file, project, primary, run_dir / "compose.log")
+        codes = _up(compose_file, project, nodes[0].name, run_dir / "compose.log")
     finally:
         subprocess.run(["docker", "compose", "-f", str(compose_file), "-p", project, "down", "-t", "5",
                         "--remove-orphans"], capture_output=True)

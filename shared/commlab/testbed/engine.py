@@ -52,19 +52,6 @@ def compose_missing() -> str | None:
     return None
 
 
-def engine_missing() -> str | None:
-    """None when containers can run here: a docker CLI, an engine, compose v2 and a way to make
-    the base image (a registry or debootstrap); else one line naming what is missing and the fix."""
-    ok, why = engine_answers()
-    if not ok:
-        return f"no Docker engine answers ({why}): run `{FIX}`"
-    missing = compose_missing()
-    if missing:
-        return missing
-    from .images import base_source_missing
-    return base_source_missing()
-
-
 def docker(*args: str, check: bool = True, timeout_s: float | None = None,
            input_bytes: bytes | None = None) -> subprocess.CompletedProcess:
     """Run `docker ARGS`, capturing output; raise EngineError naming the command on failure."""

@@ -20,12 +20,12 @@ import time
 import tomllib
 from pathlib import Path
 
-from .engine import REPO, EngineError, docker, image_exists
+from ..roster import ROLES
+from .engine import FIX, REPO, EngineError, compose_missing, docker, engine_answers, image_exists
 
 REGISTRY_BASE = "python:3.11-slim"
 ROOTFS_IMAGE = "commlab-rootfs:bookworm"
 BASE_IMAGE = "commlab-base:latest"
-NODE_ROLES = ("controller", "client", "worker")
 WHEELHOUSE = REPO / "images" / "wheelhouse"
 CACHE = REPO / ".cache" / "images"
 SUITE = "bookworm"  # its python3 is 3.11, so the host's cp311 wheels fit
@@ -108,6 +108,15 @@ def base_source_missing() -> str | None:
     return "no registry answers and debootstrap is missing: run `sudo make docker-engine` (or apt-get install debootstrap)"
 
 
+def engine_missing() -> str | None:
+    """None when containers can run here: a docker CLI, an engine, compose v2 and a way to make
+    the base image (a registry or debootstrap); else one line naming what is missing and the fix."""
+    ok, why = engine_answers()
+    if not ok:
+        return f"no Docker engine answers ({why}): run `{FIX}`"
+    return compose_missing() or base_source_missing()
+
+
 def remove_rootfs(rootfs: Path) -> None:
     """Delete a rootfs left by an interrupted debootstrap, unmounting its /proc etc. first:
     deleting through a live mount would reach the host's own files."""
@@ -183,7 +192,7 @@ def build_images(base: str | None = None) -> dict[str, str]:
     build_args["BASE"] = base
     docker_build(REPO / "images/base/Dockerfile", BASE_IMAGE, build_args)
     images = {}
-    for role in NODE_ROLES:
+    for role in ROLES:
         docker_build(REPO / "images" / role / "Dockerfile", node_image(role), {"BASE_IMAGE": BASE_IMAGE}, label)
         images[role] = node_image(role)
     return images
@@ -192,7 +201,7 @@ def build_images(base: str | None = None) -> dict[str, str]:
 def images_current() -> bool:
     """Every node image exists and was built from the sources as they are now."""
     want = source_digest()
-    for role in NODE_ROLES:
+    for role in ROLES:
         out = docker("image", "inspect", "--format", f'{{{{index .Config.Labels "{SOURCE_LABEL}"}}}}',
                      node_image(role), check=False)
         if out.returncode != 0 or out.stdout.decode().strip() != want:

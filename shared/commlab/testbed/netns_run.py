@@ -13,6 +13,7 @@ from typing import Any
 from ..launch import NodeProcesses, write_node_config
 from ..metrics import write_json_atomic
 from ..netem import link_for
+from ..roster import Node, ddp_roster, fl_roster
 from .backend import RunFailed, record_links
 from .compose_file import networked_dds
 from .netns import NetnsLab
@@ -22,29 +23,25 @@ GRACE_S = 60.0  # the others get this long to finish after the primary (first) n
 
 def run_fl_netns(controller_cfg: dict[str, Any], client_cfgs: list[dict[str, Any]], link_profile: str,
                  net: int = 251) -> Path:
-    nodes = [("controller", "controller.py", controller_cfg, {})] + \
-        [(f"client-{i}", "client.py", cfg, {}) for i, cfg in enumerate(client_cfgs)]
-    return _run(nodes, link_profile, net)
+    return _run(fl_roster(len(client_cfgs)), [controller_cfg, *client_cfgs], link_profile, net)
 
 
 def run_ddp_netns(worker_cfgs: list[dict[str, Any]], link_profile: str, net: int = 252) -> Path:
-    world = str(len(worker_cfgs))
-    nodes = [(f"worker-{r}", "worker.py", cfg, {"RANK": str(r), "WORLD": world}) for r, cfg in enumerate(worker_cfgs)]
-    return _run(nodes, link_profile, net)
+    return _run(ddp_roster(len(worker_cfgs)), worker_cfgs, link_profile, net)
 
 
-def _run(nodes: list[tuple[str, str, dict[str, Any], dict[str, str]]], link_profile: str, net: int) -> Path:
+def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, net: int) -> Path:
     """Raises NetnsError / LinkError only before any node started, RunFailed when a node failed."""
-    first = nodes[0][2]
+    first = cfgs[0]
     run_dir = Path(first["results_dir"]) / first["run_id"]
-    with NetnsLab([n[0] for n in nodes], net=net) as lab:
-        links = {name: {"profile": link_profile, **lab.shape(name, link_for(link_profile, name))}
-                 for name, *_ in nodes}
+    with NetnsLab([n.name for n in nodes], net=net) as lab:
+        links = {n.name: {"profile": link_profile, **lab.shape(n.name, link_for(link_profile, n.name))}
+                 for n in nodes}
         with NodeProcesses() as procs:
-            for name, script, cfg, env in nodes:
-                cfg = {**cfg, "link_profile": link_profile, "dds": networked_dds(cfg["dds"], name, lab.addresses)}
-                procs.start(name, script, write_node_config(run_dir, name, cfg), env=env, prefix=lab.prefix(name))
-            primary = procs.procs[nodes[0][0]]
+            for node, cfg in zip(nodes, cfgs):
+                cfg = {**cfg, "link_profile": link_profile, "dds": networked_dds(cfg["dds"], node.name, lab.addresses)}
+                procs.start(node, write_node_config(run_dir, node.name, cfg), prefix=lab.prefix(node.name))
+            primary = procs.procs[nodes[0].name]
             procs.wait_while(lambda: primary.poll() is None)
             procs.wait_while(procs.running, GRACE_S)
     for name, record in links.items():

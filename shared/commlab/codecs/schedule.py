@@ -1,5 +1,6 @@
-"""Density warm-up: start dense-ish and tighten in equal stages so early, fast-changing gradients
-are not starved (paper: 25% -> 6.25% -> 1.5625% -> 0.4% -> 0.1%)."""
+"""Compressor parameters over time. One schedule so far, DGC's density warm-up: start dense-ish
+and tighten in equal stages so early, fast-changing gradients are not starved (paper: 25% ->
+6.25% -> 1.5625% -> 0.4% -> 0.1%)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

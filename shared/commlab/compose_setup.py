@@ -2,10 +2,11 @@
 
 A plain `docker compose up` cannot compute a fresh run id or per-node configs, so the first
 service does it, with the same builders as the launchers, into /results/<run-id>/configs/ and
-into the shared volume /lab/ that the node services read their configs from.
+into the shared volume /lab/ that the node services read their configs from. It sits beside the
+launchers (it uses theirs and the testbed's code), so the testbed never imports a launcher.
 
-    python -m commlab.testbed.compose_setup fl  [launcher flags, e.g. --codec int8_sparse]
-    python -m commlab.testbed.compose_setup ddp [launcher flags]
+    python -m commlab.compose_setup fl  [launcher flags, e.g. --codec int8_sparse]
+    python -m commlab.compose_setup ddp [launcher flags]
 Environment: COMPOSE_NET (198.19.<net>.0/24, as in the compose file), LINK_PROFILE.
 """
 from __future__ import annotations
@@ -15,8 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..metrics import write_json_atomic
-from .compose_file import CONTAINER_RESULTS, Node, addresses, container_config
+from commlab.metrics import write_json_atomic
+from commlab.roster import Node, ddp_roster, fl_roster
+from commlab.testbed.compose_file import CONTAINER_RESULTS, addresses, container_config
 
 LAB = Path("/lab")
 
@@ -24,20 +26,19 @@ LAB = Path("/lab")
 def fl_configs(flags: list[str]) -> tuple[list[Node], list[dict[str, Any]]]:
     from commlab.fl.run import build_configs, parse_args
     controller, clients = build_configs(parse_args([*flags, "--results-dir", CONTAINER_RESULTS]))
-    nodes = [Node("controller", "controller")] + [Node(f"client-{i}", "client") for i in range(len(clients))]
-    return nodes, [controller, *clients]
+    return fl_roster(len(clients)), [controller, *clients]
 
 
 def ddp_configs(flags: list[str]) -> tuple[list[Node], list[dict[str, Any]]]:
     from commlab.ddp.run import build_config, parse_args
     args = parse_args([*flags, "--results-dir", CONTAINER_RESULTS])
     cfg = build_config(args)  # every rank reads the same config; RANK/WORLD come from the compose file
-    return [Node(f"worker-{r}", "worker") for r in range(args.world)], [cfg] * args.world
+    return ddp_roster(args.world), [cfg] * args.world
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("fl", "ddp"):
-        print("usage: python -m commlab.testbed.compose_setup fl|ddp [launcher flags]", file=sys.stderr)
+        print("usage: python -m commlab.compose_setup fl|ddp [launcher flags]", file=sys.stderr)
         return 2
     nodes, cfgs = (fl_configs if argv[0] == "fl" else ddp_configs)(argv[1:])
     addrs = addresses(nodes, int(os.environ.get("COMPOSE_NET", "100")))

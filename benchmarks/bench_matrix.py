@@ -1,0 +1,132 @@
+"""Compressor matrix: every registered compressor in FL and in DDP, measured in one go on the same
+seeds, data and settings, against fp32 (FL) and dense (DDP) from the same run of this benchmark.
+
+For each compressor x mode it prints and writes (results/bench/matrix.csv, matrix.md):
+  bytes a node sends per round (FL, per client) or per step and peer (DDP, after DGC's warm-up),
+  as a share of the fp32 / dense payload; test accuracy and its delta to fp32 / dense at equal
+  rounds / steps; communication time per round / step.
+
+    python benchmarks/bench_matrix.py                       # short runs (make bench-matrix)
+    python benchmarks/bench_matrix.py --only int8 dgc --modes ddp --ddp-epochs 2 --ddp-train-subset 20000
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from bench_ddp import summarise as summarise_ddp
+from commlab.codecs import names
+from commlab.models import build_model, num_params
+from commlab.progress import Progress
+from commlab.report.markdown import table as markdown_table
+
+COLUMNS = {"mode": "mode", "compressor": "compressor", "status": "status",
+           "bytes_per_node": "bytes per node per round (FL) / step and peer (DDP)", "bytes_vs_fp32": "vs fp32/dense",
+           "test_accuracy": "test accuracy", "accuracy_delta_pp": "delta (pp)", "comm_time_s": "comm time (s)"}
+
+# One concrete name per registered family: "minmax<bits>" -> minmax2/4/8 and so on.
+FAMILIES = {"minmax": ["minmax2", "minmax4", "minmax8"], "qsgd": ["qsgd4", "qsgd16"], "powersgd": ["powersgd2"]}
+
+
+def compressors() -> list[str]:
+    out = []
+    for n in names():
+        base = n.split("<")[0]
+        out += FAMILIES.get(base, [base])
+    return out
+
+
+def run(cmd: list[str], log: Path) -> int:
+    with open(log, "w") as f:
+        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+
+
+def fl_run(name: str, a: argparse.Namespace, run_id: str) -> int:
+    return run([sys.executable, "-m", "commlab.fl.run", "--codec", name, "--clients", str(a.clients),
+                "--rounds", str(a.fl_rounds), "--samples-per-round", str(a.fl_samples), "--backend", "local",
+                "--seed", str(a.seed), "--results-dir", str(a.results_dir), "--run-id", run_id],
+               a.results_dir / f"{run_id}.log")
+
+
+def ddp_run(name: str, a: argparse.Namespace, run_id: str) -> int:
+    method = "dense" if name == "fp32" else name
+    return run([sys.executable, "-m", "commlab.ddp.run", "--method", method, "--world", str(a.world),
+                "--epochs", str(a.ddp_epochs), "--train-subset", str(a.ddp_train_subset), "--backend", "local",
+                "--warmup", str(a.dgc_warmup), "--seed", str(a.seed), "--results-dir", str(a.results_dir),
+                "--run-id", run_id], a.results_dir / f"{run_id}.log")
+
+
+def summarise_fl(run_dir: Path) -> dict:
+    rounds = pd.read_csv(run_dir / "rounds.csv")
+    clients = pd.concat(pd.read_csv(p) for p in sorted(run_dir.glob("clients-*.csv")))
+    return {"bytes_per_node": float((rounds["bytes_up"] / rounds["n_participants"]).mean()),
+            "comm_time_s": float(clients["comm_time_s"].mean()),
+            "test_accuracy": float(rounds["test_accuracy"].iloc[-1])}
+
+
+def summarise(mode: str, run_dir: Path, world: int) -> dict:
+    if mode == "fl":
+        return summarise_fl(run_dir)
+    s = summarise_ddp(run_dir)
+    return {"bytes_per_node": s["bytes_sent_per_step"] / max(world - 1, 1), "comm_time_s": s["comm_wait_ms"] / 1000,
+            "test_accuracy": s["test_accuracy"]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", nargs="*", help="compressors to run (default: every registered one); fp32 always runs")
+    p.add_argument("--modes", nargs="*", default=["fl", "ddp"], choices=["fl", "ddp"])
+    p.add_argument("--clients", type=int, default=2)
+    p.add_argument("--fl-rounds", type=int, default=3)
+    p.add_argument("--fl-samples", type=int, default=2000, help="samples per client and round")
+    p.add_argument("--world", type=int, default=3)
+    p.add_argument("--ddp-epochs", type=int, default=1)
+    p.add_argument("--ddp-train-subset", type=int, default=6000)
+    p.add_argument("--dgc-warmup", type=float, default=0.25, help="DGC warm-up in epochs")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--results-dir", type=Path, default=Path("results"))
+    a = p.parse_args()
+    a.results_dir = a.results_dir.resolve()
+    a.results_dir.mkdir(parents=True, exist_ok=True)
+    chosen = ["fp32"] + [n for n in (a.only or compressors()) if n != "fp32"]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    payload = 4 * num_params(build_model("mnist_cnn"))
+    rows, jobs = [], [(mode, name) for mode in a.modes for name in chosen]
+    with Progress(len(jobs), "run", in_place=False) as progress:
+        for k, (mode, name) in enumerate(jobs):
+            run_id = f"bench-matrix-{stamp}-{mode}-{name}"
+            code = (fl_run if mode == "fl" else ddp_run)(name, a, run_id)
+            row = {"mode": mode, "compressor": name, "run_id": run_id, "status": "ok" if code == 0 else f"exit {code}"}
+            if code == 0:
+                row.update(summarise(mode, a.results_dir / run_id, a.world))
+            rows.append(row)
+            progress.update(k + 1, f"{mode} {name} {row['status']}")
+    columns = dict.fromkeys([*rows[0], "bytes_per_node", "comm_time_s", "test_accuracy"])  # failed runs lack some
+    table = pd.DataFrame(rows).reindex(columns=list(columns))
+    for mode in a.modes:
+        ref = table[(table["mode"] == mode) & (table["compressor"] == "fp32")].iloc[0]
+        here = table["mode"] == mode
+        table.loc[here, "bytes_vs_fp32"] = table.loc[here, "bytes_per_node"] / ref["bytes_per_node"]
+        table.loc[here, "payload_share"] = table.loc[here, "bytes_per_node"] / payload
+        table.loc[here, "accuracy_delta_pp"] = 100 * (table.loc[here, "test_accuracy"] - ref["test_accuracy"])
+    out = a.results_dir / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "matrix.csv", index=False)
+    settings = {"fl": f"FL: {a.clients} clients, {a.fl_rounds} rounds, {a.fl_samples} samples/client/round",
+                "ddp": f"DDP: WORLD={a.world}, {a.ddp_epochs} epoch(s), {a.ddp_train_subset} training samples, "
+                       f"DGC warm-up {a.dgc_warmup} epochs"}
+    text = "\n".join(settings[m] for m in a.modes) + "\n\n" + markdown_table(table, COLUMNS) + "\n"
+    (out / "matrix.md").write_text(text)
+    (out / "matrix.json").write_text(json.dumps({"settings": settings, "stamp": stamp}, indent=2))
+    print(text)
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""One place that turns a compressor name into what a node needs to compress a stream of vectors
+(FL uploads, DDP gradients): the codec, its memory and its schedule.
+
+    comp = build_compression("dgc", {"density": 0.001}, layout, momentum=0.9, world=3)
+    comp.at_step(step, steps_per_epoch)      # schedule: DGC's density warm-up, masking after it
+    frame, sent = comp.compress(grad)        # memory.compensate -> codec.encode
+    comp.remember(sent, own_decoded)         # memory.update with what the receivers decode
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from commlab.codecs.base import Codec, get_codec
+from commlab.codecs.dgc import Dgc
+from commlab.codecs.errors import CodecError
+from commlab.codecs.memory import DgcMemory, ErrorFeedback, Memory, NoMemory
+from commlab.codecs.schedule import PAPER_STAGES, Warmup
+
+MASKING = ("after_warmup", "always", "never")
+# DGC parameters that belong to its memory and schedule rather than to the codec.
+DGC_MEMORY_PARAMS = {"warmup_length": 0.0, "warmup_unit": "steps", "warmup_stages": PAPER_STAGES,
+                     "momentum_masking": "after_warmup", "clip_norm": None}
+
+
+@dataclass
+class Compression:
+    codec: Codec
+    memory: Memory
+    schedule: Warmup | None = None
+    masking_after_warmup: bool = False
+
+    def at_step(self, step: int, steps_per_epoch: int) -> None:
+        """Set the codec's scheduled parameters (and DGC's masking) for global step `step`."""
+        if self.schedule is not None:
+            self.codec.density = self.schedule.density(step, steps_per_epoch)
+            if self.masking_after_warmup:
+                self.memory.masking = self.schedule.done(step, steps_per_epoch)
+
+    def encode(self, vec: np.ndarray) -> bytes:
+        """The whole step for one sender: compensate, encode, remember what the receiver decodes."""
+        frame, sent = self.compress(vec)
+        if not isinstance(self.memory, NoMemory):
+            self.remember(sent, self.codec.decode(frame, numel=sent.size))
+        return frame
+
+    def compress(self, vec: np.ndarray) -> tuple[bytes, np.ndarray]:
+        """(frame, the compensated vector it encodes)."""
+        sent = self.memory.compensate(vec)
+        return self.codec.encode(sent), sent
+
+    def remember(self, sent: np.ndarray, decoded: np.ndarray) -> None:
+        self.memory.update(sent, decoded)
+
+    def sent_share(self, decoded: np.ndarray) -> float:
+        """Share of the coordinates the codec may drop that this frame carries (DGC: of the
+        sparsified tensors only, the dense ones always travel)."""
+        region = getattr(self.codec, "maskable", None)
+        if region is not None and region.any():
+            return float(np.count_nonzero(decoded[region])) / int(region.sum())
+        return float(np.count_nonzero(decoded)) / max(decoded.size, 1)
+
+    def state_dict(self) -> dict:
+        """The memory, and what a codec carries from step to step (DGC's sampling generator,
+        PowerSGD's warm start), so a resumed run continues exactly."""
+        codec_state = self.codec.state_dict() if hasattr(self.codec, "state_dict") else None
+        return {"memory": self.memory.state_dict(), "codec": codec_state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.memory.load_state_dict(state["memory"])
+        if state.get("codec") is not None:
+            self.codec.load_state_dict(state["codec"])
+
+
+def build_compression(name: str, params: dict[str, Any], layout: list[tuple[str, tuple[int, ...]]], *,
+                      momentum: float = 0.0, nesterov: bool = False, world: int = 1, seed: int = 0) -> Compression:
+    """Codec `name` with `params`, plus its memory: DGC's (momentum correction with `momentum`,
+    masking, clipping, warm-up), error feedback for any other lossy codec, none for lossless."""
+    if name != Dgc.name:
+        codec = get_codec(name, layout=layout, **params)
+        return Compression(codec, ErrorFeedback() if codec.lossy else NoMemory())
+    mem = {k: params.get(k, default) for k, default in DGC_MEMORY_PARAMS.items()}
+    codec_params = {k: v for k, v in params.items() if k not in DGC_MEMORY_PARAMS}
+    unknown = set(codec_params) - set(inspect.signature(Dgc.__init__).parameters)
+    if unknown:
+        raise CodecError(f"dgc: unknown parameters {sorted(unknown)}")
+    if mem["momentum_masking"] not in MASKING:
+        raise CodecError(f"dgc: momentum_masking must be one of {', '.join(MASKING)}, got {mem['momentum_masking']!r}")
+    codec_params.setdefault("seed", seed)
+    codec = get_codec(name, layout=layout, **codec_params)
+    try:
+        schedule = Warmup(codec.density, tuple(mem["warmup_stages"]), mem["warmup_length"], mem["warmup_unit"])
+    except ValueError as e:
+        raise CodecError(f"dgc: {e}") from None
+    memory = DgcMemory(codec.maskable, momentum, nesterov,
+                       masking=mem["momentum_masking"] == "always", clip_norm=mem["clip_norm"], world=world)
+    return Compression(codec, memory, schedule, masking_after_warmup=mem["momentum_masking"] == "after_warmup")

@@ -1,0 +1,128 @@
+"""What a node remembers between the vectors it compresses (GRACE's Memory): the same three calls
+around any codec, in FL uploads and DDP steps alike.
+
+    x = memory.compensate(vec)         # vec plus what earlier steps held back
+    frame = codec.encode(x)
+    memory.update(x, codec.decode(frame))   # remember what the receivers did not get
+
+NoMemory: lossless codecs. ErrorFeedback: the residual of a lossy codec is added to the next
+vector (Seide et al. 2014; EF-SGD), so what a codec drops is delayed, not lost. DgcMemory: DGC's
+momentum correction and local accumulation, momentum factor masking and local clipping (Lin et
+al. 2018, sections 3.2-3.4); the optimizer then does plain SGD. Memories are per node and go into
+its checkpoint (state_dict); codecs hold no memory.
+"""
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import numpy as np
+
+from commlab.codecs.errors import CodecError
+
+
+class Memory(Protocol):
+    # True when momentum lives in the memory (DGC): the optimizer must not apply it again.
+    applies_momentum: bool
+
+    def compensate(self, vec: np.ndarray) -> np.ndarray: ...
+    def update(self, compensated: np.ndarray, decoded: np.ndarray) -> None: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class NoMemory:
+    applies_momentum = False
+
+    def compensate(self, vec: np.ndarray) -> np.ndarray:
+        return np.asarray(vec, dtype=np.float32)
+
+    def update(self, compensated: np.ndarray, decoded: np.ndarray) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class ErrorFeedback:
+    applies_momentum = False
+
+    def __init__(self) -> None:
+        self.residual: np.ndarray | None = None
+
+    def compensate(self, vec: np.ndarray) -> np.ndarray:
+        """Return a new vector: ``vec`` plus the residual carried from earlier steps."""
+        vec = np.asarray(vec, dtype=np.float32)
+        if self.residual is None:
+            return vec.copy()
+        if self.residual.shape != vec.shape:
+            raise CodecError(f"error feedback: residual has shape {self.residual.shape}, vector {vec.shape}")
+        return vec + self.residual
+
+    def update(self, compensated: np.ndarray, decoded: np.ndarray) -> None:
+        """Record what was lost: the compensated input minus its decoded form."""
+        self.residual = np.subtract(compensated, decoded, dtype=np.float32)
+
+    def state_dict(self) -> dict:
+        return {"residual": None if self.residual is None else self.residual.copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        residual = state["residual"]
+        self.residual = None if residual is None else np.array(residual, dtype=np.float32)
+
+
+class DgcMemory:
+    """Momentum is applied before sparsification, so what stays local is the accumulated
+    *velocity*, not the raw gradient. Masking zeroes the momentum of coordinates just sent, so
+    stale momentum does not push them again; it applies only where `maskable` (the tensors DGC
+    sparsifies: the dense ones are sent whole every step)."""
+    applies_momentum = True
+
+    def __init__(self, maskable: np.ndarray, momentum: float = 0.9, nesterov: bool = False, masking: bool = True,
+                 clip_norm: float | None = None, world: int = 1) -> None:
+        self.maskable = np.asarray(maskable, dtype=bool)
+        self.momentum, self.nesterov, self.masking = momentum, nesterov, masking
+        self.clip_norm, self.world = clip_norm, world
+        self.momentums = np.zeros(self.maskable.size, np.float32)
+        self.velocities = np.zeros(self.maskable.size, np.float32)
+
+    def compensate(self, vec: np.ndarray) -> np.ndarray:
+        grad = np.asarray(vec, dtype=np.float32)
+        if grad.shape != self.velocities.shape:
+            raise CodecError(f"dgc memory: vector has shape {grad.shape}, memory {self.velocities.shape}")
+        if self.clip_norm is not None:
+            # Local clipping (3.4): the aggregate of `world` gradients has about sqrt(world) times
+            # the norm of one, so each is clipped at clip_norm / sqrt(world).
+            norm, limit = float(np.linalg.norm(grad)), self.clip_norm / math.sqrt(self.world)
+            if norm > limit:
+                grad = grad * np.float32(limit / (norm + 1e-6))
+        if self.nesterov:
+            self.momentums += grad
+            self.momentums *= self.momentum
+            step = self.momentums + grad
+        else:
+            self.momentums *= self.momentum
+            self.momentums += grad
+            step = self.momentums
+        self.velocities += step
+        return self.velocities.copy()
+
+    def update(self, compensated: np.ndarray, decoded: np.ndarray) -> None:
+        """Remove what was sent from the velocity (keeping any rounding error of the values)."""
+        self.velocities -= decoded
+        if self.masking:
+            self.momentums[(decoded != 0) & self.maskable] = 0.0
+
+    def state_dict(self) -> dict:
+        return {"momentums": self.momentums.copy(), "velocities": self.velocities.copy(), "masking": self.masking}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key in ("momentums", "velocities"):
+            value = np.array(state[key], dtype=np.float32)
+            if value.shape != self.velocities.shape:
+                raise CodecError(f"dgc memory: saved {key} have shape {value.shape}, memory {self.velocities.shape}")
+            setattr(self, key, value)
+        self.masking = bool(state["masking"])

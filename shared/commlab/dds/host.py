@@ -1,0 +1,63 @@
+"""EndpointHost: what a node's endpoints attach to. The one DomainParticipant of a process,
+configured before it exists, with its settings, topics, announcement, CommStats and writers.
+
+DdsNode (node.py) builds on it with publishers, subscribers and the barrier; the endpoints
+(endpoints.py) need only this, so neither of the two modules imports the other's user.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Protocol
+
+from cyclonedds.domain import Domain, DomainParticipant
+from cyclonedds.topic import Topic
+
+from .announce import Announcer
+from .memory import keep_freed_blocks
+from .settings import DdsSettings
+from .stats import CommStats
+
+class Writer(Protocol):
+    """What the barrier asks of each writer (endpoints.ChunkWriter registers itself in `writers`)."""
+    name: str
+
+    def missing_readers(self) -> list[str]: ...
+
+
+class EndpointHost:
+    def __init__(self, name: str, settings: DdsSettings):
+        self.name, self.settings = name, settings
+        self.stats = CommStats()
+        keep_freed_blocks()  # large chunks would otherwise page-fault on every allocation (memory.py)
+        # Distinguishes this run of `name` from an earlier one (a restarted process may reuse its name).
+        self.incarnation = random.getrandbits(63)
+        # The domain is created with our XML before the participant, so no default config
+        # (multicast on eth0) is ever used.
+        self._domain = Domain(settings.domain_id, settings.to_xml())
+        self.participant = DomainParticipant(settings.domain_id)
+        self.participant_id = str(self.participant.guid)
+        self._topics: dict[str, Topic] = {}
+        self._closables: list[Any] = []
+        self.writers: list[Writer] = []  # the barrier waits until each has matched its readers
+        self.announcer = Announcer(self.participant, name, self.incarnation, settings.write_timeout_s)
+
+    def topic(self, name: str, data_type: type, qos) -> Topic:
+        if name not in self._topics:
+            self._topics[name] = Topic(self.participant, name, data_type, qos=qos)
+        return self._topics[name]
+
+    def add_closable(self, thing: Any) -> None:
+        self._closables.append(thing)
+
+    def peer_names(self, participants: set[str]) -> list[str]:
+        by_id = {p.participant: n for n, p in self.announcer.directory.peers.items()}
+        return sorted(by_id.get(p, f"unannounced participant {p}") for p in participants if p != self.participant_id)
+
+    def close(self) -> None:
+        for thing in reversed(self._closables):
+            thing.close()
+        self._closables.clear()
+        self.announcer.close()
+        # Deleting the participant deletes its readers and writers; peers see us leave at once.
+        self.participant.__del__()
+        self._domain.__del__()

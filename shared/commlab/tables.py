@@ -1,0 +1,23 @@
+"""The CSV tables of a run folder (docs/architecture.md, "Results layout"): every table's columns,
+declared once for the nodes that write them (through metrics.CsvTable) and the report that reads them.
+
+    rounds.csv            FL controller, a row a round
+    clients-<i>.csv       FL client i, a row a round
+    steps-rank<r>.csv     DDP rank r, a row a step
+    epochs-rank<r>.csv    DDP rank r, a row an epoch
+"""
+from __future__ import annotations
+
+COLUMNS: dict[str, list[str]] = {
+    "rounds": ["round", "round_time_s", "participants", "n_participants", "bytes_up", "bytes_down",
+               "aggregate_time_s", "decode_time_s", "test_accuracy", "test_loss", "rejected_updates"],
+    "clients": ["round", "client_id", "num_samples", "bytes_up", "bytes_down", "comm_time_s",
+                "train_time_s", "encode_time_s", "decode_time_s"],
+    "steps": ["step", "epoch", "rank", "bytes_sent", "bytes_received", "comm_time_s", "compute_time_s",
+              "compress_time_s", "decompress_time_s", "step_time_s", "density", "train_loss"],
+    "epochs": ["epoch", "rank", "step", "test_accuracy", "test_loss", "epoch_time_s"],
+}
+# Text columns; every other column is a number. Numeric columns that may be empty (a round or
+# epoch without evaluation).
+TEXT = {"participants", "client_id"}
+OPTIONAL = {"test_accuracy", "test_loss"}

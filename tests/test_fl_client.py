@@ -1,0 +1,71 @@
+"""The client's command handling, on in-memory topics (no transport, no training, no timing)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+from commlab.config_schema import from_dict
+from commlab.dds import CommStats
+from commlab.fl.client import Client
+from commlab.fl.config import ClientConfig
+from commlab.fl.messages import Stop, TrainCmd
+
+
+class Topic:
+    """Hands out the messages queued for one topic, then None at once."""
+
+    def __init__(self, messages: list):
+        self.messages = list(messages)
+
+    def receive(self, timeout_s: float | None = None):
+        return self.messages.pop(0) if self.messages else None
+
+    def publish(self, msg) -> None:
+        self.messages.append(msg)
+
+
+class Node:
+    def __init__(self, inbox: dict[type, list]):
+        self.inbox, self.stats = inbox, CommStats()
+
+    def subscriber(self, cls: type) -> Topic:
+        return Topic(self.inbox.get(cls, []))
+
+    def publisher(self, cls: type) -> Topic:
+        return Topic([])
+
+    def barrier(self, expected: set[str], timeout_s: float) -> None:
+        pass
+
+
+def _cmd(rnd: int, epochs: int, run_id: str = "run") -> TrainCmd:
+    return TrainCmd(round=rnd, epochs=epochs, lr=0.1, seed=1, subset_size=8, codec="fp32", run_id=run_id)
+
+
+def test_train_cmd_without_epochs_is_rejected_and_the_client_runs_on_until_stop(tmp_path):
+    cfg = from_dict(ClientConfig, {"run_id": "run", "results_dir": str(tmp_path), "dds": {"domain_id": 1},
+                                   "client_id": 0, "num_clients": 1})
+    # The Stop is queued from the start: the commands already waiting still run first.
+    inbox = {TrainCmd: [_cmd(1, 0), _cmd(1, -2), _cmd(1, 1, run_id="other"), _cmd(1, 1)],
+             Stop: [Stop(run_id="other", last_round=9), Stop(run_id="run", last_round=1)]}
+    lines: list[str] = []
+    client = Client(cfg, Node(inbox), torch.nn.Linear(2, 2), None, np.arange(8), lines.append)
+    ran: list[TrainCmd] = []
+    client.run_round = ran.append
+    client.run()
+    assert ran == [_cmd(1, 1)]
+    assert lines == [
+        "rejected TrainCmd for round 1: epochs must be >= 1, got 0 (a run ends with a Stop message)",
+        "rejected TrainCmd for round 1: epochs must be >= 1, got -2 (a run ends with a Stop message)",
+        "ignoring TrainCmd of run 'other' (this is run 'run')",
+        "ignoring Stop of run 'other' (this is run 'run')",
+        "stopped on the Stop message: run over after round 1 (completed)"]
+
+
+def test_the_client_does_not_import_the_controller():
+    check = "import sys, commlab.fl.client; print(sorted(m for m in sys.modules if m.startswith('commlab.fl.')))"
+    loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout
+    assert "'commlab.fl.messages'" in loaded and "'commlab.fl.controller'" not in loaded, loaded
