@@ -213,3 +213,23 @@ def test_runs_differing_in_training_settings_are_separate_groups(tmp_path):
     assert set(summary["training"]) == {f"lr={lr} local_epochs=1 batch=64 samples_per_round=600 partition=dirichlet0.5"
                                         for lr in (0.05, 0.1)}
     assert "training=lr=0.1 local_epochs=1" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_compressor_matrix_is_drawn_and_tabled(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE / "20250101-121000-ddp-dgc-302", results / "20250101-121000-ddp-dgc-302")
+    bench = results / "bench"
+    bench.mkdir()
+    pd.DataFrame([
+        {"mode": "fl", "compressor": "fp32", "status": "ok", "bytes_vs_fp32": 1.0, "accuracy_delta_pp": 0.0},
+        {"mode": "fl", "compressor": "int8", "status": "ok", "bytes_vs_fp32": 0.25, "accuracy_delta_pp": -0.1},
+        {"mode": "ddp", "compressor": "dgc", "status": "ok", "bytes_vs_fp32": 0.0014, "accuracy_delta_pp": -0.3},
+        {"mode": "ddp", "compressor": "terngrad", "status": "exit 1", "bytes_vs_fp32": None, "accuracy_delta_pp": None},
+    ]).to_csv(bench / "matrix.csv", index=False)
+    (bench / "matrix.md").write_text("FL: 2 clients\n\n| mode | compressor |\n|---|---|\n| fl | int8 |\n")
+    (bench / "matrix.json").write_text(json.dumps({"settings": {"fl": "FL: 2 clients", "ddp": "DDP: WORLD=3"}}))
+    assert main(["--results", str(results), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## Compressor matrix" in text and "| fl | int8 |" in text and "![matrix](matrix.png)" in text
+    image = matplotlib.image.imread(tmp_path / "out" / "matrix.png")
+    assert image.std() > 0.01  # something was drawn

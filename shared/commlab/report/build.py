@@ -35,7 +35,7 @@ def _window(runs: list[Run]) -> int:
 
 def _matrix_settings(matrix: Path) -> str:
     meta = matrix.with_suffix(".json")
-    return "; ".join(json.loads(meta.read_text())["settings"].values()) if meta.exists() else ""
+    return "\n".join(json.loads(meta.read_text())["settings"].values()) if meta.exists() else ""
 
 
 def build_report(results: Path, out: Path, run_ids: list[str] | None = None,

@@ -137,7 +137,7 @@ def matrix_figure(matrix: pd.DataFrame, settings: str, out: Path) -> Path:
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xlabel("bytes sent per node, share of fp32 (FL: per round; DDP: per step and peer)")
     ax.set_ylabel("test accuracy - fp32/dense (percentage points)")
-    ax.set_title(f"Compressor matrix: bytes vs accuracy\n{settings}", fontsize=9)
+    ax.set_title(f"Compressor matrix: bytes vs accuracy\n{settings}", fontsize=8)
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize=8)
     fig.tight_layout()

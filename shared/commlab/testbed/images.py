@@ -112,6 +112,8 @@ def engine_missing() -> str | None:
     """None when containers can run here: a docker CLI, an engine, compose v2 and a way to make
     the base image (a registry or debootstrap); else one line naming what is missing and the fix."""
     ok, why = engine_answers()
+    if not ok and "permission denied" in why:  # an engine runs, this user may not use it
+        return "the Docker engine refuses this user (permission denied): run as root or join the docker group"
     if not ok:
         return f"no Docker engine answers ({why}): run `{FIX}`"
     return compose_missing() or base_source_missing()
