@@ -1,7 +1,7 @@
 # Containerized testbed: engine bootstrap, images, the default compose experiment.
 .PHONY: docker-engine images up
 
-docker-engine: ## start a Docker engine (addresses in 198.18.0.0/15) and compose v2 if none answers (root)
+docker-engine: ## install and start what containers need: engine (198.18.0.0/15 only), compose v2, debootstrap (root)
 	scripts/docker-bootstrap.sh
 
 images: $(STAMP) ## build base + controller/client/worker images (debootstrap base when no registry answers)

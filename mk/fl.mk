@@ -6,7 +6,7 @@ SAMPLES ?= 6000
 FL_ARGS ?=
 
 .PHONY: test-fl test-fl-slow
-fl-%: $(STAMP) ## FL run with codec % (fp32, int8, fp32_sparse, int8_sparse, minmax4, qsgd16, ...): CLIENTS ROUNDS BACKEND PROFILE SAMPLES FL_ARGS
+fl-%: $(STAMP) ## FL run with compressor % (fp32, int8, int8_sparse, qsgd16, dgc, powersgd, signsgd, ...): CLIENTS ROUNDS BACKEND PROFILE SAMPLES FL_ARGS
 	$(PYTHON) -m commlab.fl.run --codec $* --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --backend $(BACKEND) --profile $(PROFILE) $(FL_ARGS)
 
 test-fl: $(STAMP) ## fast FL tests: config validation, FedAvg, update checks, checkpoints

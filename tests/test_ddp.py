@@ -41,6 +41,10 @@ def test_example_config_is_valid():
     ({"method": "zipper"}, "method: neither dense nor a registered codec: unknown codec 'zipper'; known: .*dgc"),
     ({"method": "int8", "method_params": {"chunk": "big"}}, "method_params: int8 chunk must be an integer"),
     ({"dgc": {"warmup_unit": "rounds"}}, "dgc.warmup_unit"),
+    ({"training": {"lr": float("nan")}}, r"training\.lr: must be a finite number, got nan"),
+    ({"training": {"momentum": float("inf")}}, r"training\.momentum: must be a finite number, got inf"),
+    ({"dgc": {"warmup_stages": [0.25, float("-inf")]}}, r"dgc\.warmup_stages\[1\]: must be a finite number"),
+    ({"method": "int8", "method_params": {"scale": float("nan")}}, r"method_params\.scale: must be a finite"),
 ])
 def test_bad_config_names_the_key(tmp_path, change, message):
     with pytest.raises(ConfigError, match=message):
@@ -108,6 +112,15 @@ def test_two_rank_smoke(tmp_path, method, domain):
         rows = pd.read_csv(resumed / "steps-rank0.csv")
         assert rows["step"].tolist() == list(range(10, 20)) and set(rows["epoch"]) == {1}
         assert pd.read_csv(resumed / "epochs-rank1.csv")["epoch"].tolist() == [1]
+        # One flipped byte in rank 1's checkpoint: it names the file, rank 0 refuses to resume alone.
+        raw = bytearray((run / "checkpoint-rank1.pt").read_bytes())
+        raw[-100] ^= 1
+        (run / "checkpoint-rank1.pt").write_bytes(raw)
+        refused, _ = run_ddp(tmp_path, method, domain, "--epochs", "2", "--resume-from", str(run), run_id="refused")
+        assert refused.returncode != 0 and "Traceback" not in refused.stdout, refused.stdout[-3000:]
+        assert f"worker 1: config error: {run / 'checkpoint-rank1.pt'}: corrupt: SHA-256" in refused.stdout
+        assert ("worker 0: config error: ranks disagree on where to resume: rank 0 epoch 0 step 10, "
+                "rank 1 unusable checkpoint") in refused.stdout
     assert "comm wait" in r.stdout
     dense_bytes = 4 * 1_663_370
     sent = steps[0]["bytes_sent"].iloc[-3:].mean()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import socket
 import types
 import typing
 from dataclasses import dataclass, field
@@ -50,15 +52,28 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected an object, got {type(value).__name__}")
+        _finite_numbers(value, where)
         return dict(value)
     # bool is an int in Python: refuse it where a number is meant, and accept ints for floats.
     if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: must be a finite number, got {value}")
         return float(value)
     if tp is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if tp in (str, bool) and type(value) is tp:
         return value
     raise ConfigError(f"{where}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+
+
+def _finite_numbers(value: Any, where: str) -> None:
+    """NaN/Inf nowhere in a free-form object (model, codec parameters): JSON has no such numbers,
+    Python's json module reads NaN/Infinity anyway, and 1e999 is inf."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: must be a finite number, got {value}")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        _finite_numbers(item, f"{where}.{key}" if isinstance(value, dict) else f"{where}[{key}]")
 
 
 def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
@@ -130,6 +145,18 @@ class DdsSection:
     def check(self, where: str) -> None:
         if not 0 <= self.domain_id <= 232:
             raise ConfigError(f"{where}domain_id: must be in 0..232, got {self.domain_id}")
+
+    def check_host(self, where: str = "dds.") -> None:
+        """What only the machine the node runs on can tell: does `interface` exist here? Called at
+        node start, not by check(): launchers parse the same configs on the host, where the eth0 of
+        a container or network namespace need not exist."""
+        try:
+            names = [name for _, name in socket.if_nameindex()]
+        except OSError:  # no way to list them: let DDS report it
+            return
+        if self.interface not in names:
+            raise ConfigError(f"{where}interface: no interface {self.interface!r} on this machine "
+                              f"(have: {', '.join(names)})")
 
 
 @dataclass(frozen=True)

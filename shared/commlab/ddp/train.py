@@ -14,7 +14,7 @@ from commlab.codecs.powersgd import PowerSgd
 from commlab.config_schema import ConfigError, to_dict
 from commlab.data import partition
 from commlab.dds import DdsNode, Group
-from commlab.ddp.checkpoint import load_checkpoint, save_checkpoint
+from commlab.ddp.checkpoint import NO_RESUME, UNUSABLE, agree_on_resume_point, restore_checkpoint, save_checkpoint
 from commlab.ddp.config import WorkerConfig
 from commlab.ddp.dense import DenseAllreduce
 from commlab.ddp.evaluate import distributed_evaluate
@@ -37,6 +37,7 @@ def log(rank: int, text: str) -> None:
 def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
     """Train to the end or raise (PeerLost, BarrierTimeout, FrameError...); results stay readable."""
     tr = cfg.training
+    cfg.dds.check_host()
     data = build_dataset(cfg.dataset)
     shards = partition(data.train_y, world, "iid", seed=tr.seed)
     # Every rank must run the same number of steps (each step is a collective): drop the ragged tail.
@@ -66,14 +67,17 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
         exchange = build_exchange(cfg, group, model, steps_per_epoch)
         log(rank, f"{cfg.method}: {len(shards[rank])} samples, {steps_per_epoch} steps/epoch; waiting for "
                   f"{world} ranks")
-        start_epoch, step = 0, 0
+        start_epoch, step, point, problem = 0, 0, NO_RESUME, None
         if cfg.resume_from is not None:
-            ckpt = load_checkpoint(Path(cfg.resume_from) / f"checkpoint-rank{rank}.pt")
-            model.load_state_dict(ckpt["model"])
-            exchange.load_state_dict(ckpt["exchange"])
-            start_epoch, step = ckpt["epoch"] + 1, ckpt["step"]
-            log(rank, f"resumed from {cfg.resume_from} after epoch {ckpt['epoch']} (step {step})")
+            try:  # a bad checkpoint still joins the barrier, so that every rank refuses at once
+                point = restore_checkpoint(Path(cfg.resume_from) / f"checkpoint-rank{rank}.pt", model, exchange)
+                start_epoch, step = point[0] + 1, point[1]
+            except ConfigError as e:
+                point, problem = UNUSABLE, e
         group.barrier(cfg.barrier_timeout_s)
+        agree_on_resume_point(group, point, problem)
+        if cfg.resume_from is not None:
+            log(rank, f"resumed from {cfg.resume_from} after epoch {point[0]} (step {step})")
         profile = StepProfile(steps, cfg.summary_every, (lambda s: log(rank, s)) if rank == 0 else None)
         for epoch in range(start_epoch, tr.epochs):
             t_epoch = time.perf_counter()

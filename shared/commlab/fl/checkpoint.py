@@ -1,10 +1,14 @@
 """Atomic per-round checkpoints: weights, round, strategy state and config in one .npz file.
 
-Written atomically (commlab.metrics.write_atomic), so a crash at any moment leaves either the
-previous checkpoint or the new one, never half a file. No pickle: arrays plus a JSON string.
+Written atomically with the SHA-256 of the archive in a header line (commlab.checksummed), so a
+crash at any moment leaves either the previous checkpoint or the new one, never half a file; older
+checkpoints are deleted only once the new one reads back intact. Loading checks the hash before
+parsing: an empty, truncated, altered or header-less file is one ConfigError naming the file.
+No pickle: arrays plus a JSON string.
 """
 from __future__ import annotations
 
+import io
 import json
 import re
 import zipfile
@@ -14,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from commlab.metrics import write_atomic
+from commlab.checksummed import read_checksummed, write_checksummed
+from commlab.config_schema import ConfigError
 
 _NAME = re.compile(r"^round-(\d{6})\.npz$")
 _STRATEGY = "strategy."
@@ -29,13 +34,15 @@ class Checkpoint:
 
 
 def save_checkpoint(directory: Path, ckpt: Checkpoint, keep: int = 1) -> Path:
-    """Write round-<r>.npz atomically, then delete all but the newest `keep` checkpoints."""
+    """Write round-<r>.npz atomically, check that it reads back intact, then delete all but the
+    newest `keep` checkpoints (a failed write raises before anything is deleted)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"round-{ckpt.round:06d}.npz"
     meta = json.dumps({"round": ckpt.round, "config": ckpt.config}, default=str).encode()
     arrays = {"weights": ckpt.weights, "meta": np.frombuffer(meta, dtype=np.uint8)}
     arrays.update({_STRATEGY + k: v for k, v in ckpt.strategy_state.items()})
-    write_atomic(path, lambda f: np.savez(f, **arrays))
+    write_checksummed(path, lambda f: np.savez(f, **arrays))
+    read_checksummed(path)
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink()
     return path
@@ -46,18 +53,34 @@ def list_checkpoints(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if _NAME.match(p.name))
 
 
-def load_checkpoint(path: Path) -> Checkpoint:
-    """Load a checkpoint file, or the newest one in a directory. Raises ValueError naming the file."""
+def load_checkpoint(path: Path, weights_size: int | None = None) -> Checkpoint:
+    """Load a checkpoint file, or the newest one in a directory (never an older one in its place:
+    if the newest is damaged, the error names it and the previous one to resume from instead).
+    `weights_size`: the model's parameter count, checked. Raises ConfigError naming the file."""
+    previous = None
     if path.is_dir():
         found = list_checkpoints(path)
         if not found:
-            raise ValueError(f"{path}: no round-NNNNNN.npz checkpoint in this directory")
-        path = found[-1]
+            raise ConfigError(f"{path}: no round-NNNNNN.npz checkpoint in this directory")
+        path, previous = found[-1], (found[-2] if len(found) > 1 else None)
     try:
-        with np.load(path, allow_pickle=False) as z:
+        ckpt = _parse(read_checksummed(path), path)
+    except ConfigError as e:
+        if previous is None:
+            raise
+        raise ConfigError(f"{e}; the previous checkpoint {previous.name} is kept: set init_path to it "
+                          "to resume from there") from None
+    if weights_size is not None and ckpt.weights.size != weights_size:
+        raise ConfigError(f"{path}: holds {ckpt.weights.size} weights, the model has {weights_size}")
+    return ckpt
+
+
+def _parse(payload: bytes, path: Path) -> Checkpoint:
+    try:
+        with np.load(io.BytesIO(payload), allow_pickle=False) as z:
             meta = json.loads(z["meta"].tobytes())
             return Checkpoint(round=int(meta["round"]), weights=z["weights"].astype(np.float32, copy=True),
                               strategy_state={k[len(_STRATEGY):]: z[k].copy() for k in z.files if k.startswith(_STRATEGY)},
                               config=meta["config"])
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
-        raise ValueError(f"{path}: not a readable checkpoint ({e})") from None
+    except (OSError, KeyError, ValueError, TypeError, zipfile.BadZipFile) as e:
+        raise ConfigError(f"{path}: not a readable checkpoint ({' '.join(str(e).split())})") from None

@@ -175,6 +175,7 @@ def run_client(config_path: str) -> None:
     """Parse and check everything, then build the node and run; ConfigError before any side effect."""
     from commlab.dds import DdsNode
     cfg = load_client_config(config_path)
+    cfg.dds.check_host()
     model = as_config_error("model", lambda: build_node_model(cfg.model, 0, cfg.threads))
     data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
     p = cfg.partition

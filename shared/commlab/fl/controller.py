@@ -14,7 +14,7 @@ import torch
 
 from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import Codec, get_codec
-from commlab.config_schema import ConfigError, to_dict
+from commlab.config_schema import to_dict
 from commlab.data import Dataset
 from commlab.dds import DdsError
 from commlab.fault_points import halt_at
@@ -107,14 +107,12 @@ def run_controller(config_path: str) -> None:
     """Parse and check everything, then build the node and run; ConfigError before any side effect."""
     from commlab.dds import DdsNode
     cfg = load_controller_config(config_path)
+    cfg.dds.check_host()
     check_codec(cfg.codec)
     model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads))
     weights, start_round, strategy_state = flatten_params(model), 1, None
     if cfg.init_path is not None:
-        ckpt = as_config_error("init_path", lambda: load_checkpoint(Path(cfg.init_path)))
-        if ckpt.weights.shape != weights.shape:
-            raise ConfigError(f"init_path: checkpoint holds {ckpt.weights.size} weights, "
-                              f"model {cfg.model.name} has {weights.size}")
+        ckpt = as_config_error("init_path", lambda: load_checkpoint(Path(cfg.init_path), weights.size))
         weights, start_round, strategy_state = ckpt.weights, ckpt.round + 1, ckpt.strategy_state
     data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
     t = cfg.training
