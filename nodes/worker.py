@@ -21,6 +21,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"worker: config error: {e}", file=sys.stderr)
         return 2
+    from commlab.codecs import CodecError
     from commlab.data import DatasetError
     from commlab.dds import DdsError, exit_cleanly_on_sigterm
     from commlab.ddp.train import run_worker
@@ -31,7 +32,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"worker {rank}: config error: {e}", file=sys.stderr, flush=True)
         return 2
-    except (DatasetError, DdsError, FrameError) as e:
+    except (CodecError, DatasetError, DdsError, FrameError) as e:
         print(f"worker {rank}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return 1
     return 0

@@ -69,3 +69,21 @@ def test_the_client_does_not_import_the_controller():
     check = "import sys, commlab.fl.client; print(sorted(m for m in sys.modules if m.startswith('commlab.fl.')))"
     loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout
     assert "'commlab.fl.messages'" in loaded and "'commlab.fl.controller'" not in loaded, loaded
+
+
+def test_an_update_the_codec_refuses_is_one_line_and_the_client_goes_on(tmp_path, monkeypatch):
+    import commlab.fl.client as client_module
+    cfg = from_dict(ClientConfig, {"run_id": "run", "results_dir": str(tmp_path), "dds": {"domain_id": 1},
+                                   "client_id": 0, "num_clients": 1})
+    model = torch.nn.Linear(2, 2)
+    diverged = np.full(6, np.inf, np.float32)  # what a diverged error-feedback residual looks like
+    monkeypatch.setattr(client_module, "local_update", lambda *a, **k: (diverged, 0.0))
+    lines: list[str] = []
+    client = Client(cfg, Node({}), model, None, np.arange(8), lines.append)
+    client._wait_for_model = lambda rnd, deadline_s: 0.0
+    client.weights, client.weights_round = np.zeros(6, np.float32), 0
+    sent = client.update_pub.messages
+    cmd = _cmd(1, 1)
+    cmd.codec = "int8"
+    client.run_round(cmd)
+    assert sent == [] and lines[-1].startswith("round 1: no update sent, the codec refused it: int8")

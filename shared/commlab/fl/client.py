@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from commlab.builders import build_dataset, build_node_model, dds_settings
-from commlab.codecs import get_codec
+from commlab.codecs import CodecError, get_codec
 from commlab.codecs.compression import Compression, build_compression
 from commlab.data import Dataset, label_histogram, partition
 from commlab.dds import DdsError
@@ -142,7 +142,11 @@ class Client:
                                    step=self.train_step)
         train_s = time.perf_counter() - start
         start = time.perf_counter()
-        payload = self._encode(rnd, delta, self._compression_for(cmd))
+        try:
+            payload = self._encode(rnd, delta, self._compression_for(cmd))
+        except CodecError as e:  # e.g. a diverged update the codec cannot represent: the round goes on without it
+            self.log(f"round {rnd}: no update sent, the codec refused it: {e}")
+            return
         encode_s = time.perf_counter() - start
         waited = self.node.stats.wait_s
         halt_at("before_upload", rnd)
