@@ -124,15 +124,56 @@ def test_sparse_sizes_at_ten_percent_density_meet_targets():
     assert len(get_codec("fp32_sparse").encode(vec)) <= 0.13 * vec.nbytes
 
 
-@given(vectors, st.integers(1, 8))
-def test_minmax_error_within_half_a_step_and_size_formula(vec, bits):
-    codec = get_codec(f"minmax{bits}")
+def minmax_head(frame: bytes, nchunks: int) -> np.ndarray:
+    """The (min, scale) float32 pairs of a minmax frame, one row per chunk."""
+    return np.frombuffer(frame, "<f4", 2 * nchunks, HEADER + 5).reshape(nchunks, 2)
+
+
+@given(vectors, st.integers(1, 8), st.integers(1, 64))
+@example(np.array([-(2.0**126), 2.0**126], np.float32), 2, 2)  # the widest range: scale rounds up
+@example(np.array([0.0, 190 * 2.0**-149, 3 * 2.0**-149], np.float32), 8, 3)  # subnormal scale
+@example(np.array([1e-45, 0.0, 5.0, 5.0, -3.0], np.float32), 1, 2)  # constant chunk: scale 0
+def test_minmax_error_within_half_a_step_per_chunk_and_size_formula(vec, bits, chunk):
+    codec = get_codec(f"minmax{bits}", chunk=chunk)
     frame, out = roundtrip(codec, vec)
-    assert len(frame) == codec.wire_size(vec.size) == HEADER + 1 + 8 + math.ceil(vec.size * bits / 8)
-    if vec.size:
-        lo, hi = float(vec.min()), float(vec.max())
-        step = (hi - lo) / (2**bits - 1)
-        assert np.all(np.abs(out - vec) <= step / 2 + 8 * F32_EPS * max(abs(lo), abs(hi)) + SUBNORMAL_SLACK)
+    nchunks = math.ceil(vec.size / chunk)
+    assert len(frame) == codec.wire_size(vec.size) == HEADER + 5 + 8 * nchunks + math.ceil(vec.size * bits / 8)
+    head = minmax_head(frame, nchunks)
+    for c in range(nchunks):
+        part = slice(c * chunk, (c + 1) * chunk)
+        lo, hi = float(vec[part].min()), float(vec[part].max())
+        scale = float(np.float32((hi - lo) / (2**bits - 1)))  # float reference of this chunk's header
+        assert head[c].tolist() == [lo, scale]
+        err = np.abs(out[part].astype(np.float64) - vec[part])
+        assert np.all(err <= scale / 2 + 8 * F32_EPS * max(abs(lo), abs(hi)) + SUBNORMAL_SLACK)
+
+
+@pytest.mark.parametrize("numel", [0, 1, 7, 8191, 8192, 8193, 1_000_003])
+@pytest.mark.parametrize(("bits", "chunk"), [(2, None), (8, None), (3, 1), (5, 1000), (1, 2**32 - 1)])
+def test_minmax_exact_wire_size(numel, bits, chunk):
+    codec = get_codec(f"minmax{bits}", **({} if chunk is None else {"chunk": chunk}))
+    chunk = chunk or 8192
+    assert codec.chunk == chunk
+    vec = np.random.default_rng(numel).standard_normal(numel).astype(np.float32)
+    frame, out = roundtrip(codec, vec)
+    expected = HEADER + 5 + 8 * math.ceil(numel / chunk) + math.ceil(bits * numel / 8)
+    assert len(frame) == codec.wire_size(numel) == expected
+    if numel:  # the frame carries its chunk: a receiver with another default decodes it
+        assert np.array_equal(get_codec(f"minmax{bits}", chunk=3).decode(frame, numel=numel), out)
+        step = minmax_head(frame, math.ceil(numel / chunk))[:, 1].max()
+        assert np.abs(out - vec).max() <= step / 2 + 8 * F32_EPS * np.abs(vec).max()
+
+
+def test_minmax_chunks_keep_the_error_relative_to_the_chunk():
+    # One outlier must not set the step of the whole vector (the single min/max failure mode).
+    vec = (np.random.default_rng(2).standard_normal(4 * 8192) * 1e-3).astype(np.float32)
+    vec[5] = 0.5
+    out = decode_any(get_codec("minmax2").encode(vec))
+    rest = slice(8192, None)
+    step = (vec[rest].max() - vec[rest].min()) / 3
+    assert np.abs(out[rest] - vec[rest]).max() <= step / 2 * (1 + 1e-5)
+    assert step < 0.05 * 0.5 / 3  # a global step would be about (0.5 - min) / 3
+    assert np.abs(out[:8192] - vec[:8192]).max() <= 0.51 / 6
 
 
 @given(st.integers(1, 8), st.integers(0, 100), st.data())
@@ -218,6 +259,9 @@ def test_get_codec_names_and_bad_parameters():
     for bucket in (0, 2**32, 1.5):
         with pytest.raises(CodecError, match="qsgd bucket"):
             get_codec("qsgd4", bucket=bucket)
+    for chunk in (0, -1, 2**32, 1.5, "8"):
+        with pytest.raises(CodecError, match="minmax chunk"):
+            get_codec("minmax4", chunk=chunk)
     with pytest.raises(CodecError, match="ratio"):
         get_codec("fp32_sparse", ratio=0.0)
 

@@ -1,5 +1,10 @@
-"""minmax<n>: global min-max quantization to n = 1..8 bits, bit-packed.
-scale = (max - min) / (2**n - 1), q = round((w - min) / scale), decode min + q * scale."""
+"""minmax<n>: chunked min-max quantization to n = 1..8 bits, bit-packed.
+Per chunk of C values (default 8192) scale = (max - min) / (2**n - 1), q = round((w - min) / scale),
+decoded min + q * scale. One min and scale for a whole million-value model delta leaves 2**n levels
+over the range of its few outliers: every other value is off by up to scale/2, and with error
+feedback the residual grows round after round (FL diverges); per-chunk ranges bound it by the
+chunk's own range, as int8's per-chunk scales do. The payload is the (min, scale) float32 pairs of
+the chunks, then all levels bit-packed as one stream: 8 ceil(D/C) + ceil(nD/8) bytes."""
 from __future__ import annotations
 
 import struct
@@ -10,7 +15,27 @@ from commlab.codecs import bitpack
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
 from commlab.codecs.errors import CodecError
 
-_HEAD = struct.Struct("<ff")  # min, scale
+_TINY = np.finfo(np.float32).tiny  # below it 1/scale overflows float32
+
+
+def _num_chunks(numel: int, chunk: int) -> int:
+    return -(-numel // chunk)
+
+
+def _max_scale(bits: int) -> np.float32:
+    """The largest scale the encoder can produce (the same float32 rounding of a range of at most
+    2 * MAX_MAGNITUDE), so |min| + q * scale stays below float32 max for every level q."""
+    return np.float32(2 * MAX_MAGNITUDE / ((1 << bits) - 1))
+
+
+def _chunk_rows(x: np.ndarray, chunk: int) -> list[tuple[slice, np.ndarray]]:
+    """2-D views of a flat array, with the chunks they hold: all whole chunks as one (k, chunk)
+    view, then the ragged last chunk as a (1, rest) view. Never more than two, so no loop over chunks."""
+    whole = x.size // chunk
+    rows = [(slice(0, whole), x[: whole * chunk].reshape(whole, chunk))]
+    if whole * chunk < x.size:
+        rows.append((slice(whole, whole + 1), x[whole * chunk :].reshape(1, -1)))
+    return rows
 
 
 @register
@@ -18,49 +43,71 @@ class MinMax(Codec):
     name = "minmax"
     codec_id = 5
     lossy = True
-    params_struct = struct.Struct("<B")  # bits
+    params_struct = struct.Struct("<BI")  # bits, chunk
     suffix_param = "bits"
 
-    def __init__(self, bits: int = 8, **kw) -> None:
+    def __init__(self, bits: int = 8, chunk: int = 8192, **kw) -> None:
         super().__init__(**kw)
         if not isinstance(bits, int) or not 1 <= bits <= 8:
             raise CodecError(f"minmax bits must be an integer in 1..8, got {bits!r}")
+        if not isinstance(chunk, int) or not 1 <= chunk < 2**32:
+            raise CodecError(f"minmax chunk must be an integer in [1, 2**32), got {chunk!r}")
         self.bits = bits
+        self.chunk = chunk
         self.name = f"minmax{bits}"
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
-        lo = float(vec.min()) if vec.size else 0.0
-        hi = float(vec.max()) if vec.size else 0.0
-        if not max(abs(lo), abs(hi)) <= MAX_MAGNITUDE:
+        top = (1 << self.bits) - 1
+        head = np.empty((_num_chunks(vec.size, self.chunk), 2), np.float32)  # (min, scale) per chunk
+        lo, hi = head[:, 0], np.empty(len(head), np.float32)
+        views = _chunk_rows(vec, self.chunk)
+        for rows, x in views:
+            x.min(axis=1, out=lo[rows])
+            x.max(axis=1, out=hi[rows])
+        if not ((np.abs(lo) <= MAX_MAGNITUDE) & (np.abs(hi) <= MAX_MAGNITUDE)).all():  # NaN fails too
             raise CodecError(f"{self.name}: values must be finite with magnitude <= {MAX_MAGNITUDE:g}")
-        scale = np.float32((hi - lo) / ((1 << self.bits) - 1))
-        t = np.subtract(vec, np.float32(lo))
-        if scale >= np.finfo(np.float32).tiny:
-            t *= np.float32(1 / scale)
-        elif scale > 0:  # subnormal scale: its reciprocal overflows float32, so divide
-            t /= scale
-        else:
-            t[:] = 0
+        scale = head[:, 1]
+        scale[:] = (hi.astype(np.float64) - lo) / top
+        # Multiply by the reciprocal; chunks with a subnormal scale (1/scale overflows) divide,
+        # constant chunks (scale 0) keep level 0.
+        inv = np.zeros_like(scale)
+        np.divide(1, scale, out=inv, where=scale >= _TINY)
+        subnormal = (scale > 0) & (scale < _TINY)
+        t = np.empty_like(vec)
+        for (rows, x), (_, tx) in zip(views, _chunk_rows(t, self.chunk)):
+            np.subtract(x, lo[rows, None], out=tx)
+            sub = subnormal[rows]
+            slow = tx[sub] / scale[rows][sub, None] if sub.any() else None
+            tx *= inv[rows, None]
+            if slow is not None:
+                tx[sub] = slow
         np.rint(t, out=t)
-        np.clip(t, 0, (1 << self.bits) - 1, out=t)
-        q = t.astype(np.uint8)
-        return (self.bits,), [_HEAD.pack(lo, scale), bitpack.pack(q, self.bits)]
+        np.clip(t, 0, top, out=t)  # float32 rounding of the scale can push a value a hair past top
+        return (self.bits, self.chunk), [head, bitpack.pack(t.astype(np.uint8), self.bits)]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
-        (bits,) = params
+        bits, chunk = params
         if not 1 <= bits <= 8:
             raise CodecError(f"minmax: {bits} bits in frame, must be 1..8")
-        if len(payload) != _HEAD.size + bitpack.packed_size(numel, bits):
-            raise CodecError(f"minmax: payload {len(payload)} bytes, {numel} values of {bits} bits need "
-                             f"{_HEAD.size + bitpack.packed_size(numel, bits)}")
-        lo, scale = _HEAD.unpack_from(payload)
-        if not (abs(lo) <= MAX_MAGNITUDE and 0 <= scale * ((1 << bits) - 1) <= 2 * MAX_MAGNITUDE):
-            raise CodecError(f"minmax: min {lo} / scale {scale} non-finite, negative or overflowing float32")
-        q = bitpack.unpack(np.frombuffer(payload, np.uint8, offset=_HEAD.size), numel, bits)
+        if chunk == 0:
+            raise CodecError("minmax: chunk size 0 in frame")
+        nchunks = _num_chunks(numel, chunk)
+        expected = 8 * nchunks + bitpack.packed_size(numel, bits)
+        if len(payload) != expected:
+            raise CodecError(f"minmax: payload {len(payload)} bytes, {numel} values of {bits} bits "
+                             f"in chunks of {chunk} need {expected}")
+        head = np.frombuffer(payload, "<f4", 2 * nchunks).reshape(nchunks, 2)
+        lo, scale = head[:, 0], head[:, 1]
+        if not (np.abs(lo) <= MAX_MAGNITUDE).all():
+            raise CodecError(f"minmax: chunk minima must be finite with magnitude <= {MAX_MAGNITUDE:g}")
+        if not ((scale >= 0) & (scale <= _max_scale(bits))).all():
+            raise CodecError(f"minmax: scales must be finite, non-negative and <= {_max_scale(bits):g}")
+        q = bitpack.unpack(np.frombuffer(payload, np.uint8, offset=8 * nchunks), numel, bits)
         out = q.astype(np.float32)
-        out *= np.float32(scale)
-        out += np.float32(lo)
+        for rows, o in _chunk_rows(out, chunk):
+            o *= scale[rows, None]
+            o += lo[rows, None]
         return out
 
     def payload_size(self, numel: int) -> int:
-        return _HEAD.size + bitpack.packed_size(numel, self.bits)
+        return 8 * _num_chunks(numel, self.chunk) + bitpack.packed_size(numel, self.bits)
