@@ -8,6 +8,7 @@ For each compressor x mode it prints and writes (results/bench/matrix.csv, matri
 
     python benchmarks/bench_matrix.py                       # short runs (make bench-matrix)
     python benchmarks/bench_matrix.py --only int8 dgc --modes ddp --ddp-epochs 2 --ddp-train-subset 20000
+    python benchmarks/bench_matrix.py --update --only minmax2 [same settings]   # re-run rows of the last matrix
 """
 from __future__ import annotations
 
@@ -78,6 +79,11 @@ def summarise(mode: str, run_dir: Path, world: int) -> dict:
             "test_accuracy": s["test_accuracy"]}
 
 
+def settings_argv(a: argparse.Namespace) -> dict:
+    """The settings every row of one matrix must share."""
+    return {k: v for k, v in vars(a).items() if k not in ("only", "modes", "update", "results_dir")}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", nargs="*", help="compressors to run (default: every registered one); fp32 always runs")
@@ -91,10 +97,17 @@ def main() -> int:
     p.add_argument("--dgc-warmup", type=float, default=0.25, help="DGC warm-up in epochs")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--results-dir", type=Path, default=Path("results"))
+    p.add_argument("--update", action="store_true", help="replace only these compressors' rows of the last "
+                   "matrix (run with the same settings); its fp32/dense rows stay the reference")
     a = p.parse_args()
     a.results_dir = a.results_dir.resolve()
     a.results_dir.mkdir(parents=True, exist_ok=True)
-    chosen = ["fp32"] + [n for n in (a.only or compressors()) if n != "fp32"]
+    out = a.results_dir / "bench"
+    previous = pd.read_csv(out / "matrix.csv") if a.update else None
+    if previous is not None and json.loads((out / "matrix.json").read_text())["argv"] != settings_argv(a):
+        sys.exit("bench_matrix: --update needs the settings of the last matrix: "
+                 f"{json.loads((out / 'matrix.json').read_text())['argv']}")
+    chosen = ([] if previous is not None else ["fp32"]) + [n for n in (a.only or compressors()) if n != "fp32"]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     payload = 4 * num_params(build_model("mnist_cnn"))
     rows, jobs = [], [(mode, name) for mode in a.modes for name in chosen]
@@ -109,13 +122,19 @@ def main() -> int:
             progress.update(k + 1, f"{mode} {name} {row['status']}")
     columns = dict.fromkeys([*rows[0], "bytes_per_node", "comm_time_s", "test_accuracy"])  # failed runs lack some
     table = pd.DataFrame(rows).reindex(columns=list(columns))
+    if previous is not None:
+        kept = previous[~previous.set_index(["mode", "compressor"]).index.isin(
+            table.set_index(["mode", "compressor"]).index)][list(columns)]
+        table = pd.concat([kept, table], ignore_index=True)
+        order = {name: k for k, name in enumerate(["fp32", *compressors()])}
+        table = table.sort_values(["mode", "compressor"], key=lambda c: c.map(order) if c.name == "compressor"
+                                  else c.map({"fl": 0, "ddp": 1}), ignore_index=True)
     for mode in a.modes:
         ref = table[(table["mode"] == mode) & (table["compressor"] == "fp32")].iloc[0]
         here = table["mode"] == mode
         table.loc[here, "bytes_vs_fp32"] = table.loc[here, "bytes_per_node"] / ref["bytes_per_node"]
         table.loc[here, "payload_share"] = table.loc[here, "bytes_per_node"] / payload
         table.loc[here, "accuracy_delta_pp"] = 100 * (table.loc[here, "test_accuracy"] - ref["test_accuracy"])
-    out = a.results_dir / "bench"
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "matrix.csv", index=False)
     settings = {"fl": f"FL: {a.clients} clients, {a.fl_rounds} rounds, {a.fl_samples} samples/client/round",
@@ -123,7 +142,8 @@ def main() -> int:
                        f"DGC warm-up {a.dgc_warmup} epochs"}
     text = "\n".join(settings[m] for m in a.modes) + "\n\n" + markdown_table(table, COLUMNS) + "\n"
     (out / "matrix.md").write_text(text)
-    (out / "matrix.json").write_text(json.dumps({"settings": settings, "stamp": stamp}, indent=2))
+    (out / "matrix.json").write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": settings_argv(a)},
+                                                indent=2))
     print(text)
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
