@@ -61,3 +61,14 @@ def test_ddp_step_exchanges_and_sets_a_finite_gradient(tmp_path, name):
     after = flatten_grads(model)
     assert np.isfinite(after).all() and np.abs(after).sum() > 0
     exchange.optimizer.step()  # the optimizer accepts what the exchange produced
+
+
+def test_memory_follows_the_codec_kind():
+    """Error feedback for biased lossy codecs only: an unbiased quantizer's error can exceed the
+    vector, and fed back it grows (qsgd4 and terngrad diverged in FL with it)."""
+    layout = layout_of(build_model("mnist_cnn"))
+    kinds = {name: type(build_compression(name, {}, layout).memory).__name__ for name in REGISTERED}
+    assert kinds["fp32"] == "NoMemory" and kinds["dgc"] == "DgcMemory"
+    assert kinds["qsgd4"] == kinds["terngrad"] == "NoMemory"
+    assert all(kinds[n] == "ErrorFeedback" for n in ("int8", "int8_sparse", "fp32_sparse", "minmax4", "signsgd",
+                                                    "randomk", "powersgd4"))

@@ -78,10 +78,11 @@ class Compression:
 def build_compression(name: str, params: dict[str, Any], layout: list[tuple[str, tuple[int, ...]]], *,
                       momentum: float = 0.0, nesterov: bool = False, world: int = 1, seed: int = 0) -> Compression:
     """Codec `name` with `params`, plus its memory: DGC's (momentum correction with `momentum`,
-    masking, clipping, warm-up), error feedback for any other lossy codec, none for lossless."""
+    masking, clipping, warm-up), error feedback for any other biased lossy codec, none for
+    lossless and for unbiased ones (see Codec.unbiased)."""
     if name != Dgc.name:
         codec = get_codec(name, layout=layout, **params)
-        return Compression(codec, ErrorFeedback() if codec.lossy else NoMemory())
+        return Compression(codec, ErrorFeedback() if codec.lossy and not codec.unbiased else NoMemory())
     mem = {k: params.get(k, default) for k, default in DGC_MEMORY_PARAMS.items()}
     codec_params = {k: v for k, v in params.items() if k not in DGC_MEMORY_PARAMS}
     unknown = set(codec_params) - set(inspect.signature(Dgc.__init__).parameters)

@@ -38,6 +38,7 @@ class QSGD(Codec):
     name = "qsgd"
     codec_id = 6
     lossy = True
+    unbiased = True
     params_struct = struct.Struct("<BI")  # levels, bucket
     suffix_param = "levels"
 

@@ -28,6 +28,7 @@ class TernGrad(Codec):
     name = "terngrad"
     codec_id = 8
     lossy = True
+    unbiased = True
     params_struct = struct.Struct("<")
 
     def __init__(self, seed: int | np.random.Generator | None = 0, **kw) -> None:
