@@ -126,7 +126,7 @@ def main() -> int:
         kept = previous[~previous.set_index(["mode", "compressor"]).index.isin(
             table.set_index(["mode", "compressor"]).index)][list(columns)]
         table = pd.concat([kept, table], ignore_index=True)
-        order = {name: k for k, name in enumerate(["fp32", *compressors()])}
+        order = {name: k for k, name in reversed(list(enumerate(["fp32", *compressors()])))}  # first wins
         table = table.sort_values(["mode", "compressor"], key=lambda c: c.map(order) if c.name == "compressor"
                                   else c.map({"fl": 0, "ddp": 1}), ignore_index=True)
     for mode in a.modes:
