@@ -161,3 +161,24 @@ def test_ddp_exchange_is_two_small_allreduces_with_error_feedback():
     assert max(sizes) < NUMEL / 10  # each allreduce is small
     assert np.allclose(applied + exchange.memory.residual, raw_total, atol=1e-3)  # nothing lost
     assert np.array_equal(orthogonalize(np.eye(3, 2, dtype=np.float32)), np.eye(3, 2, dtype=np.float32))
+
+
+def test_ddp_exchange_state_survives_a_weights_only_checkpoint(tmp_path):
+    import torch
+    rng = np.random.default_rng(1)
+    grads = [rng.standard_normal(NUMEL).astype(np.float32) for _ in range(3)]
+    model = Model(grads[0])
+    a = LowRankAllreduce(InProcessGroup(), model, TrainingSection(), "powersgd2", {})
+    for g in grads[:2]:
+        model.load(g)
+        a.exchange(0)
+    torch.save(a.state_dict(), tmp_path / "state.pt")
+    b = LowRankAllreduce(InProcessGroup(), Model(grads[0]), TrainingSection(seed=7), "powersgd2", {})
+    b.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    outs = []
+    for exchange in (a, b):
+        model = Model(grads[2])
+        exchange.model = model  # the exchange reads and writes .grad only
+        exchange.exchange(1)
+        outs.append(model.grad())
+    assert np.array_equal(outs[0], outs[1])

@@ -13,7 +13,9 @@ from __future__ import annotations
 import io
 import struct
 from pathlib import Path
+from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from commlab.checksummed import read_checksummed, write_checksummed
@@ -22,6 +24,25 @@ from commlab.config_schema import ConfigError
 NO_RESUME = (-1, 0)     # the point of a rank starting afresh (no resume_from)
 UNUSABLE = (-2, -1)     # the point of a rank whose checkpoint could not be loaded
 _POINT = struct.Struct("<qq")
+
+
+def as_tensors(state: Any) -> Any:
+    """numpy arrays inside nested dicts and lists -> tensors: checkpoints load with
+    torch.load(weights_only=True), which takes tensors but no numpy arrays."""
+    return _map(state, np.ndarray, lambda a: torch.from_numpy(a.copy()))
+
+
+def as_arrays(state: Any) -> Any:
+    """The inverse of as_tensors, for the numpy-side state of compressors and memories."""
+    return _map(state, torch.Tensor, lambda t: t.numpy().copy())
+
+
+def _map(obj: Any, kind: type, convert: Callable[[Any], Any]) -> Any:
+    if isinstance(obj, dict):
+        return {k: _map(v, kind, convert) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_map(v, kind, convert) for v in obj]
+    return convert(obj) if isinstance(obj, kind) else obj
 
 
 def previous_path(path: Path) -> Path:

@@ -22,6 +22,7 @@ import torch
 from commlab.codecs import CodecError
 from commlab.codecs.compression import build_compression
 from commlab.dds import Group
+from commlab.ddp.checkpoint import as_arrays, as_tensors
 from commlab.ddp.config import TrainingSection
 from commlab.models import flatten_grads, flatten_params, layout_of, load_grads
 
@@ -73,17 +74,8 @@ class FrameAllgather:
         return t1 - t0, time.perf_counter() - t2, self.compression.sent_share(own)
 
     def state_dict(self) -> dict:
-        # Tensors, not numpy arrays: checkpoints load with torch.load(weights_only=True).
-        return {"optimizer": self.optimizer.state_dict(), "compression": _map_arrays(
-            self.compression.state_dict(), np.ndarray, lambda a: torch.from_numpy(a.copy()))}
+        return {"optimizer": self.optimizer.state_dict(), "compression": as_tensors(self.compression.state_dict())}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
-        self.compression.load_state_dict(_map_arrays(state["compression"], torch.Tensor, lambda t: t.numpy()))
-
-
-def _map_arrays(obj: Any, kind: type, convert) -> Any:
-    """`obj` with every `kind` inside nested dicts replaced by convert(it)."""
-    if isinstance(obj, dict):
-        return {k: _map_arrays(v, kind, convert) for k, v in obj.items()}
-    return convert(obj) if isinstance(obj, kind) else obj
+        self.compression.load_state_dict(as_arrays(state["compression"]))

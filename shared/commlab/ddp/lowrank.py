@@ -18,6 +18,7 @@ import torch
 from commlab.codecs import ErrorFeedback, get_codec
 from commlab.codecs.powersgd import orthogonalize
 from commlab.dds import Group
+from commlab.ddp.checkpoint import as_arrays, as_tensors
 from commlab.ddp.config import TrainingSection
 from commlab.models import flatten_grads, layout_of, load_grads
 
@@ -69,14 +70,10 @@ class LowRankAllreduce:
         return compress_s, time.perf_counter() - t2, sent / max(grad.size, 1)
 
     def state_dict(self) -> dict:
-        # Tensors, not numpy arrays: checkpoints load with torch.load(weights_only=True).
-        residual = self.memory.residual
         return {"optimizer": self.optimizer.state_dict(),
-                "residual": None if residual is None else torch.from_numpy(residual.copy()),
-                "qs": [torch.from_numpy(q.copy()) for q in self.codec.qs]}
+                "memory": as_tensors(self.memory.state_dict()), "codec": as_tensors(self.codec.state_dict())}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
-        residual = state["residual"]
-        self.memory.load_state_dict({"residual": None if residual is None else residual.numpy()})
-        self.codec.qs = [q.numpy().copy() for q in state["qs"]]
+        self.memory.load_state_dict(as_arrays(state["memory"]))
+        self.codec.load_state_dict(as_arrays(state["codec"]))
