@@ -116,6 +116,13 @@ class WorkerConfig:
                 **self.method_params}
 
 
+def steps_per_epoch(train_size: int, world: int, batch_size: int) -> int:
+    """Steps every rank runs per epoch: each step is a collective, so all run as many as the
+    smallest IID shard allows (np.array_split parts: the smallest holds train_size // world) and
+    the ragged tail is dropped. The worker trains by it; the launcher's progress bar counts by it."""
+    return train_size // world // batch_size
+
+
 def load_worker_config(path: str | Path) -> WorkerConfig:
     return load_config(WorkerConfig, path)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec
-from commlab.ddp.config import WorkerConfig
+from commlab.ddp.config import WorkerConfig, steps_per_epoch
 from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, random_domain, write_node_config
 from commlab.metrics import new_run_id
 from commlab.progress import watch_csv
@@ -72,13 +72,12 @@ def build_config(a: argparse.Namespace) -> dict:
     return to_dict(from_dict(WorkerConfig, cfg))
 
 
-def steps_per_epoch(cfg: dict, world: int) -> int:
-    """What ddp/train.py computes from the shards, without loading the data: iid shards are
-    np.array_split parts of the (subset of the) training set, so the smallest holds n // world."""
+def total_steps(cfg: dict, world: int) -> int:
+    """The run's steps without loading the data: the (subset of the) training set's size is known."""
     n = dataset_spec(cfg["dataset"]["name"]).train_size
     if cfg["dataset"]["train_subset"]:
         n = min(n, cfg["dataset"]["train_subset"])
-    return n // world // cfg["training"]["batch_size"]
+    return cfg["training"]["epochs"] * steps_per_epoch(n, world, cfg["training"]["batch_size"])
 
 
 def run_local(cfg: dict, world: int) -> int:
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[run] {cfg['run_id']}: {a.method}, world {a.world}, {a.epochs} epochs, backend {backend}, "
           f"DDS domain {cfg['dds']['domain_id']}, results {run_dir}", flush=True)
     # Every backend writes rank 0's steps-rank0.csv into this host folder, one row per step.
-    stop_progress = watch_csv(run_dir / "steps-rank0.csv", a.epochs * steps_per_epoch(cfg, a.world), "step",
+    stop_progress = watch_csv(run_dir / "steps-rank0.csv", total_steps(cfg, a.world), "step",
                               numbered_from=0, note_column="train_loss", note_label="loss")
     try:
         return run_nodes("commlab.ddp.run", backend, a.profile, run_dir, [node.name for node in ddp_roster(a.world)],

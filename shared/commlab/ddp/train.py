@@ -15,7 +15,7 @@ from commlab.config_schema import ConfigError, to_dict
 from commlab.data import partition
 from commlab.dds import DdsNode, Group
 from commlab.ddp.checkpoint import NO_RESUME, UNUSABLE, agree_on_resume_point, restore_checkpoint, save_checkpoint
-from commlab.ddp.config import WorkerConfig
+from commlab.ddp.config import WorkerConfig, steps_per_epoch as epoch_steps
 from commlab.ddp.dense import DenseAllreduce
 from commlab.ddp.evaluate import distributed_evaluate
 from commlab.ddp.frame_allgather import FrameAllgather
@@ -40,8 +40,7 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
     cfg.dds.check_host()
     data = build_dataset(cfg.dataset)
     shards = partition(data.train_y, world, "iid", seed=tr.seed)
-    # Every rank must run the same number of steps (each step is a collective): drop the ragged tail.
-    steps_per_epoch = min(len(s) for s in shards) // tr.batch_size
+    steps_per_epoch = epoch_steps(len(data.train_y), world, tr.batch_size)
     if steps_per_epoch == 0:
         raise ConfigError(f"training.batch_size: {tr.batch_size} exceeds the smallest shard "
                           f"({min(len(s) for s in shards)} samples for {world} ranks)")
