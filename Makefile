@@ -26,6 +26,13 @@ K ?= test_fl_faults or test_dds_multiprocess or killed
 test-repeat: $(STAMP) ## run the tests matching K (pytest -k; default: fault and multi-process tests) N times each; per-test pass counts
 	$(PYTHON) -m pytest -q -ra --repeat $(N) -k "$(K)"
 
+# Every surface that reads untrusted bytes (codec frames, message fields, configs, checkpoints,
+# chunk reassembly) with CASES generated inputs per test; `make test` runs the same tests with 1,000.
+CASES ?= 10000
+.PHONY: fuzz
+fuzz: $(STAMP) ## fuzz every decoder, message field, config, checkpoint and reassembly with CASES (10,000) inputs per test
+	COMMLAB_FUZZ_CASES=$(CASES) $(PYTHON) -m pytest -q -ra -p no:randomly tests/test_codecs_wire.py tests/test_message_fields.py tests/test_fuzz_inputs.py
+
 # Experiment settings shared by the fl-*, ddp-*, histogram and container targets.
 CLIENTS ?= 2
 WORLD ?= 3

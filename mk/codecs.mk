@@ -9,3 +9,9 @@ MATRIX_ARGS ?=
 .PHONY: bench-matrix
 bench-matrix: $(STAMP) ## every compressor x {FL, DDP}: bytes, accuracy delta, comm time -> results/bench/matrix.{csv,md}
 	$(PYTHON) benchmarks/bench_matrix.py $(MATRIX_ARGS)
+
+# Both directions, one-to-many (docs/fl.md): compressed model broadcast and multicast on 10 Mbit links (root).
+DOWNLINK_ARGS ?=
+.PHONY: bench-downlink
+bench-downlink: $(STAMP) ## compressed broadcast + multicast vs fp32 unicast, 10 Mbit namespaces (root) -> results/bench/downlink-*.csv
+	$(PYTHON) benchmarks/bench_downlink.py $(DOWNLINK_ARGS)

@@ -1,16 +1,34 @@
 # Federated learning over DDS (docs/fl.md): a controller and CLIENTS clients, one run per codec.
-# make fl-int8_sparse CLIENTS=2 ROUNDS=10 BACKEND=auto|local|docker PROFILE=lan|10mbit|1mbit|hetero
+# make fl-int8_sparse DOWNLINK=int8_sparse CLIENTS=2 ROUNDS=10 BACKEND=auto|local|docker PROFILE=lan|10mbit|1mbit|hetero
 # Defaults: Dirichlet(0.5) non-IID, 6000 samples per client and round, batch 64, 1 local epoch.
 ROUNDS ?= 10
 SAMPLES ?= 6000
+DOWNLINK ?= fp32
 FL_ARGS ?=
 
 .PHONY: test-fl test-fl-slow
 fl-%: $(STAMP) ## FL run with compressor % (fp32, int8, int8_sparse, qsgd16, dgc, powersgd, signsgd, ...): CLIENTS ROUNDS BACKEND PROFILE SAMPLES FL_ARGS
-	$(PYTHON) -m commlab.fl.run --codec $* --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --backend $(BACKEND) --profile $(PROFILE) $(FL_ARGS)
+	$(PYTHON) -m commlab.fl.run --codec $* --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --downlink-codec $(DOWNLINK) --backend $(BACKEND) --profile $(PROFILE) $(FL_ARGS)
 
 test-fl: $(STAMP) ## fast FL tests: config validation, FedAvg, update checks, checkpoints
-	$(PYTHON) -m pytest -q -m "not slow" tests/test_fl_config.py tests/test_fl_strategy.py tests/test_fl_checkpoint.py
+	$(PYTHON) -m pytest -q -m "not slow" tests/test_fl_config.py tests/test_fl_strategy.py tests/test_fl_robust.py tests/test_fl_checkpoint.py
 
 test-fl-slow: $(STAMP) ## FL fault tests with real node processes (client killed, controller restart, malformed update)
 	$(PYTHON) -m pytest -q tests/test_fl_faults.py
+
+.PHONY: bench-robust
+bench-robust: $(STAMP) ## FedAvg/median/trimmed mean/norm clip, clean and with 1 of 4 clients sign-flipped x10 -> results/bench/robust.{csv,md}
+	$(PYTHON) benchmarks/bench_robust.py $(ROBUST_ARGS)
+
+# Adaptive bits and bandwidth per client (docs/adaptive.md); PROFILE=hetero4 CLIENTS=4 to match the bench.
+UPLINK_MBIT ?= 8
+SPEEDS ?= 1,1,0.5,0.25
+.PHONY: fl-adaptive bench-adaptive test-adaptive
+fl-adaptive: $(STAMP) ## FL with per-client qsgd bits and uplink rates each round: CLIENTS ROUNDS BACKEND PROFILE SAMPLES UPLINK_MBIT SPEEDS FL_ARGS
+	$(PYTHON) -m commlab.fl.run --codec qsgd15 --adaptive joint --total-uplink-mbit $(UPLINK_MBIT) --speed-factors $(SPEEDS) --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --backend $(BACKEND) --profile $(PROFILE) $(FL_ARGS)
+
+bench-adaptive: $(STAMP) ## adaptive vs fixed qsgd bits (equal split) on hetero4, 4 clients in namespaces (root) -> results/bench/adaptive.{csv,md}
+	$(PYTHON) benchmarks/bench_adaptive.py $(ADAPTIVE_ARGS)
+
+test-adaptive: $(STAMP) ## the allocation against brute force, budget, monotonicity, fairness; estimates; the rate change applied (root)
+	$(PYTHON) -m pytest -q tests/test_adaptive.py

@@ -1,5 +1,5 @@
-"""signsgd, terngrad and randomk: float references, hypothesis round trips, exact wire sizes,
-malformed frames, and randomk's seed-regenerated index sets."""
+"""signsgd, terngrad and randomk: float references (block-wise scales), hypothesis round trips,
+exact wire sizes, malformed frames, and randomk's seed-regenerated index sets."""
 from __future__ import annotations
 
 import math
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from commlab.codecs import CodecError, decode_any, get_codec, randomk, wire
+from commlab.codecs import CodecError, decode_any, get_codec, randomk, signsgd, wire
 
 HEADER = wire.HEADER.size
 NEW = ["signsgd", "terngrad", "randomk"]
@@ -24,6 +24,9 @@ pytestmark = pytest.mark.filterwarnings("error")
 BOUND = float(np.nextafter(np.float32(1e30), np.float32(0)))
 vectors = arrays(np.float32, st.integers(0, 5000), elements=st.floats(-BOUND, BOUND, width=32))
 names = st.sampled_from(NEW)
+blocks = st.one_of(st.integers(1, 40), st.sampled_from([256, 1024, 4096, 2**31]))
+SCALED = ("signsgd", "terngrad")  # the block-scaled ones
+DEFAULT_BLOCK = {"signsgd": 64, "terngrad": 1024}
 
 
 def rand(n: int, seed: int = 0) -> np.ndarray:
@@ -34,40 +37,63 @@ def frame_param_bytes(frame: bytes) -> bytes:
     return frame[HEADER : HEADER + frame[7]]
 
 
+def per_block(x: np.ndarray, block: int, reduce) -> np.ndarray:
+    """reduce() of each block of x in float64, repeated over the block's values (the reference)."""
+    out = np.zeros(x.size, np.float64)
+    for a in range(0, x.size, block):
+        out[a : a + block] = reduce(x[a : a + block].astype(np.float64))
+    return out
+
+
 # --- float references ----------------------------------------------------------------------------
 
-def test_signsgd_matches_reference():
-    for x in (rand(1000), rand(9, 1) * 1e20, np.array([0.0, -0.0, 2.0, -4.0], np.float32)):
-        ref = np.float32(np.abs(x.astype(np.float64)).mean()) * np.where(x < 0, -1.0, 1.0).astype(np.float32)
-        out = decode_any(get_codec("signsgd").encode(x))
+@pytest.mark.parametrize("block", [1, 3, 64, 1024, 5000])
+def test_signsgd_matches_reference(block):
+    # Layers of very different magnitude: each block gets its own mean magnitude.
+    layered = np.concatenate([rand(700) * 1e-4, rand(300, 2) * 10, rand(33, 3)])
+    for x in (rand(1000), rand(9, 1) * 1e20, np.array([0.0, -0.0, 2.0, -4.0], np.float32), layered):
+        ref = per_block(x, block, lambda b: np.abs(b).mean()).astype(np.float32) * np.where(x < 0, -1, 1)
+        out = decode_any(get_codec("signsgd", block=block).encode(x))
         np.testing.assert_allclose(out, ref, rtol=1e-6)
         assert np.array_equal(np.signbit(out), x < 0)  # zero and -0.0 map to +1
     assert np.array_equal(decode_any(get_codec("signsgd").encode(np.array([0.0, -0.0], np.float32))), [0, 0])
 
 
-def test_terngrad_matches_reference_with_the_same_draws():
-    x = rand(1000) * 3
+def test_block_scales_follow_the_layers():
+    x = np.concatenate([np.full(1024, 1e-4), np.full(1024, -3.0)]).astype(np.float32)
+    out = decode_any(get_codec("signsgd").encode(x))
+    assert np.allclose(out[:1024], 1e-4) and np.allclose(out[1024:], -3.0)
+    one = decode_any(get_codec("signsgd", block=2048).encode(x))  # one scale: the small layer is 15000x too big
+    assert np.allclose(np.abs(one), (1e-4 + 3.0) / 2)
+
+
+@pytest.mark.parametrize("block", [1, 7, 256, 1024])
+def test_terngrad_matches_reference_with_the_same_draws(block):
+    x = np.concatenate([rand(500) * 3, rand(500, 1) * 1e-3])
     x[:3] = [0.0, x.max() * 2, -x.max() * 3]  # a zero and the unique max magnitude (negative)
-    codec = get_codec("terngrad", seed=11)
+    codec = get_codec("terngrad", block=block, seed=11)
     outs = [decode_any(codec.encode(x)) for _ in range(2)]
     rng = np.random.default_rng(11)
-    s = np.float32(np.abs(x).max())
+    s = per_block(x, block, lambda b: np.abs(b).max()).astype(np.float32)
     for out in outs:
-        b = rng.random(x.size, dtype=np.float32) < np.abs(x) / s
+        p = np.divide(np.abs(x), s, out=np.zeros_like(x), where=s > 0)
+        b = rng.random(x.size, dtype=np.float32) < p
         assert np.array_equal(out, s * np.sign(x) * b)
-    assert out[0] == 0 and out[2] == -s
-    assert not np.array_equal(outs[0], outs[1])  # fresh Bernoulli variables per encode
+    assert out[0] == 0 and out[2] == -s[2]
+    # Fresh Bernoulli variables per encode (blocks of 1 are exact: every p is 0 or 1).
+    assert np.array_equal(outs[0], outs[1]) == (block == 1)
 
 
-def test_terngrad_is_unbiased():
-    x = rand(40, 2) * 10
+@pytest.mark.parametrize("block", [8, 1024])
+def test_terngrad_is_unbiased(block):
+    x = rand(40, 2) * np.repeat([10, 1e-3, 1, 100, 0.1], 8).astype(np.float32)
     x[0] = 0
-    codec, draws = get_codec("terngrad", seed=3), 4000
-    s = float(np.abs(x).max())
+    codec, draws = get_codec("terngrad", block=block, seed=3), 4000
+    s = per_block(x, block, lambda b: np.abs(b).max()).astype(np.float32)
     total = np.zeros(x.size, np.float64)
     for _ in range(draws):
         out = decode_any(codec.encode(x))
-        assert set(np.unique(out).tolist()) <= {-s, 0.0, s}
+        assert np.all((out == 0) | (np.abs(out) == s))
         total += out
     # One draw has std s * sqrt(p (1 - p)) <= s / 2 per element.
     assert np.all(np.abs(total / draws - x) <= 6 * s / (2 * math.sqrt(draws)))
@@ -117,12 +143,14 @@ def test_randomk_positions_are_k_distinct_sorted_indices(seed, numel, data):
 # --- hypothesis round trips ----------------------------------------------------------------------
 
 def invariant(name: str, codec, frame: bytes, x: np.ndarray, out: np.ndarray) -> None:
+    if name in SCALED:
+        assert struct.unpack("<I", frame_param_bytes(frame)) == (codec.block,)
     if name == "signsgd":
-        scale = np.float32(np.abs(x.astype(np.float64)).mean()) if x.size else 0
+        scale = per_block(x, codec.block, lambda b: np.abs(b).mean()).astype(np.float32)
         np.testing.assert_allclose(np.abs(out), scale, rtol=1e-6)
-        assert scale == 0 or np.array_equal(out < 0, x < 0)
+        assert np.array_equal((out < 0)[scale > 0], (x < 0)[scale > 0])
     elif name == "terngrad":
-        s = np.abs(x).max(initial=0)
+        s = per_block(x, codec.block, lambda b: np.abs(b).max()).astype(np.float32)
         assert np.all((out == 0) | (np.abs(out) == s))
         assert np.all(out[x == 0] == 0) and np.array_equal(np.sign(out[out != 0]), np.sign(x[out != 0]))
         assert np.array_equal(out[np.abs(x) == s], x[np.abs(x) == s])  # probability 1
@@ -133,10 +161,10 @@ def invariant(name: str, codec, frame: bytes, x: np.ndarray, out: np.ndarray) ->
         assert np.array_equal(out[idx], x[idx]) and np.count_nonzero(np.delete(out, idx)) == 0
 
 
-@given(names, vectors)
+@given(names, vectors, blocks)
 @quick
-def test_round_trip(name, x):
-    codec = get_codec(name)
+def test_round_trip(name, x, block):
+    codec = get_codec(name, block=block) if name in SCALED else get_codec(name)
     frame = codec.encode(x)
     out = codec.decode(frame, x.size)
     assert out.dtype == np.float32 and out.shape == x.shape and np.isfinite(out).all()
@@ -169,11 +197,12 @@ def test_non_finite_input(name, bad):
 SIZES = [0, 1, 2, 7, 8, 9, 15, 16, 17, 99, 100, 101, 4095, 65537, 1000003]
 
 
-def expected_size(name: str, n: int, ratio: float = 0.01) -> int:
+def expected_size(name: str, n: int, ratio: float = 0.5, block: int | None = None) -> int:
+    block = block or DEFAULT_BLOCK.get(name)
     if name == "signsgd":
-        return HEADER + 4 + math.ceil(n / 8)
+        return HEADER + 4 + 4 * math.ceil(n / block) + math.ceil(n / 8)
     if name == "terngrad":
-        return HEADER + 4 + 2 * math.ceil(n / 8)
+        return HEADER + 4 + 4 * math.ceil(n / block) + 2 * math.ceil(n / 8)
     return HEADER + 16 + 4 * (min(n, max(1, math.ceil(ratio * n))) if n else 0)
 
 
@@ -184,19 +213,21 @@ def test_exact_wire_size(name, n):
     assert len(codec.encode(rand(n))) == codec.wire_size(n) == expected_size(name, n)
 
 
-@given(names, st.integers(0, 20000), st.floats(0.001, 1.0))
+@given(names, st.integers(0, 20000), st.floats(0.001, 1.0), blocks)
 @quick
-def test_wire_size_formula(name, n, ratio):
-    codec = get_codec(name, ratio=ratio) if name == "randomk" else get_codec(name)
-    assert codec.wire_size(n) == expected_size(name, n, ratio)
+def test_wire_size_formula(name, n, ratio, block):
+    codec = get_codec(name, ratio=ratio) if name == "randomk" else get_codec(name, block=block)
+    assert codec.wire_size(n) == expected_size(name, n, ratio, block)
+    if name in SCALED and n <= 5000:
+        assert len(codec.encode(rand(n))) == codec.wire_size(n)
 
 
 def test_wire_ratio_for_the_mnist_cnn_vector():
     n = 1_663_370
     ratios = {name: get_codec(name).wire_size(n) / (4 * n) for name in NEW}
-    assert ratios["signsgd"] == pytest.approx(1 / 32, rel=1e-3)
-    assert ratios["terngrad"] == pytest.approx(1 / 16, rel=1e-3)
-    assert ratios["randomk"] == pytest.approx(0.01, rel=1e-3)
+    assert ratios["signsgd"] == pytest.approx(1 / 32 + 1 / 64, rel=1e-3)
+    assert ratios["terngrad"] == pytest.approx(1 / 16 + 1 / 1024, rel=1e-3)
+    assert ratios["randomk"] == pytest.approx(0.5, rel=1e-3)
 
 
 # --- randomk seeds -------------------------------------------------------------------------------
@@ -208,10 +239,10 @@ def test_randomk_receiver_regenerates_the_sender_indices(monkeypatch):
     x = rand(100_000, 4)
     codec = get_codec("randomk")
     frame = codec.encode(x)
-    out = get_codec("randomk").decode(frame, x.size)  # a fresh receiver, another seed of its own
+    out = get_codec("randomk", ratio=0.01).decode(frame, x.size)  # a fresh receiver, another ratio and seed
     sent, received = calls
-    assert sent.size == 1000 and np.array_equal(sent, received)
-    assert np.array_equal(out[sent], x[sent]) and np.count_nonzero(out) == 1000
+    assert sent.size == 50_000 and np.array_equal(sent, received)
+    assert np.array_equal(out[sent], x[sent]) and np.count_nonzero(out) == 50_000
 
 
 def test_randomk_successive_frames_use_different_seeds_and_indices():
@@ -232,6 +263,13 @@ def test_constructor_parameters():
         get_codec("randomk", ratio=0.0)
     with pytest.raises(CodecError, match="bad parameters"):
         get_codec("signsgd", seed=1)
+    assert get_codec("randomk").ratio == 0.5
+    assert {name: get_codec(name).block for name in SCALED} == DEFAULT_BLOCK
+    for name in SCALED:
+        assert get_codec(name, block=2**31).block == 2**31
+        for bad in (0, -1, 2**31 + 1, 2.5):
+            with pytest.raises(CodecError, match="block size must be an integer"):
+                get_codec(name, block=bad)
     assert [get_codec(n).lossy for n in NEW] == [True, True, True]
 
 
@@ -248,26 +286,41 @@ def scaled(scale: float, bitmaps: bytes) -> bytes:
     return struct.pack("<f", scale) + bitmaps
 
 
+B = struct.pack("<I", 1024)  # one block for the 20-value frames below
+
+
+def blocked(block: int, scales: list[float], bitmaps: bytes) -> tuple[bytes, bytes]:
+    return struct.pack("<I", block), struct.pack(f"<{len(scales)}f", *scales) + bitmaps
+
+
 @pytest.mark.parametrize(
     ("frame", "message"),
     [
         (get_codec("signsgd").encode(VEC)[:-1], "truncated"),
         (get_codec("terngrad").encode(VEC)[:-1], "truncated"),
         (get_codec("randomk").encode(VEC)[:-1], "truncated"),
-        (build(7, 20, b"", scaled(1.0, bytes(2))), "payload 6 bytes, 20 signs need 7"),
-        (build(7, 20, b"", scaled(1.0, bytes(4))), "payload 8 bytes"),
-        (build(7, 20, b"", scaled(float("nan"), bytes(3))), "scale nan must be finite"),
-        (build(7, 20, b"", scaled(float("inf"), bytes(3))), "scale inf"),
-        (build(7, 20, b"", scaled(-1.0, bytes(3))), "non-negative"),
-        (build(7, 20, b"", scaled(2.0**127, bytes(3))), "<= 8.50706e\\+37"),
-        (build(7, 20, b"", scaled(1.0, bytes([0, 0, 0x10]))), "bits set past the end"),
-        (build(7, 0, b"", b""), "payload 0 bytes, 0 signs need 4"),
-        (build(7, 4, b"\0", scaled(1.0, bytes(1))), "1 parameter bytes, expected 0"),
-        (build(8, 20, b"", scaled(1.0, bytes(3))), "payload 7 bytes, 20 values need 10"),
-        (build(8, 20, b"", scaled(-2.0, bytes(6))), "non-negative"),
-        (build(8, 20, b"", scaled(1.0, bytes([0, 0, 0, 0, 0, 0x20]))), "bits set past the end"),
-        (build(8, 20, b"", scaled(1.0, bytes([0, 0, 0x10, 0, 0, 0]))), "bits set past the end"),
-        (build(8, 20, b"", scaled(1.0, bytes([1, 0, 0, 2, 0, 0]))), "sign bit set on a zero value"),
+        (build(7, 20, B, scaled(1.0, bytes(2))), "payload 6 bytes, 20 signs in blocks of 1024 need 7"),
+        (build(7, 20, B, scaled(1.0, bytes(4))), "payload 8 bytes"),
+        (build(7, 20, B, scaled(float("nan"), bytes(3))), "scale nan must be finite"),
+        (build(7, 20, B, scaled(float("inf"), bytes(3))), "scale inf"),
+        (build(7, 20, B, scaled(-1.0, bytes(3))), "non-negative"),
+        (build(7, 20, B, scaled(2.0**127, bytes(3))), "<= 8.50706e\\+37"),
+        (build(7, 20, B, scaled(1.0, bytes([0, 0, 0x10]))), "bits set past the end"),
+        (build(7, 20, *blocked(8, [1.0, 2.0, float("nan")], bytes(3))), "scale nan"),  # the last block's
+        (build(7, 20, *blocked(8, [1.0, 2.0], bytes(3))), "payload 11 bytes, 20 signs in blocks of 8 need 15"),
+        (build(7, 20, *blocked(0, [1.0], bytes(3))), "block size must be an integer in 1..2147483648, got 0"),
+        (build(7, 20, *blocked(2**32 - 1, [1.0], bytes(3))), "block size must be an integer"),
+        (build(7, 0, B, scaled(1.0, b"")), "payload 4 bytes, 0 signs in blocks of 1024 need 0"),
+        (build(7, 4, b"\0", scaled(1.0, bytes(1))), "1 parameter bytes, expected 4"),
+        (build(7, 4, b"", scaled(1.0, bytes(1))), "0 parameter bytes, expected 4"),
+        (build(8, 20, B, scaled(1.0, bytes(3))), "payload 7 bytes, 20 values in blocks of 1024 need 10"),
+        (build(8, 20, B, scaled(-2.0, bytes(6))), "non-negative"),
+        (build(8, 20, *blocked(16, [1.0, -2.0], bytes(6))), "scale -2.0 must be finite"),
+        (build(8, 20, *blocked(0, [], bytes(6))), "block size must be"),
+        (build(8, 20, *blocked(2**31 + 1, [1.0], bytes(6))), "block size must be"),
+        (build(8, 20, B, scaled(1.0, bytes([0, 0, 0, 0, 0, 0x20]))), "bits set past the end"),
+        (build(8, 20, B, scaled(1.0, bytes([0, 0, 0x10, 0, 0, 0]))), "bits set past the end"),
+        (build(8, 20, B, scaled(1.0, bytes([1, 0, 0, 2, 0, 0]))), "sign bit set on a zero value"),
         (build(9, 20, struct.pack("<QQ", 1, 21), bytes(84)), "21 kept values for only 20"),
         (build(9, 20, struct.pack("<QQ", 1, 2**64 - 1), bytes(8)), "kept values for only 20"),
         (build(9, 20, struct.pack("<QQ", 1, 2), bytes(12)), "payload 12 bytes, 2 float32 values need 8"),
@@ -286,8 +339,22 @@ def test_specific_errors(frame, message):
 
 
 def test_hand_built_frames_decode():
-    assert decode_any(build(7, 3, b"", scaled(2.0, bytes([0b101])))).tolist() == [-2, 2, -2]
-    assert decode_any(build(8, 3, b"", scaled(2.0, bytes([0b110, 0b100])))).tolist() == [0, 2, -2]
+    assert decode_any(build(7, 3, B, scaled(2.0, bytes([0b101])))).tolist() == [-2, 2, -2]
+    assert decode_any(build(8, 3, B, scaled(2.0, bytes([0b110, 0b100])))).tolist() == [0, 2, -2]
+    # Blocks of 2: scales 2 and 0.5 (the last block is shorter); a huge block is one scale.
+    assert decode_any(build(7, 3, *blocked(2, [2.0, 0.5], bytes([0b101])))).tolist() == [-2, 2, -0.5]
+    assert decode_any(build(8, 3, *blocked(2, [2.0, 0.5], bytes([0b110, 0b100])))).tolist() == [0, 2, -0.5]
+    assert decode_any(build(7, 3, *blocked(2**31, [1.0], bytes([0b010])))).tolist() == [1, -1, 1]
+    assert decode_any(build(7, 0, B, b"")).size == 0
+
+
+@pytest.mark.parametrize("name", SCALED)
+def test_frame_numel_must_match_the_receiver(name):
+    frame = get_codec(name).encode(rand(20))
+    with pytest.raises(CodecError, match="frame has 20 elements, expected 21"):
+        get_codec(name).decode(frame, numel=21)
+    # A decoder with another default block reads the block size from the frame.
+    assert np.array_equal(get_codec(name, block=3).decode(frame, 20), decode_any(frame))
     vals = np.array([5.0, 6.0], "<f4").tobytes()
     out = decode_any(build(9, 10, struct.pack("<QQ", 42, 2), vals))
     assert out[randomk.positions(42, 10, 2)].tolist() == [5, 6] and np.count_nonzero(out) == 2
@@ -298,6 +365,8 @@ def valid_frames() -> list[bytes]:
     for name in NEW:
         for x in (rand(100, 3), np.zeros(3, np.float32), np.zeros(0, np.float32), rand(9, 4)):
             frames.append(get_codec(name).encode(x))
+        if name in SCALED:
+            frames.append(get_codec(name, block=16).encode(rand(100, 5)))  # several scales
     frames.append(get_codec("randomk", ratio=0.9).encode(rand(200)))  # complement selection
     return frames
 
@@ -323,7 +392,8 @@ def test_truncated_or_extended(frame, cut, extra):
 @given(st.sampled_from(FRAMES), st.sampled_from([8, 16, HEADER, HEADER + 8]), st.integers(0, 2**64 - 1))
 @fuzz
 def test_length_fields_overwritten(frame, offset, value):
-    # Offsets 8, 16: numel, payload length; 24, 32: randomk's seed and k.
+    # Offsets 8, 16: numel, payload length; 24: the block size of signsgd/terngrad (and the first
+    # scale), randomk's seed; 32: randomk's k.
     buf = bytearray(frame)
     if offset + 8 <= len(buf):
         struct.pack_into("<Q", buf, offset, value)

@@ -2,6 +2,7 @@
 without huge allocations; plus the error-feedback memory."""
 from __future__ import annotations
 
+import os
 import struct
 import tracemalloc
 
@@ -13,7 +14,8 @@ from hypothesis import strategies as st
 from commlab.codecs import CodecError, ErrorFeedback, bitpack, decode_any, get_codec, wire
 from commlab.codecs.compression import build_compression
 
-settings.register_profile("codecs-fuzz", max_examples=150, deadline=None)
+# COMMLAB_FUZZ_CASES: `make fuzz` runs 10,000 cases per test, `make test` a 1,000-case smoke.
+settings.register_profile("codecs-fuzz", max_examples=int(os.environ.get("COMMLAB_FUZZ_CASES", "1000")), deadline=None)
 settings.load_profile("codecs-fuzz")
 # A numpy warning (overflow, invalid cast) inside a decoder means a silently wrong vector.
 pytestmark = pytest.mark.filterwarnings("error")

@@ -36,8 +36,11 @@ def test_container_config_rewrites_only_transport_paths_and_profile(tmp_path):
     addrs = addresses(fl_roster(2), 200)
     cfg = fl_cfg(tmp_path)
     out = container_config(cfg, "client-0", addrs, "10mbit", tmp_path)
-    assert out["dds"] == {"domain_id": 7, "interface": "eth0", "loopback_tuned": False,
+    assert out["dds"] == {"domain_id": 7, "interface": "eth0", "loopback_tuned": False, "multicast": "data",
                           "peers": ["198.19.200.10", "198.19.200.12"]}
+    keyed = container_config({**cfg, "dds": {**cfg["dds"], "key_file": "/tmp/commlab-keys-x/client-0.key"}},
+                             "client-0", addrs, "10mbit", tmp_path)
+    assert keyed["dds"]["key_file"] == "/run/secrets/commlab-key"  # the compose secret, not the host path
     assert out["results_dir"] == "/results" and out["checkpoint_dir"] == "/results/r1/checkpoints"
     assert out["link_profile"] == "10mbit" and out["dataset"]["root"] is None
     assert {k: v for k, v in out.items() if k not in ("dds", "results_dir", "checkpoint_dir", "link_profile",
@@ -65,6 +68,12 @@ def test_compose_spec_uses_internal_benchmark_network_and_fixed_addresses(tmp_pa
         assert svc["command"] == [f"/results/x/configs/{name}.json"]
     assert spec["services"]["worker-1"]["environment"]["RANK"] == "1"
     assert spec["services"]["worker-1"]["environment"]["WORLD"] == "2"
+    keyed = compose_spec(ddp_roster(2), run_id="x", host_results=tmp_path, net=201, config_dir="/c",
+                         key_files={"worker-0": "/tmp/k/worker-0.key", "worker-1": "/tmp/k/worker-1.key"})
+    # Each container sees only its own key file, as a secret (never in the results volume).
+    assert keyed["secrets"] == {"worker-0-key": {"file": "/tmp/k/worker-0.key"},
+                                "worker-1-key": {"file": "/tmp/k/worker-1.key"}}
+    assert keyed["services"]["worker-1"]["secrets"] == [{"source": "worker-1-key", "target": "commlab-key"}]
 
 
 @pytest.fixture(scope="module")

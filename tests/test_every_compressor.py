@@ -42,7 +42,7 @@ def test_fl_upload_is_decoded_by_the_controller(name):
     payload = client.encode(delta)
     collector.offer(SimpleNamespace(round=1, client_id="client-0", num_samples=10, payload=payload))
     assert logs == [] and collector.replies.participants() == ["client-0"]
-    assert len(payload) <= get_codec(name, layout=layout_of(model)).wire_size(delta.size)
+    assert len(payload) <= client.codec.wire_size(delta.size)  # at the density this round ran at (DGC warm-up)
     decoded = collector.replies.results[0].delta
     residual = getattr(client.memory, "residual", None)
     if residual is not None:  # error feedback: what was not sent is kept, nothing is lost

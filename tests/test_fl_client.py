@@ -62,7 +62,7 @@ def test_train_cmd_without_epochs_is_rejected_and_the_client_runs_on_until_stop(
         "rejected TrainCmd for round 1: epochs must be >= 1, got -2 (a run ends with a Stop message)",
         "ignoring TrainCmd of run 'other' (this is run 'run')",
         "ignoring Stop of run 'other' (this is run 'run')",
-        "stopped on the Stop message: run over after round 1 (completed)"]
+        "stopped on the Stop message: run over after round 1 (completed), replica empty"]
 
 
 def test_the_client_does_not_import_the_controller():
@@ -81,7 +81,7 @@ def test_an_update_the_codec_refuses_is_one_line_and_the_client_goes_on(tmp_path
     lines: list[str] = []
     client = Client(cfg, Node({}), model, None, np.arange(8), lines.append)
     client._wait_for_model = lambda rnd, deadline_s: 0.0
-    client.weights, client.weights_round = np.zeros(6, np.float32), 0
+    client.replica.weights, client.replica.round = np.zeros(6, np.float32), 0
     sent = client.update_pub.messages
     cmd = _cmd(1, 1)
     cmd.codec = "int8"

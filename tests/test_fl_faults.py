@@ -71,12 +71,13 @@ class Proc:
 
 
 def start_run(tmp_path: Path, domain: int, rounds: int, deadline: float = 6.0, clients: int = 2,
-              halt: dict[str, str] | None = None):
+              halt: dict[str, str] | None = None, downlink: str = "fp32"):
     """Controller and clients as processes; `halt` maps a node name to its fault point."""
     ctl, cls = build_configs(parse_args([
         "--codec", "int8_sparse", "--clients", str(clients), "--rounds", str(rounds), "--deadline", str(deadline),
         "--samples-per-round", "128", "--batch-size", "32", "--train-subset", "2000", "--test-subset", "300",
-        "--results-dir", str(tmp_path / "results"), "--run-id", "fault", "--domain-id", str(domain)]))
+        "--results-dir", str(tmp_path / "results"), "--run-id", "fault", "--domain-id", str(domain),
+        "--downlink-codec", downlink]))
     ctl["round_hard_limit_s"] = 60.0
     paths, procs = {}, {}
     for node, cfg in zip(fl_roster(clients), [ctl, *cls]):  # the controller first
@@ -136,6 +137,36 @@ def test_controller_restart_resumes_from_identical_weights(tmp_path):
         for p in procs.values():
             p.stop()
     assert [r["round"] for r in rounds_rows(run_dir)] == ["1", "2", "3", "4"]
+
+
+def test_restarted_client_resyncs_by_hash_and_ends_with_the_same_model(tmp_path):
+    """Compressed downlink: a client killed mid-run comes back with no replica; the next delta does
+    not apply to it, it asks for the whole model once and then follows the deltas again."""
+    procs, paths, run_dir = start_run(tmp_path, domain=DOMAIN, rounds=4, deadline=10.0, downlink="int8_sparse",
+                                      halt={"client-1": "before_upload@2"})
+    try:
+        procs["client-1"].wait_for(r"HALTED at before_upload@2")
+        procs["client-1"].proc.send_signal(signal.SIGKILL)
+        procs["client-1"].proc.wait()
+        again = Proc(tmp_path, "client-1-again", [sys.executable, str(ROOT / "nodes" / "client.py"),
+                                                  str(paths["client-1"])])
+        procs["client-1-again"] = again
+        assert procs["controller"].finish() == 0, procs["controller"].text()
+        for name in ("client-0", "client-1-again"):
+            assert procs[name].finish() == 0, procs[name].text()
+    finally:
+        for p in procs.values():
+            p.stop()
+    ctl, back = procs["controller"].text(), again.text()
+    assert "asking for the whole model" in back and "to resync client-1" in ctl
+    assert re.search(r"round 4: training on \d+ samples", back)  # back in the run after the resync
+    final = re.findall(r"round 4/4 .* replica ([0-9a-f]{16})", ctl)
+    ends = [re.search(r"Stop message.*replica ([0-9a-f]{16})", procs[n].text()).group(1)
+            for n in ("client-0", "client-1-again")]
+    assert ends == final * 2
+    rows = rounds_rows(run_dir)
+    assert sum(int(r["resyncs"]) for r in rows) == 1
+    assert rows[-1]["participants"] == "client-0;client-1"
 
 
 ROGUE = """

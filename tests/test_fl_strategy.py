@@ -15,8 +15,8 @@ def fedavg(weights, **kw):
 
 def test_fedavg_weights_by_num_samples():
     s = fedavg([0.0, 0.0])
-    new = s.aggregate(1, [FitRes("a", 100, np.array([1.0, 0.0], np.float32)),
-                          FitRes("b", 300, np.array([0.0, 2.0], np.float32))], [])
+    new = s.aggregate(1, [FitRes("a", 2, np.array([1.0, 0.0], np.float32)),
+                          FitRes("b", 6, np.array([0.0, 2.0], np.float32))], [])
     np.testing.assert_allclose(new, [0.25, 1.5])
 
 

@@ -1,9 +1,11 @@
 """Objects named by config sections: dataset, model, DDS settings (shared by every node program)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
-from commlab.config_schema import DatasetSection, DdsSection, ModelSection
+from commlab.config_schema import ConfigError, DatasetSection, DdsSection, ModelSection
 from commlab.data import Dataset, load_dataset, subset_random
 from commlab.models import build_model, configure_threads
 
@@ -21,8 +23,20 @@ def build_node_model(section: ModelSection, seed: int, threads: int) -> torch.nn
     return model
 
 
-def dds_settings(section: DdsSection):
+def dds_settings(section: DdsSection, model_numel: int | None = None, senders: int = 1):
+    """The transport settings of a node, its keyring read from `key_file` (ConfigError if
+    unusable); with the model's size, caps on what incomplete messages from `senders` peers may
+    hold (no message of ours is larger than twice the fp32 model)."""
     from commlab.dds import DdsSettings  # lazy: config validation and unit tests need no DDS
-    extras = {k: getattr(section, k) for k in ("chunk_bytes", "write_timeout_s", "lease_s", "loopback_tuned")
+    from commlab.dds.settings import reassembly_caps
+    from commlab.dds.auth import KeyFileError, read_keyring
+    extras = {k: getattr(section, k) for k in ("chunk_bytes", "write_timeout_s", "lease_s", "loopback_tuned", "multicast")
               if getattr(section, k) is not None}
-    return DdsSettings(domain_id=section.domain_id, interface=section.interface, peers=tuple(section.peers), **extras)
+    try:
+        keyring = None if section.key_file is None else read_keyring(Path(section.key_file))
+    except KeyFileError as e:
+        raise ConfigError(f"dds.key_file: {e}") from None
+    if model_numel is not None:
+        extras.update(reassembly_caps(2 * 4 * model_numel, senders))
+    return DdsSettings(domain_id=section.domain_id, interface=section.interface, peers=tuple(section.peers),
+                       keyring=keyring, **extras)

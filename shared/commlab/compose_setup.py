@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from commlab.dds.auth import make_keyrings, write_keyring
 from commlab.metrics import write_json_atomic
-from commlab.roster import Node, ddp_roster, fl_roster
+from commlab.roster import CONTROLLER, Node, ddp_roster, fl_roster
+from commlab.run_keys import with_key_file
 from commlab.testbed.compose_file import CONTAINER_RESULTS, addresses, container_config
 
 LAB = Path("/lab")
@@ -44,8 +46,18 @@ def main(argv: list[str]) -> int:
     addrs = addresses(nodes, int(os.environ.get("COMPOSE_NET", "100")))
     profile = os.environ.get("LINK_PROFILE", "10mbit")
     run_dir = Path(CONTAINER_RESULTS) / cfgs[0]["run_id"]
+    # Keys in the setup volume, not the results: every node of this project mounts that volume,
+    # so here (unlike the launchers' per-node compose secrets) a node could read another's key.
+    trusted = {n.name for n in nodes} if argv[0] == "ddp" else {CONTROLLER}
+    keys = LAB / "keys"
+    keys.mkdir(mode=0o700, parents=True, exist_ok=True)
+    rings = make_keyrings(cfgs[0]["run_id"], [n.name for n in nodes], trusted)
     for node, cfg in zip(nodes, cfgs):
-        cfg = container_config(cfg, node.name, addrs, profile, Path(CONTAINER_RESULTS))
+        (keys / f"{node.name}.key").unlink(missing_ok=True)  # a previous run's key
+        write_keyring(keys / f"{node.name}.key", rings[node.name])
+        cfg = container_config(with_key_file(cfg, keys / f"{node.name}.key"), node.name, addrs, profile,
+                               Path(CONTAINER_RESULTS))
+        cfg["dds"]["key_file"] = str(keys / f"{node.name}.key")
         for folder in (run_dir / "configs", LAB):
             folder.mkdir(parents=True, exist_ok=True)
             write_json_atomic(folder / f"{node.name}.json", cfg)

@@ -7,9 +7,12 @@ gives one clear message naming the bad key (its dotted path) without a new depen
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import ipaddress
 import json
 import math
 import socket
+import struct
 import types
 import typing
 from dataclasses import dataclass, field
@@ -83,7 +86,8 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
     prefix = f"{where}." if where else ""
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(f"unknown key {prefix}{unknown[0]} (allowed: {', '.join(sorted(fields))})")
+        key = unknown[0] if unknown[0].isprintable() else repr(unknown[0])  # the message stays one line
+        raise ConfigError(f"unknown key {prefix}{key} (allowed: {', '.join(sorted(fields))})")
     kwargs = {}
     for name, f in fields.items():
         if name not in data:
@@ -110,8 +114,10 @@ def load_config(cls: type[T], path: str | Path) -> T:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: invalid JSON: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, nesting too deep
+        raise ConfigError(f"{path}: invalid JSON: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object at top level")
     try:
@@ -131,6 +137,21 @@ def existing(where: str, name: str, path: str | None) -> None:
         raise ConfigError(f"{where}{name}: file not found: {path}")
 
 
+# The benchmarking range every container and namespace of the testbed uses: the only networks
+# multicast may go out on (never loopback, never the machine's real interface).
+PRIVATE_MULTICAST_NET = ipaddress.ip_network("198.18.0.0/15")
+
+
+def interface_ipv4(name: str) -> ipaddress.IPv4Address | None:
+    """The interface's IPv4 address (SIOCGIFADDR), or None if it has none."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            raw = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+        except OSError:
+            return None
+    return ipaddress.IPv4Address(raw[20:24])
+
+
 @dataclass(frozen=True)
 class DdsSection:
     domain_id: int
@@ -141,10 +162,16 @@ class DdsSection:
     write_timeout_s: float | None = None
     lease_s: float | None = None
     loopback_tuned: bool | None = None
+    # off | discovery | data (commlab.dds.settings.MULTICAST); None: off with peers, discovery without.
+    multicast: str | None = None
+    # This node's keyring (commlab.dds.auth): messages are authenticated when set. A path, never the key.
+    key_file: str | None = None
 
     def check(self, where: str) -> None:
         if not 0 <= self.domain_id <= 232:
             raise ConfigError(f"{where}domain_id: must be in 0..232, got {self.domain_id}")
+        if self.multicast not in (None, "off", "discovery", "data"):
+            raise ConfigError(f"{where}multicast: must be off, discovery or data, got {self.multicast!r}")
 
     def check_host(self, where: str = "dds.") -> None:
         """What only the machine the node runs on can tell: does `interface` exist here? Called at
@@ -157,6 +184,12 @@ class DdsSection:
         if self.interface not in names:
             raise ConfigError(f"{where}interface: no interface {self.interface!r} on this machine "
                               f"(have: {', '.join(names)})")
+        if self.multicast not in (None, "off"):
+            address = interface_ipv4(self.interface)
+            if address is None or address not in PRIVATE_MULTICAST_NET:
+                raise ConfigError(f"{where}multicast: {self.multicast} is only allowed on a private network in "
+                                  f"{PRIVATE_MULTICAST_NET}; interface {self.interface} has address {address}")
+
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,12 @@ def write_atomic(path: Path, data: bytes | Callable[[BinaryIO], None], mode: int
         os.close(folder)
 
 
+def write_transport_totals(results_dir: Path | str, run_id: str, node: str, totals: Mapping[str, Any]) -> None:
+    """results/<run-id>/transport-<node>.json: a node's CommStats at its end (bytes, messages,
+    and what it dropped: malformed, expired, evicted, and by authentication reason)."""
+    write_json_atomic(Path(results_dir) / run_id / f"transport-{node}.json", totals)
+
+
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str).encode())
 

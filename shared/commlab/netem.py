@@ -139,6 +139,20 @@ def apply_link(spec: LinkSpec, dev: str = "eth0", prefix: Sequence[str] = ()) ->
     return record
 
 
+def set_rate(rate_bps: float, dev: str = "eth0", prefix: Sequence[str] = ()) -> str:
+    """Change only the rate of the tbf `apply_link` put on `dev` (tc replace: the same qdisc, its
+    handle kept, no delete; under a netem root it is the child 10:). Returns the tc command;
+    LinkError if refused (commlab.fl.adaptive: a client's allocated uplink rate)."""
+    spec = LinkSpec(rate=f"{max(int(rate_bps), 8000)}bit")
+    shown = subprocess.run([*prefix, "tc", "qdisc", "show", "dev", dev], capture_output=True, text=True).stdout
+    parent = ["parent", "1:1", "handle", "10:"] if "netem" in shown else ["root"]
+    cmd = ["qdisc", "replace", "dev", dev, *parent, *tbf_args(spec)]
+    out = subprocess.run([*prefix, "tc", *cmd], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise LinkError(f"tc {' '.join(cmd)} failed: {out.stderr.strip()} (does the process have NET_ADMIN?)")
+    return "tc " + " ".join(cmd)
+
+
 def describe(record: dict[str, Any]) -> str:
     """One line for logs: what got applied and what did not."""
     text = f"link on {record['dev']}: applied {record['applied']}"

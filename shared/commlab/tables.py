@@ -10,14 +10,22 @@ from __future__ import annotations
 
 COLUMNS: dict[str, list[str]] = {
     "rounds": ["round", "round_time_s", "participants", "n_participants", "bytes_up", "bytes_down",
-               "aggregate_time_s", "decode_time_s", "test_accuracy", "test_loss", "rejected_updates"],
+               "aggregate_time_s", "decode_time_s", "test_accuracy", "test_loss", "rejected_updates",
+               "broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
+               "iface_bytes_down", "resyncs"],
     "clients": ["round", "client_id", "num_samples", "bytes_up", "bytes_down", "comm_time_s",
-                "train_time_s", "encode_time_s", "decode_time_s"],
+                "train_time_s", "encode_time_s", "decode_time_s",
+                # adaptive (docs/adaptive.md): qsgd bits, uplink rate applied (bit/s, empty: not
+                # shaped by the client), upload time and payload goodput, emulated compute slowdown
+                "bits", "rate_bps", "upload_s", "goodput_Bps", "stretch_s"],
     "steps": ["step", "epoch", "rank", "bytes_sent", "bytes_received", "comm_time_s", "compute_time_s",
               "compress_time_s", "decompress_time_s", "step_time_s", "density", "train_loss"],
     "epochs": ["epoch", "rank", "step", "test_accuracy", "test_loss", "epoch_time_s"],
 }
 # Text columns; every other column is a number. Numeric columns that may be empty (a round or
-# epoch without evaluation).
+# epoch without evaluation; interface counters of a node on loopback, which it shares), and
+# columns added after a table's first version, which older runs lack (read as empty).
 TEXT = {"participants", "client_id"}
-OPTIONAL = {"test_accuracy", "test_loss"}
+OPTIONAL = {"test_accuracy", "test_loss", "iface_bytes_up", "iface_bytes_down", "bits", "rate_bps"}
+ADDED = {"broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
+         "iface_bytes_down", "resyncs", "bits", "rate_bps", "upload_s", "goodput_Bps", "stretch_s"}

@@ -5,6 +5,11 @@
     comp.at_step(step, steps_per_epoch)      # schedule: DGC's density warm-up, masking after it
     frame, sent = comp.compress(grad)        # memory.compensate -> codec.encode
     comp.remember(sent, own_decoded)         # memory.update with what the receivers decode
+
+FL calls only ``comp.encode(delta)``, once per round: encode applies the schedule itself, one
+epoch per call (a round trains about one local epoch), so DGC's default warm-up follows the
+paper in rounds: 25 %, 6.25 %, 1.5625 %, 0.4 % in rounds 1-4, then the final density. DDP passes
+its warm-up explicitly (ddp/config.py) and calls at_step with the global step.
 """
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ from commlab.codecs.schedule import PAPER_STAGES, Warmup
 
 MASKING = ("after_warmup", "always", "never")
 # DGC parameters that belong to its memory and schedule rather than to the codec.
-DGC_MEMORY_PARAMS = {"warmup_length": 0.0, "warmup_unit": "steps", "warmup_stages": PAPER_STAGES,
+# The warm-up defaults are FL's (one encode per round, about one epoch): the paper's 4 epochs.
+DGC_MEMORY_PARAMS = {"warmup_length": 4.0, "warmup_unit": "epochs", "warmup_stages": PAPER_STAGES,
                      "momentum_masking": "after_warmup", "clip_norm": None}
 
 
@@ -32,6 +38,7 @@ class Compression:
     memory: Memory
     schedule: Warmup | None = None
     masking_after_warmup: bool = False
+    rounds: int = 0  # encode() calls so far: FL rounds this node has uploaded in
 
     def at_step(self, step: int, steps_per_epoch: int) -> None:
         """Set the codec's scheduled parameters (and DGC's masking) for global step `step`."""
@@ -41,7 +48,10 @@ class Compression:
                 self.memory.masking = self.schedule.done(step, steps_per_epoch)
 
     def encode(self, vec: np.ndarray) -> bytes:
-        """The whole step for one sender: compensate, encode, remember what the receiver decodes."""
+        """The whole step for one sender (an FL round, one epoch of the schedule): compensate,
+        encode, remember what the receiver decodes."""
+        self.at_step(self.rounds, 1)
+        self.rounds += 1
         frame, sent = self.compress(vec)
         if not isinstance(self.memory, NoMemory):
             self.remember(sent, self.codec.decode(frame, numel=sent.size))
@@ -67,10 +77,11 @@ class Compression:
         """The memory, and what a codec carries from step to step (DGC's sampling generator,
         PowerSGD's warm start), so a resumed run continues exactly."""
         codec_state = self.codec.state_dict() if hasattr(self.codec, "state_dict") else None
-        return {"memory": self.memory.state_dict(), "codec": codec_state}
+        return {"memory": self.memory.state_dict(), "codec": codec_state, "rounds": self.rounds}
 
     def load_state_dict(self, state: dict) -> None:
         self.memory.load_state_dict(state["memory"])
+        self.rounds = int(state.get("rounds", 0))
         if state.get("codec") is not None:
             self.codec.load_state_dict(state["codec"])
 

@@ -1,10 +1,13 @@
 """minmax<n>: chunked min-max quantization to n = 1..8 bits, bit-packed.
-Per chunk of C values (default 8192) scale = (max - min) / (2**n - 1), q = round((w - min) / scale),
+Per chunk of C values (default 8192; 256 for 1 and 2 bits) scale = (max - min) / (2**n - 1), q = round((w - min) / scale),
 decoded min + q * scale. One min and scale for a whole million-value model delta leaves 2**n levels
 over the range of its few outliers: every other value is off by up to scale/2, and with error
 feedback the residual grows round after round (FL diverges); per-chunk ranges bound it by the
 chunk's own range, as int8's per-chunk scales do. The payload is the (min, scale) float32 pairs of
-the chunks, then all levels bit-packed as one stream: 8 ceil(D/C) + ceil(nD/8) bytes."""
+the chunks, then all levels bit-packed as one stream: 8 ceil(D/C) + ceil(nD/8) bytes.
+With 2 bits there is no level at zero: over chunks of 8192 the error of real FL round deltas was
+2.8-7.2x their norm (error feedback diverged), over chunks of 256 0.47-0.82x (FL 10 rounds -0.04 pp
+against fp32), for 0.070x the fp32 bytes instead of 0.063x."""
 from __future__ import annotations
 
 import struct
@@ -46,8 +49,10 @@ class MinMax(Codec):
     params_struct = struct.Struct("<BI")  # bits, chunk
     suffix_param = "bits"
 
-    def __init__(self, bits: int = 8, chunk: int = 8192, **kw) -> None:
+    def __init__(self, bits: int = 8, chunk: int | None = None, **kw) -> None:
         super().__init__(**kw)
+        if chunk is None:
+            chunk = 256 if bits in (1, 2) else 8192
         if not isinstance(bits, int) or not 1 <= bits <= 8:
             raise CodecError(f"minmax bits must be an integer in 1..8, got {bits!r}")
         if not isinstance(chunk, int) or not 1 <= chunk < 2**32:

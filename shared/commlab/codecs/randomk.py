@@ -1,7 +1,23 @@
 """randomk: random-k sparsification (rand_k of Stich, Cordonnier, Jaggi, "Sparsified SGD with
-Memory", NeurIPS 2018): keep k = ceil(ratio * D) coordinates (default ratio 0.01) chosen uniformly
+Memory", NeurIPS 2018): keep k = ceil(ratio * D) coordinates (default ratio 0.5) chosen uniformly
 at random, unscaled (the kept values are exact, so the codec is biased by k/D; pair it with
 ``ErrorFeedback``, the paper's memory).
+
+Why 0.5: with error feedback a coordinate waits D/k steps on average before it is sent, and its
+residual grows all that time. Unlike top-k, which sends the large coordinates first, a random
+subset has no preference, so the delay hits the important coordinates too. Measured (accuracy
+delta to fp32/dense; FL: 2 clients, 10 rounds of 6000 samples; DDP: WORLD=3, 2 epochs, 20000
+samples, momentum 0.9):
+
+    ratio   delay       FL 10 rounds   DDP 2 epochs
+    0.01    100 steps   -55.7 pp       -87.4 pp (diverged)
+    0.1     10          -15.2          -23.1 (-5.5 with DGC's momentum correction and masking)
+    0.3     3.3         -1.0           -2.1
+    0.5     2           +0.0           -0.6
+
+In FL one round is one step, so 10 rounds cannot absorb a delay of 10. At 0.5 randomk sends half
+the fp32 bytes (the values only, no indices); top-k (fp32_sparse) at 10 % is the better
+compressor at 0.125x. randomk is the baseline that shows what choosing the coordinates buys.
 
 Over the wire: the parameters carry a 64-bit seed and k, the payload only the k kept float32
 values, in increasing index order; no indices. The receiver regenerates the index set from the
@@ -29,18 +45,16 @@ def positions(seed: int, numel: int, k: int) -> np.ndarray:
     the missing count until m distinct ones are found: a process symmetric under any relabelling
     of the indices, so the m-subset is uniform. m is the smaller of k and D - k (then the subset is
     the complement), so at least half of each round's draws are new in expectation.
+    The drawn set is kept as a mask over the D positions: O(D) per round of draws, where
+    np.union1d's hash-based unique took 0.6 s per round at k = 166,000 (numpy 2.3).
     """
     m = min(k, numel - k)
     bits = np.random.PCG64(seed)
-    chosen = np.zeros(0, np.int64)
-    while chosen.size < m:
-        draw = bits.random_raw(m - chosen.size) % np.uint64(numel)
-        chosen = np.union1d(chosen, draw.astype(np.int64))
-    if m == k:
-        return chosen
-    keep = np.ones(numel, bool)
-    keep[chosen] = False
-    return np.flatnonzero(keep)
+    taken, count = np.zeros(numel, bool), 0
+    while count < m:
+        taken[bits.random_raw(m - count) % np.uint64(numel)] = True
+        count = int(np.count_nonzero(taken))
+    return np.flatnonzero(taken if m == k else ~taken).astype(np.int64, copy=False)
 
 
 @register
@@ -50,7 +64,7 @@ class RandomK(Codec):
     lossy = True
     params_struct = struct.Struct("<QQ")  # index seed, k
 
-    def __init__(self, ratio: float = 0.01, seed: int | np.random.Generator | None = 0, **kw) -> None:
+    def __init__(self, ratio: float = 0.5, seed: int | np.random.Generator | None = 0, **kw) -> None:
         super().__init__(**kw)
         self.ratio = topk.check_ratio(ratio)
         self.rng = np.random.default_rng(seed)

@@ -1,13 +1,23 @@
 """signsgd: scaled sign compression of EF-signSGD (Karimireddy, Rebjock, Stich, Jaggi, "Error
-Feedback Fixes SignSGD and other Gradient Compression Schemes", ICML 2019).
+Feedback Fixes SignSGD and other Gradient Compression Schemes", ICML 2019), scaled block-wise.
 
-Over the wire: one float32 scale s = ||p||_1 / D (the mean magnitude), then the signs as a bitmap
-of ceil(D/8) bytes, bit i (little-endian bit order) set when p_i < 0. Decode: s * sign(p_i), where
-zero (and -0.0) maps to +1, so every decoded value is +s or -s. The codec is stateless: the error
-feedback of EF-signSGD is the separate ``ErrorFeedback`` memory (memory.py) around it.
+The paper scales each layer by its own ||p||_1 / d. One scale for the whole flat model vector
+is wrong: layers differ in gradient magnitude by orders, so a single mean pushes the small ones
+(biases, the last layer) far too hard and starves the large ones (measured: DDP -41 pp, FL -3.6
+pp). The codec does not know the layers, so it scales per block of ``block`` consecutive values
+(the last block may be shorter): s_b = ||p_b||_1 / |b|. Blocks finer than layers help further:
+the MNIST CNN's fc1 (1.6M values) has rows of very different magnitude. Default 64, measured (DDP
+WORLD=3, 2 epochs, 20000 samples, dense 98.78 %): block 4096 93.24 %, 1024 97.55 %, 256 97.50 %,
+64 98.17 %; the scales then cost 0.5 bit per value (bytes 0.047x fp32 instead of 0.032x).
+
+Over the wire: the parameters carry the block size (uint32); the payload is one float32 scale
+per block, then the signs as a bitmap of ceil(D/8) bytes, bit i (little-endian bit order) set
+when p_i < 0: 4 ceil(D/B) + ceil(D/8) bytes. Decode: s_b * sign(p_i), where zero (and -0.0)
+maps to +1. The codec is stateless: the error feedback of EF-signSGD is the separate
+``ErrorFeedback`` memory (memory.py) around it.
 
 The 1-bit stream has the layout of ``bitpack.pack(values, 1)``, but is built with np.packbits,
-about 90 times faster. The bitmap and scale helpers are shared with terngrad.py.
+about 90 times faster. The bitmap and block-scale helpers are shared with terngrad.py.
 """
 from __future__ import annotations
 
@@ -15,10 +25,11 @@ import struct
 
 import numpy as np
 
+from commlab.codecs import wire
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
 from commlab.codecs.errors import CodecError
 
-SCALE = struct.Struct("<f")
+BLOCK = struct.Struct("<I")
 
 
 def bitmap(mask: np.ndarray) -> np.ndarray:
@@ -38,11 +49,45 @@ def read_bitmap(payload: memoryview, offset: int, numel: int, what: str) -> np.n
     return bits[:numel]
 
 
-def read_scale(payload: memoryview, what: str) -> float:
-    (scale,) = SCALE.unpack_from(payload)
-    if not 0 <= scale <= MAX_MAGNITUDE:
-        raise CodecError(f"{what}: scale {scale} must be finite, non-negative and <= {MAX_MAGNITUDE:g}")
-    return scale
+def check_block(block: int, what: str) -> int:
+    """A block size in 1..MAX_NUMEL (a larger one could only ever hold one block)."""
+    if not isinstance(block, (int, np.integer)) or not 1 <= block <= wire.MAX_NUMEL:
+        raise CodecError(f"{what}: block size must be an integer in 1..{wire.MAX_NUMEL}, got {block!r}")
+    return int(block)
+
+
+def num_blocks(numel: int, block: int) -> int:
+    return -(-numel // block)
+
+
+def block_sizes(numel: int, block: int) -> np.ndarray:
+    """Length of each block; the last one may be shorter."""
+    sizes = np.full(num_blocks(numel, block), block, np.int64)
+    if sizes.size:
+        sizes[-1] = numel - (sizes.size - 1) * block
+    return sizes
+
+
+def block_reduce(ufunc: np.ufunc, values: np.ndarray, block: int) -> np.ndarray:
+    """``ufunc`` reduced over each block of ``values`` (float64 for sums), one value per block."""
+    if not values.size:
+        return np.zeros(0, np.float64)
+    starts = np.arange(0, values.size, block, dtype=np.int64)
+    return ufunc.reduceat(values, starts, dtype=np.float64 if ufunc is np.add else values.dtype)
+
+
+def expand(scales: np.ndarray, numel: int, block: int) -> np.ndarray:
+    """Each block's scale repeated over its values (sizes, not block, so a huge block is cheap)."""
+    return np.repeat(scales.astype(np.float32), block_sizes(numel, block))
+
+
+def read_scales(payload: memoryview, count: int, what: str) -> np.ndarray:
+    """The ``count`` float32 scales at the start of the payload; the caller checked its length."""
+    scales = np.frombuffer(payload, "<f4", count)
+    bad = ~((scales >= 0) & (scales <= MAX_MAGNITUDE))  # NaN fails too
+    if bad.any():
+        raise CodecError(f"{what}: scale {scales[bad][0]} must be finite, non-negative and <= {MAX_MAGNITUDE:g}")
+    return scales
 
 
 @register
@@ -50,23 +95,29 @@ class SignSGD(Codec):
     name = "signsgd"
     codec_id = 7
     lossy = True
-    params_struct = struct.Struct("<")
+    params_struct = BLOCK
+
+    def __init__(self, block: int = 64, **kw) -> None:
+        super().__init__(**kw)
+        self.block = check_block(block, self.name)
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
-        # float64 accumulation: the float32 sum of a large vector overflows or loses precision.
-        mean = float(np.abs(vec).sum(dtype=np.float64)) / vec.size if vec.size else 0.0
-        if not mean <= MAX_MAGNITUDE:
+        # float64 accumulation: the float32 sum of a large block overflows or loses precision.
+        means = block_reduce(np.add, np.abs(vec), self.block) / block_sizes(vec.size, self.block)
+        if not (means <= MAX_MAGNITUDE).all():
             raise CodecError(f"{self.name}: values must be finite with mean magnitude <= {MAX_MAGNITUDE:g}")
-        return (), [SCALE.pack(mean), bitmap(vec < 0)]
+        return (self.block,), [means.astype("<f4"), bitmap(vec < 0)]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
-        if len(payload) != self.payload_size(numel):
-            raise CodecError(
-                f"{self.name}: payload {len(payload)} bytes, {numel} signs need {self.payload_size(numel)}"
-            )
-        scale = read_scale(payload, self.name)
+        block = check_block(params[0], self.name)
+        nblocks = num_blocks(numel, block)
+        if len(payload) != 4 * nblocks + bitmap_size(numel):
+            raise CodecError(f"{self.name}: payload {len(payload)} bytes, {numel} signs in blocks of {block} "
+                             f"need {4 * nblocks + bitmap_size(numel)}")
+        scales = expand(read_scales(payload, nblocks, self.name), numel, block)
         # A table lookup: far faster than a masked negative on a random sign pattern.
-        return np.array([scale, -scale], np.float32).take(read_bitmap(payload, SCALE.size, numel, self.name))
+        signs = np.array([1, -1], np.float32).take(read_bitmap(payload, 4 * nblocks, numel, self.name))
+        return np.multiply(scales, signs, out=scales)
 
     def payload_size(self, numel: int) -> int:
-        return SCALE.size + bitmap_size(numel)
+        return 4 * num_blocks(numel, self.block) + bitmap_size(numel)

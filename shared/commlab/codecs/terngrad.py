@@ -1,12 +1,22 @@
 """terngrad: stochastic ternarization of TernGrad (Wen, Xu, Yan, Wu, Wang, Chen, Li, "TernGrad:
-Ternary Gradients to Reduce Communication in Distributed Deep Learning", NeurIPS 2017), without
-the paper's optional layer-wise scaling and gradient clipping.
+Ternary Gradients to Reduce Communication in Distributed Deep Learning", NeurIPS 2017), with the
+paper's layer-wise scaling done per block of ``block`` consecutive values (default 1024; the
+codec does not know the layers) and without its gradient clipping (so it stays unbiased).
 
-With s = max|g|, value i becomes s * sign(g_i) * b_i, b_i ~ Bernoulli(|g_i| / s), so the decoded
-vector is unbiased: E[decode(encode(g))] = g (up to the 2**-24 grid of the float32 uniforms).
-Over the wire, 2 bits per value: the float32 s, then two bitmaps of ceil(D/8) bytes each (bit
-order as in signsgd.py): b (the non-zero values) and the signs of the non-zero values (a sign bit
-on a zero value is rejected, so every vector has one encoding).
+With s_b = max|g| over the block of value i, value i becomes s_b * sign(g_i) * b_i,
+b_i ~ Bernoulli(|g_i| / s_b), so the decoded vector is unbiased: E[decode(encode(g))] = g (up to
+the 2**-24 grid of the float32 uniforms). One s for the whole flat model vector makes b_i tiny
+for every layer but the one holding the largest value: its variance is s |g_i| per value
+(measured: FL -37 pp); per block it is bounded by the block's own max. On FL round deltas of the
+MNIST CNN, E||Q(g) - g||^2 / ||g||^2 is 11-32 with one scale, 3.6 (block 4096), 2.6 (1024), 1.8
+(256), 1.2 (64); at 1024 (scales: 1/32 bit per value) FL and DDP are within 0.35 pp of fp32.
+Clipping at 2.5 sigma per block would cut that error to about 0.6, but biases the codec (6-13 %
+of the energy) and was not needed.
+
+Over the wire: the parameters carry the block size (uint32); the payload is one float32 s_b per
+block, then two bitmaps of ceil(D/8) bytes each (bit order as in signsgd.py): b (the non-zero
+values) and the signs of the non-zero values (a sign bit on a zero value is rejected, so every
+vector has one encoding): 4 ceil(D/B) + 2 ceil(D/8) bytes.
 
 The codec keeps its own numpy Generator (``seed``, default 0): successive encodes draw fresh
 Bernoulli variables, and two codecs built with the same seed give the same frames for the same
@@ -14,13 +24,12 @@ inputs in the same order.
 """
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
 from commlab.codecs.errors import CodecError
-from commlab.codecs.signsgd import SCALE, bitmap, bitmap_size, read_bitmap, read_scale
+from commlab.codecs.signsgd import (BLOCK, bitmap, bitmap_size, block_reduce, check_block, expand, num_blocks,
+                                    read_bitmap, read_scales)
 
 
 @register
@@ -29,34 +38,39 @@ class TernGrad(Codec):
     codec_id = 8
     lossy = True
     unbiased = True
-    params_struct = struct.Struct("<")
+    params_struct = BLOCK
 
-    def __init__(self, seed: int | np.random.Generator | None = 0, **kw) -> None:
+    def __init__(self, block: int = 1024, seed: int | np.random.Generator | None = 0, **kw) -> None:
         super().__init__(**kw)
+        self.block = check_block(block, self.name)
         self.rng = np.random.default_rng(seed)
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
-        s = max(float(vec.max()), -float(vec.min())) if vec.size else 0.0
-        if not s <= MAX_MAGNITUDE:
-            raise CodecError(f"{self.name}: values must be finite with magnitude <= {MAX_MAGNITUDE:g}")
         p = np.abs(vec)
-        if s > 0:
-            p /= np.float32(s)  # |g| <= s, so the float32 quotient is <= 1 (no overflow even if s is subnormal)
+        s = block_reduce(np.maximum, p, self.block)
+        if not (s <= MAX_MAGNITUDE).all():
+            raise CodecError(f"{self.name}: values must be finite with magnitude <= {MAX_MAGNITUDE:g}")
+        # |g| <= s_b, so the float32 quotient is <= 1 (no overflow even if s_b is subnormal);
+        # all-zero blocks keep p = 0.
+        scale = expand(s, vec.size, self.block)
+        np.divide(p, scale, out=p, where=scale > 0)
         nonzero = self.rng.random(vec.size, dtype=np.float32) < p
-        return (), [SCALE.pack(s), bitmap(nonzero), bitmap(nonzero & (vec < 0))]
+        return (self.block,), [s.astype("<f4"), bitmap(nonzero), bitmap(nonzero & (vec < 0))]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
-        if len(payload) != self.payload_size(numel):
-            raise CodecError(
-                f"{self.name}: payload {len(payload)} bytes, {numel} values need {self.payload_size(numel)}"
-            )
-        s = read_scale(payload, self.name)
-        nonzero = read_bitmap(payload, SCALE.size, numel, self.name)
-        negative = read_bitmap(payload, SCALE.size + bitmap_size(numel), numel, self.name)
+        block = check_block(params[0], self.name)
+        nblocks = num_blocks(numel, block)
+        expected = 4 * nblocks + 2 * bitmap_size(numel)
+        if len(payload) != expected:
+            raise CodecError(f"{self.name}: payload {len(payload)} bytes, {numel} values in blocks of {block} "
+                             f"need {expected}")
+        s = expand(read_scales(payload, nblocks, self.name), numel, block)
+        nonzero = read_bitmap(payload, 4 * nblocks, numel, self.name)
+        negative = read_bitmap(payload, 4 * nblocks + bitmap_size(numel), numel, self.name)
         code = nonzero | negative << 1  # 0: zero, 1: +s, 3: -s
         if (code == 2).any():
             raise CodecError(f"{self.name}: sign bit set on a zero value")
-        return np.array([0, s, 0, -s], np.float32).take(code)
+        return np.multiply(s, np.array([0, 1, 0, -1], np.float32).take(code), out=s)
 
     def payload_size(self, numel: int) -> int:
-        return SCALE.size + 2 * bitmap_size(numel)
+        return 4 * num_blocks(numel, self.block) + 2 * bitmap_size(numel)

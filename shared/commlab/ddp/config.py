@@ -16,6 +16,7 @@ from commlab.codecs.schedule import PAPER_STAGES
 from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
 DENSE = "dense"  # the allreduce reference; every other method is a registered codec (commlab.codecs)
+COLLECTIVES = ("auto", "ring", "naive")  # as commlab.dds.collectives.COLLECTIVES (validation needs no DDS)
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,15 @@ class TrainingSection:
     nesterov: bool = False
     weight_decay: float = 1e-4
     seed: int = 0                   # model init, shards, batch order
+    # Schedule of the dense allreduces (dense, PowerSGD's P and Q): "ring" sends 2(W-1)/W of the
+    # payload per rank, "naive" (allgather and sum) (W-1)x unicast, 1x with data multicast; "auto":
+    # naive with dds multicast "data", else ring (commlab.dds.collectives.Group.schedule).
+    collective: str = "auto"
 
     def check(self, where: str) -> None:
         positive(where, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr)
+        if self.collective not in COLLECTIVES:
+            raise ConfigError(f"{where}collective: must be one of {', '.join(COLLECTIVES)}, got {self.collective!r}")
         if not 0 <= self.momentum < 1 or self.weight_decay < 0:
             raise ConfigError(f"{where}momentum/weight_decay: need 0 <= momentum < 1, weight_decay >= 0")
         if self.nesterov and self.momentum == 0:

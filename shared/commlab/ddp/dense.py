@@ -1,5 +1,6 @@
 """Dense reference exchange: every step one allreduce (mean) of all gradients as one flat fp32
-vector, then ordinary momentum SGD. Every compressed method is compared against this."""
+vector (schedule: training.collective, ring unless data is multicast), then momentum SGD. Every
+compressed method is compared against this."""
 from __future__ import annotations
 
 import time
@@ -16,6 +17,7 @@ class DenseAllreduce:
 
     def __init__(self, group: Group, model: torch.nn.Module, training: TrainingSection):
         self.group, self.model = group, model
+        group.collective = training.collective  # auto (default), ring or naive, for every allreduce
         self.optimizer = torch.optim.SGD(model.parameters(), lr=training.lr, momentum=training.momentum,
                                          nesterov=training.nesterov, weight_decay=training.weight_decay)
 

@@ -27,6 +27,7 @@ class LowRankAllreduce:
     def __init__(self, group: Group, model: torch.nn.Module, training: TrainingSection, method: str,
                  params: dict[str, Any]):
         self.group, self.model, self.method = group, model, method
+        group.collective = training.collective  # auto (default), ring or naive, for every allreduce
         # Same seed on every rank: the initial Qs must agree, they are never exchanged.
         self.codec = get_codec(method, layout=layout_of(model), **{"seed": training.seed, **params})
         self.memory = ErrorFeedback()

@@ -17,6 +17,7 @@ from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, ra
 from commlab.metrics import new_run_id
 from commlab.progress import watch_csv
 from commlab.roster import ddp_roster
+from commlab.run_keys import run_keys, with_key_file
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_ddp
 from commlab.testbed.netns_run import run_ddp_netns
@@ -34,6 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--world", type=int, default=3)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--backend", choices=("local", "docker", "auto"), default="local")
+    p.add_argument("--multicast", choices=("off", "discovery", "data"),
+                   help="what DDS may multicast (default: data on the private networks of namespaces and "
+                   "containers, off on loopback, where multicast is refused)")
     p.add_argument("--profile", default="lan", help="link profile (commlab.netem): applied in containers, or "
                    "with --backend local in network namespaces (root; without root the run is unshaped)")
     p.add_argument("--train-subset", type=int, default=20000, help="random training subset (0: all 60000)")
@@ -48,6 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, default=1.0, help="DGC warm-up length in --warmup-unit")
     p.add_argument("--warmup-unit", choices=("steps", "epochs"), default="epochs")
     p.add_argument("--collective-timeout", type=float, default=30.0)
+    p.add_argument("--collective", choices=("auto", "ring", "naive"), default="auto",
+                   help="dense allreduce schedule: ring (2(W-1)/W of the payload per rank), naive (the whole "
+                   "vector to every peer), auto = naive when data is multicast, else ring")
     p.add_argument("--summary-every", type=int, default=50)
     p.add_argument("--resume-from", help="run folder whose per-rank checkpoints to continue from")
     p.add_argument("--results-dir", default="results")
@@ -62,9 +69,10 @@ def build_config(a: argparse.Namespace) -> dict:
     cfg = {"run_id": a.run_id or new_run_id("ddp", f"{a.method}-w{a.world}"), "method": a.method,
            "method_params": codec_params(a.method_param),
            "results_dir": str(Path(a.results_dir).resolve()), "link_profile": a.profile,
-           "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]},
+           "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"], "multicast": a.multicast},
            "dataset": {"name": "mnist", "train_subset": a.train_subset or None, "test_subset": a.test_subset},
-           "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed},
+           "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed,
+                        "collective": a.collective},
            "dgc": {"final_density": a.density, "warmup_length": a.warmup, "warmup_unit": a.warmup_unit},
            "collective_timeout_s": a.collective_timeout, "summary_every": a.summary_every,
            "resume_from": str(Path(a.resume_from).resolve()) if a.resume_from else None,
@@ -108,11 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     # Every backend writes rank 0's steps-rank0.csv into this host folder, one row per step.
     stop_progress = watch_csv(run_dir / "steps-rank0.csv", total_steps(cfg, a.world), "step",
                               numbered_from=0, note_column="train_loss", note_label="loss")
+    names = [node.name for node in ddp_roster(a.world)]
     try:
-        return run_nodes("commlab.ddp.run", backend, a.profile, run_dir, [node.name for node in ddp_roster(a.world)],
-                         local=lambda: run_local(cfg, a.world),
-                         netns=lambda: run_ddp_netns([cfg] * a.world, a.profile),
-                         docker=lambda: run_ddp([cfg] * a.world, a.profile, Path(cfg["results_dir"])))
+        # Every message is authenticated; ranks are equals, so each holds the run key (one file).
+        with run_keys(cfg["run_id"], names, trusted=set(names)) as key_files:
+            cfg = with_key_file(cfg, key_files[names[0]])
+            return run_nodes("commlab.ddp.run", backend, a.profile, run_dir, names,
+                             local=lambda: run_local(cfg, a.world),
+                             netns=lambda: run_ddp_netns([cfg] * a.world, a.profile),
+                             docker=lambda: run_ddp([cfg] * a.world, a.profile, Path(cfg["results_dir"])))
     finally:
         stop_progress()
 

@@ -8,21 +8,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from commlab.builders import build_dataset, build_node_model, dds_settings
+from commlab.builders import dds_settings
 from commlab.codecs import get_codec
 from commlab.codecs.powersgd import PowerSgd
 from commlab.config_schema import ConfigError, to_dict
-from commlab.data import partition
 from commlab.dds import DdsNode, Group
 from commlab.ddp.checkpoint import NO_RESUME, UNUSABLE, agree_on_resume_point, restore_checkpoint, save_checkpoint
-from commlab.ddp.config import WorkerConfig, steps_per_epoch as epoch_steps
+from commlab.ddp.config import WorkerConfig
 from commlab.ddp.dense import DenseAllreduce
 from commlab.ddp.evaluate import distributed_evaluate
 from commlab.ddp.frame_allgather import FrameAllgather
 from commlab.ddp.lowrank import LowRankAllreduce
 from commlab.ddp.profile import StepProfile
+from commlab.ddp.setup import data_parallel_setup
 from commlab.fault_points import halt_at
-from commlab.metrics import CsvTable, RunWriter, backend_name
+from commlab.metrics import CsvTable, RunWriter, backend_name, write_transport_totals
+from commlab.models import num_params
 from commlab.roster import worker_name
 from commlab.tables import COLUMNS
 from commlab.train_step import TrainStep, batch_loss, load_train_step
@@ -38,13 +39,8 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
     """Train to the end or raise (PeerLost, BarrierTimeout, FrameError...); results stay readable."""
     tr = cfg.training
     cfg.dds.check_host()
-    data = build_dataset(cfg.dataset)
-    shards = partition(data.train_y, world, "iid", seed=tr.seed)
-    steps_per_epoch = epoch_steps(len(data.train_y), world, tr.batch_size)
-    if steps_per_epoch == 0:
-        raise ConfigError(f"training.batch_size: {tr.batch_size} exceeds the smallest shard "
-                          f"({min(len(s) for s in shards)} samples for {world} ranks)")
-    model = build_node_model(cfg.model, seed=tr.seed, threads=cfg.threads)  # same init on every rank
+    setup = data_parallel_setup(cfg.dataset, cfg.model, world, tr.batch_size, tr.seed, cfg.threads)
+    data, shards, steps_per_epoch, model = setup.data, setup.shards, setup.steps_per_epoch, setup.model
     step_fn = load_train_step(cfg.train_step)  # already checked with the config
     out = Path(cfg.results_dir) / cfg.run_id
     writer = None
@@ -52,7 +48,8 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
         writer = RunWriter(cfg.results_dir, cfg.run_id, {
             "kind": "ddp", "backend": backend_name(cfg.dds.interface),
             "model": cfg.model.name, "dataset": cfg.dataset.name, "method": cfg.method,
-            "link_profile": cfg.link_profile, "world": world, "epochs": tr.epochs, "config": to_dict(cfg),
+            "multicast": dds_settings(cfg.dds).multicast, "link_profile": cfg.link_profile, "world": world,
+            "epochs": tr.epochs, "config": to_dict(cfg),
             "seeds": {"model": tr.seed, "shards": tr.seed, "batches": tr.seed, "dgc": tr.seed,
                       "subset": cfg.dataset.subset_seed},
             "steps_per_epoch": steps_per_epoch, "status": "running"})
@@ -61,7 +58,7 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
     epochs = CsvTable(out / f"epochs-rank{rank}.csv", COLUMNS["epochs"])
     node, status = None, "failed"
     try:
-        node = DdsNode(worker_name(rank), dds_settings(cfg.dds))
+        node = DdsNode(worker_name(rank), dds_settings(cfg.dds, num_params(model), world - 1))
         group = Group(node, GROUP, rank, world, cfg.collective_timeout_s)
         exchange = build_exchange(cfg, group, model, steps_per_epoch)
         log(rank, f"{cfg.method}: {len(shards[rank])} samples, {steps_per_epoch} steps/epoch; waiting for "
@@ -97,6 +94,7 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
         steps.close()
         epochs.close()
         if node is not None:
+            write_transport_totals(cfg.results_dir, cfg.run_id, worker_name(rank), node.stats.snapshot())
             node.close()
         if writer is not None:
             writer.close(status)

@@ -6,6 +6,7 @@ the previous one. A peer whose participant lease expires or which leaves turns N
 """
 # No `from __future__ import annotations`: the IDL binding resolves these hints at runtime.
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,9 +20,13 @@ from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 
+from .auth import AuthError, Opener, Sealer
 from .cdr import SampleInfo, serdata_bytes
 from .qos import announcement
 from .reading import ReaderLoop
+from .stats import CommStats
+
+log = logging.getLogger(__name__)
 
 ANNOUNCE_TOPIC = "commlab_announce"
 
@@ -42,6 +47,7 @@ class Peer:
     incarnation: int
     info: dict[str, Any]
     alive: bool = True
+    writer: int = 0  # publication handle of the writer whose announcement was accepted
 
 
 @dataclass
@@ -54,21 +60,50 @@ class PeerDirectory:
     # handle of its instance: remember which name each instance handle announced.
     names: dict[int, str] = field(default_factory=dict)
     generation: int = 0  # bumped by every sample, so a publisher can tell that nothing changed
+    opener: Opener | None = None  # set: only authenticated announcements count
+    stats: CommStats = field(default_factory=CommStats)
 
 
     def on_sample(self, sample: int, info: SampleInfo) -> None:
         with self.changed:
             if info.valid_data:
                 a = Announce.deserialize(serdata_bytes(sample))
-                self.names[info.instance_handle] = a.name
-                if a.name != self.own_name:
-                    self.peers[a.name] = Peer(a.name, a.participant, a.incarnation, json.loads(a.info))
+                peer_info = self.accept(a) if a.name != self.own_name else None
+                if peer_info is not None:
+                    self.names[info.instance_handle] = a.name
+                    self.peers[a.name] = Peer(a.name, a.participant, a.incarnation, peer_info,
+                                              writer=info.publication_handle)
             elif info.instance_state != InstanceState.Alive:  # NOT_ALIVE_*: the writer left or its lease expired
                 peer = self.peers.get(self.names.get(info.instance_handle, ""))
-                if peer is not None:
+                # Only the announcing writer's own dispose counts (a rogue writer of the same name
+                # leaving must not end the real node); with no writers left, everyone has gone.
+                own = info.instance_state == InstanceState.NotAliveNoWriters or \
+                    (peer is not None and info.publication_handle == peer.writer)
+                if peer is not None and own:
                     peer.alive = False
             self.generation += 1
             self.changed.notify_all()
+
+    def accept(self, a: Announce) -> dict[str, Any] | None:
+        """The announced info, or None (logged, counted) if it fails authentication or is no JSON
+        object: an announcement nobody can vouch for never enters the directory (the barrier)."""
+        text = a.info
+        if self.opener is not None and self.opener.ring.key_with(a.name) is None:
+            return None  # a node this one shares no key with (another client): not its peer
+        try:
+            if self.opener is not None:
+                text = self.opener.open_whole(ANNOUNCE_TOPIC, a.name, a.incarnation, a.info, b"")
+            info = json.loads(text)
+            if not isinstance(info, dict):
+                raise ValueError("not a JSON object")
+            return info
+        except AuthError as e:
+            self.stats.add(**{f"auth_{e.reason}": 1})
+            log.warning("announcement of %r rejected: %s", a.name, e)
+        except (ValueError, RecursionError) as e:
+            self.stats.add(malformed_chunks=1)
+            log.warning("announcement of %r dropped: %s", a.name, e)
+        return None
 
     def wait_for(self, ready: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
         """Wait until ready() (evaluated under the lock) holds; poll too, since matching is not notified."""
@@ -88,11 +123,12 @@ class PeerDirectory:
 class Announcer:
     """Owns the announcement writer/reader of one node."""
 
-    def __init__(self, participant, name: str, incarnation: int, write_timeout_s: float):
-        self.name, self.incarnation = name, incarnation
+    def __init__(self, participant, name: str, incarnation: int, write_timeout_s: float,
+                 sealer: Sealer | None, opener: Opener | None, stats: CommStats):
+        self.name, self.incarnation, self.sealer = name, incarnation, sealer
         self.participant_id = str(participant.guid)
         topic = Topic(participant, ANNOUNCE_TOPIC, Announce, qos=announcement(write_timeout_s))
-        self.directory = PeerDirectory(name)
+        self.directory = PeerDirectory(name, opener=opener, stats=stats)
         self._writer = DataWriter(participant, topic, qos=announcement(write_timeout_s))
         self._reader = DataReader(participant, topic, qos=announcement(write_timeout_s))
         self._loop = ReaderLoop(participant, self._reader, "announce", self.directory.on_sample)
@@ -106,6 +142,8 @@ class Announcer:
         with self._lock:
             self.announced = True
             info = json.dumps(self.info)
+            if self.sealer is not None:
+                info = self.sealer.seal(ANNOUNCE_TOPIC, info, b"")
         self._writer.write(Announce(self.name, self.participant_id, self.incarnation, info))
 
     def _update(self, change: Callable[[dict], bool]) -> None:

@@ -110,15 +110,27 @@ class ChunkWriter:
     def write(self, meta: str, payload: bytes | memoryview) -> None:
         s = self.node.settings
         self.wait_for_readers(s.write_timeout_s)
-        copies = len(self._matched)  # one unicast copy per remote participant (current as of the wait)
+        # One unicast copy per remote participant (current as of the wait); with data multicast,
+        # Cyclone sends one copy to the group for all of them.
+        copies = len(self._matched)
+        multicast = s.multicast == "data" and copies > 1
+        if multicast:
+            copies = 1
         msg_id = next(self._ids)
         sent = chunks = 0
         waited = 0.0
         view = memoryview(payload).cast("B")
         base = address_of(view) if len(view) else 0
         try:
-            for chunk in split(self.node.name, self.node.incarnation, msg_id, meta, view, s.chunk_bytes):
+            # Authenticated: an envelope in the first chunk, the payload's digest in the last.
+            sealing = None if self.node.sealer is None else self.node.sealer.begin(self.name, meta, len(view))
+            for chunk in split(self.node.name, self.node.incarnation, msg_id,
+                               meta if sealing is None else sealing.envelope, view, s.chunk_bytes):
                 n = len(chunk.payload)
+                if sealing is not None:
+                    sealing.update(chunk.payload)
+                    if chunk.index == chunk.count - 1:
+                        chunk.meta = sealing.last_meta(chunk.meta)
                 head = encode_head(chunk, n)
                 pad = len(padding(len(head), n))
                 pieces = [(address_of(head), len(head)), (base + chunk.index * s.chunk_bytes, n), (ZEROS_ADDRESS, pad)]
@@ -137,7 +149,8 @@ class ChunkWriter:
             raise
         # counted once per message: the per-chunk loop is the hot path
         self.node.stats.add(bytes_sent=sent, chunks_sent=chunks, wait_s=waited,
-                            payload_sent=copies * len(view), messages_sent=copies)
+                            payload_sent=copies * len(view), messages_sent=copies,
+                            multicast_bytes_sent=sent if multicast else 0)
 
 
 class ChunkReader:
@@ -146,7 +159,7 @@ class ChunkReader:
     def __init__(self, node: EndpointHost, name: str, on_message: Callable[[Assembled], None]):
         self.node, self.name, self._on_message = node, name, on_message
         self.reader = DataReader(node.participant, chunk_topic(node, name), qos=lossless(node.settings.write_timeout_s))
-        self._assembler = Reassembler(name, node.stats, node.settings.reassembly_timeout_s)
+        self._assembler = Reassembler(name, node.stats, opener=node.opener, **node.settings.reassembly_limits())
         self._matched_version: tuple[int, int] = (-1, -1)
         self._prefix = bytearray(HEAD_PREFIX)  # used by the reader thread only
         self._prefix_address = address_of(self._prefix)
@@ -208,6 +221,12 @@ class Publisher:
 
     def wait_for_readers(self, timeout_s: float) -> None:
         self._writer.wait_for_readers(timeout_s)
+
+    def wait_for_acks(self, timeout_s: float) -> bool:
+        """Block until every matched reader acknowledged everything published (False after
+        timeout_s): a node that leaves right after publishing would otherwise cut its last
+        message short on a slow link."""
+        return self._writer.writer.wait_for_acks(int(timeout_s * 1e9))
 
 
 class Subscriber:

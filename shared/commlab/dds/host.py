@@ -7,12 +7,14 @@ DdsNode (node.py) builds on it with publishers, subscribers and the barrier; the
 from __future__ import annotations
 
 import random
+import time
 from typing import Any, Protocol
 
 from cyclonedds.domain import Domain, DomainParticipant
 from cyclonedds.topic import Topic
 
 from .announce import Announcer
+from .auth import Opener, Sealer
 from .memory import keep_freed_blocks
 from .settings import DdsSettings
 from .stats import CommStats
@@ -27,10 +29,12 @@ class Writer(Protocol):
 class EndpointHost:
     def __init__(self, name: str, settings: DdsSettings):
         self.name, self.settings = name, settings
-        self.stats = CommStats()
+        self.stats = CommStats(interface=settings.interface)
         keep_freed_blocks()  # large chunks would otherwise page-fault on every allocation (memory.py)
-        # Distinguishes this run of `name` from an earlier one (a restarted process may reuse its name).
-        self.incarnation = random.getrandbits(63)
+        # Distinguishes this run of `name` from an earlier one (a restarted process may reuse its
+        # name); ordered by start time (microseconds, 12 random low bits), so receivers can refuse
+        # an older incarnation that speaks again (a replay, commlab.dds.auth).
+        self.incarnation = (time.time_ns() // 1000) << 12 | random.getrandbits(12)
         # The domain is created with our XML before the participant, so no default config
         # (multicast on eth0) is ever used.
         self._domain = Domain(settings.domain_id, settings.to_xml())
@@ -39,7 +43,11 @@ class EndpointHost:
         self._topics: dict[str, Topic] = {}
         self._closables: list[Any] = []
         self.writers: list[Writer] = []  # the barrier waits until each has matched its readers
-        self.announcer = Announcer(self.participant, name, self.incarnation, settings.write_timeout_s)
+        ring = settings.keyring.for_node(name) if settings.keyring is not None else None
+        self.sealer = Sealer(ring, self.incarnation) if ring is not None else None
+        self.opener = Opener(ring) if ring is not None else None
+        self.announcer = Announcer(self.participant, name, self.incarnation, settings.write_timeout_s,
+                                   self.sealer, self.opener, self.stats)
 
     def topic(self, name: str, data_type: type, qos) -> Topic:
         if name not in self._topics:

@@ -14,7 +14,9 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
+from .auth import read_keyring
 from .node import DdsNode, exit_cleanly_on_sigterm
 from .settings import DdsSettings
 
@@ -80,10 +82,12 @@ def main() -> None:
     p.add_argument("--sizes", type=parse_sizes, required=True)
     p.add_argument("--mtu", action="store_true", help="MTU-sized fragments (shaped links)")
     p.add_argument("--chunk-bytes", type=int, default=None, help="default: the DdsSettings default of the mode")
+    p.add_argument("--key-file", help="keyring (commlab.dds.auth): authenticate every message")
     a = p.parse_args()
     exit_cleanly_on_sigterm()
     settings = DdsSettings(domain_id=a.domain, interface=a.interface, peers=(a.peer,), loopback_tuned=not a.mtu,
-                           chunk_bytes=a.chunk_bytes, write_timeout_s=120.0)
+                           chunk_bytes=a.chunk_bytes, write_timeout_s=120.0,
+                           keyring=read_keyring(Path(a.key_file)) if a.key_file else None)
     with DdsNode(a.role, settings) as node:
         (send if a.role == "send" else recv)(node, a.sizes)
 

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Mapping
 from xml.sax.saxutils import escape
 
+from .auth import Keyring
+
 # Fragment and message sizes: one DATA_FRAG per UDP datagram in both modes, which keeps
 # the wire-byte estimate in stats.py exact (see docs/transport.md).
 LOOPBACK_FRAGMENT = 60000
@@ -24,6 +26,10 @@ LOOPBACK_CHUNK = 1024 * 1024
 MTU_CHUNK = 64 * 1024
 WANTED_SOCKET_BUFFER = 4 * 1024 * 1024
 MAX_DOMAIN_ID = 232  # Cyclone ports are 7400 + 250 * domain: above this they leave the 16-bit range
+# dds.multicast: what may be multicast. off: nothing (unicast peers); discovery: SPDP only;
+# data: discovery and data, so one send reaches every reader of a topic (Cyclone's reliable
+# multicast, NACKs repaired by unicast). The XML value of AllowMulticast for each.
+MULTICAST = {"off": "false", "discovery": "spdp", "data": "true"}
 
 
 def _sysctl(name: str) -> int | None:
@@ -39,6 +45,17 @@ def socket_buffer_bytes(which: str = "rmem_max") -> int:
     return WANTED_SOCKET_BUFFER if limit is None else min(WANTED_SOCKET_BUFFER, limit)
 
 
+def reassembly_caps(largest_message_bytes: int, senders: int) -> dict[str, int]:
+    """DdsSettings fields capping incomplete messages for a node that receives messages of at most
+    `largest_message_bytes` from `senders` peers: two such messages per sender (the one arriving and
+    the next, or a restarted sender's), plus 1 MiB for small ones, and that for every sender.
+
+        settings = dataclasses.replace(settings, **reassembly_caps(model_bytes, num_clients))
+    """
+    sender = 2 * largest_message_bytes + (1 << 20)
+    return {"reassembly_sender_bytes": sender, "reassembly_total_bytes": sender * max(1, senders)}
+
+
 @dataclass(frozen=True)
 class DdsSettings:
     domain_id: int
@@ -48,8 +65,14 @@ class DdsSettings:
     write_timeout_s: float = 30.0
     lease_s: float = 2.0
     loopback_tuned: bool = True
-    reassembly_timeout_s: float = 60.0
+    reassembly_timeout_s: float = 60.0  # an incomplete message is dropped after this long without a chunk
+    # Caps on the buffers of incomplete messages per sender and in total (reassembly.py; None:
+    # its generous defaults); reassembly_caps() derives both from the largest message expected.
+    reassembly_sender_bytes: int | None = None
+    reassembly_total_bytes: int | None = None
     max_participants: int = 64
+    multicast: str | None = None  # None: "off" with unicast peers, "discovery" without
+    keyring: Keyring | None = field(default=None, compare=False, repr=False)  # set: messages are authenticated
     extra_xml: str = field(default="", compare=False)  # appended inside <Domain>, e.g. loss injection in tests
 
     def __post_init__(self) -> None:
@@ -61,18 +84,32 @@ class DdsSettings:
             raise ValueError(f"dds.chunk_bytes must be positive, got {self.chunk_bytes}")
         if self.write_timeout_s <= 0 or self.lease_s <= 0:
             raise ValueError("dds.write_timeout_s and dds.lease_s must be positive")
+        if self.reassembly_timeout_s <= 0 or any(c is not None and c <= 0 for c in
+                                                 (self.reassembly_sender_bytes, self.reassembly_total_bytes)):
+            raise ValueError("dds.reassembly_timeout_s and the reassembly caps must be positive")
         object.__setattr__(self, "peers", tuple(self.peers))
+        if self.multicast is None:
+            object.__setattr__(self, "multicast", "off" if self.peers else "discovery")
+        if self.multicast not in MULTICAST:
+            raise ValueError(f"dds.multicast must be one of {', '.join(MULTICAST)}, got {self.multicast!r}")
+        if self.multicast == "off" and not self.peers:
+            raise ValueError("dds.multicast off needs unicast peers: with none, nothing could be discovered")
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> "DdsSettings":
         """Build from a node config's `dds` section; unknown keys are an error, not ignored."""
-        known = {f for f in cls.__dataclass_fields__ if f != "extra_xml"}
+        known = {f for f in cls.__dataclass_fields__ if f not in ("extra_xml", "keyring")}
         unknown = set(section) - known
         if unknown:
             raise ValueError(f"unknown key(s) in dds config: {sorted(unknown)}; known: {sorted(known)}")
         if "domain_id" not in section:
             raise ValueError("dds config needs 'domain_id'")
         return cls(**dict(section))
+
+    def reassembly_limits(self) -> dict[str, Any]:
+        """Keyword arguments of reassembly.Reassembler for these settings."""
+        caps = {"sender_bytes": self.reassembly_sender_bytes, "total_bytes": self.reassembly_total_bytes}
+        return {"timeout_s": self.reassembly_timeout_s, **{k: v for k, v in caps.items() if v is not None}}
 
     @property
     def fragment_bytes(self) -> int:
@@ -84,14 +121,11 @@ class DdsSettings:
 
     def to_xml(self) -> str:
         """The Cyclone configuration for one participant of this domain."""
-        if self.peers:
-            # Unicast discovery to the listed peers only: nothing is multicast anywhere.
-            peers = "".join(f'<Peer address="{escape(p)}"/>' for p in self.peers)
-            multicast, peers_xml = "false", f"<Peers>{peers}</Peers>"
-        else:
-            # No peers given (a private bridge in a netns/container): discover by multicast on the
-            # pinned interface only, send data unicast.
-            multicast, peers_xml = "spdp", ""
+        # Peers: unicast discovery to the listed addresses (also with multicast, for networks that
+        # drop it). TTL 1 keeps any multicast on the pinned link.
+        peers_xml = "<Peers>" + "".join(f'<Peer address="{escape(p)}"/>' for p in self.peers) + "</Peers>" \
+            if self.peers else ""
+        multicast = MULTICAST[self.multicast]
         rcv, snd = socket_buffer_bytes("rmem_max"), socket_buffer_bytes("wmem_max")
         # Loopback: let a writer run up to 3/4 of the receive buffer ahead of acknowledgements
         # (default 500 kB, adaptive from 30 kB), which measured faster with no socket drops.
@@ -100,7 +134,7 @@ class DdsSettings:
         return (
             '<CycloneDDS><Domain id="any">'
             f'<General><Interfaces><NetworkInterface name="{escape(self.interface)}"/></Interfaces>'
-            f"<AllowMulticast>{multicast}</AllowMulticast>"
+            f"<AllowMulticast>{multicast}</AllowMulticast><MulticastTimeToLive>1</MulticastTimeToLive>"
             f"<MaxMessageSize>{self.message_bytes}B</MaxMessageSize>"
             f"<FragmentSize>{self.fragment_bytes}B</FragmentSize></General>"
             f"<Discovery>{peers_xml}<ParticipantIndex>auto</ParticipantIndex>"

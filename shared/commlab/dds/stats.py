@@ -5,9 +5,11 @@ header included, padded to 4) and the fragment size F of the configuration, whic
 puts exactly one RTPS submessage in each UDP datagram:
     S <= F: S + 100   (IPv4 20 + UDP 8 + RTPS header 20 + INFO_DST 16 + INFO_TS 12 + DATA 24)
     S >  F: S + 112 * ceil(S / F)   (same, with a 36-byte DATA_FRAG submessage per fragment)
-A sample sent to k remote participants is counted k times (unicast copies). Discovery, heartbeats
-and acknowledgements are not counted; benchmarks/bench_transport.py compares the estimate with the
-interface counters of a veth link (docs/transport.md).
+A sample sent to k remote participants is counted k times (unicast copies), or once when it goes
+to a multicast group (dds.multicast data). Discovery, heartbeats and acknowledgements are not
+counted; benchmarks/bench_transport.py compares the estimate with the interface counters of a veth
+link (docs/transport.md). A node on a private interface (its own network namespace or container)
+also reports that interface's counters, which count everything.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Iterator
+from pathlib import Path
+from typing import Callable, Iterator
 
 DATAGRAM_HEADERS = 20 + 8 + 20 + 16 + 12  # IPv4, UDP, RTPS header, INFO_DST, INFO_TS
 DATA_HEADER = 24
@@ -33,6 +36,7 @@ def wire_bytes(serialized: int, fragment: int) -> int:
 @dataclass
 class CommStats:
     bytes_sent: int = 0          # wire bytes, payload plus headers
+    multicast_bytes_sent: int = 0  # the part of bytes_sent that went to a multicast group
     bytes_received: int = 0
     payload_sent: int = 0        # application payload bytes only
     payload_received: int = 0
@@ -43,7 +47,17 @@ class CommStats:
     wait_s: float = 0.0          # blocked on the network: matching, blocked writes, waiting for data
     duplicate_chunks: int = 0
     malformed_chunks: int = 0
-    expired_messages: int = 0
+    expired_messages: int = 0    # incomplete messages that received no chunk for reassembly_timeout_s
+    evicted_messages: int = 0    # incomplete messages dropped to keep within the reassembly caps
+    evicted_bytes: int = 0
+    # Messages dropped by authentication (commlab.dds.auth.REASONS), before anything was reserved.
+    auth_unauthenticated: int = 0
+    auth_wrong_run: int = 0
+    auth_wrong_key: int = 0
+    auth_replayed: int = 0
+    auth_out_of_window: int = 0
+    auth_altered: int = 0
+    interface: str | None = field(default=None, repr=False, compare=False)  # counters read if not loopback
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **deltas: float) -> None:
@@ -62,12 +76,49 @@ class CommStats:
 
     def snapshot(self) -> dict[str, float]:
         with self._lock:
-            return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+            out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("interface", "_lock")}
+        if self.interface not in (None, "lo"):
+            out.update(interface_counters(self.interface))
+        return out
 
     def since(self, earlier: dict[str, float]) -> dict[str, float]:
         """Counters accumulated since an earlier snapshot (metrics per interval of the caller's choosing)."""
         return delta(earlier, self.snapshot())
 
 
+def interface_counters(interface: str) -> dict[str, int]:
+    """Bytes the interface sent and received, all traffic included; {} if it cannot be read."""
+    base = Path("/sys/class/net", interface, "statistics")
+    try:
+        return {"iface_bytes_sent": int((base / "tx_bytes").read_text()),
+                "iface_bytes_received": int((base / "rx_bytes").read_text())}
+    except (OSError, ValueError):
+        return {}
+
+
 def delta(earlier: dict[str, float], later: dict[str, float]) -> dict[str, float]:
-    return {k: later[k] - earlier.get(k, 0) for k in later}
+    return {k: later[k] - earlier[k] for k in later if k in earlier}
+
+
+class Progress:
+    """How long this node has received no chunk (of any message, on any topic).
+
+    A wait for something a large message brings over a slow link counts its timeout from the last
+    chunk that arrived, not from its start: it outlasts a fixed limit while the transfer goes on
+    and ends once the transfer stalls. A change of chunks_received, seen at a poll, is progress.
+
+        progress = Progress(node.stats)
+        while not ready():
+            if progress.idle_s() > timeout_s:
+                raise TimeoutError(...)
+    """
+
+    def __init__(self, stats: CommStats, clock: Callable[[], float] = time.monotonic):
+        self.stats, self.clock = stats, clock
+        self._seen, self._at = stats.chunks_received, clock()
+
+    def idle_s(self) -> float:
+        now, seen = self.clock(), self.stats.chunks_received
+        if seen != self._seen:
+            self._seen, self._at = seen, now
+        return now - self._at

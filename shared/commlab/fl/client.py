@@ -13,18 +13,21 @@ import numpy as np
 import torch
 
 from commlab.builders import build_dataset, build_node_model, dds_settings
-from commlab.codecs import CodecError, get_codec
+from commlab.codecs import CodecError
 from commlab.codecs.compression import Compression, build_compression
 from commlab.data import Dataset, label_histogram, partition
 from commlab.dds import DdsError
+from commlab.dds.stats import Progress
 from commlab.fault_points import halt_at
+from commlab.fl.adaptive import ClientSide
+from commlab.fl.broadcast import ModelReplica
 from commlab.fl.config import ClientConfig, load_client_config
 from commlab.fl.entry import as_config_error, log_to
 from commlab.fl.local_training import local_update, round_subset
-from commlab.fl.messages import ClientUpdate, ModelBlob, Stop, TrainCmd
+from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.strategy import FitIns
-from commlab.metrics import CsvTable
-from commlab.models import layout_of, weights_digest
+from commlab.metrics import CsvTable, write_transport_totals
+from commlab.models import flatten_params, layout_of, weights_digest
 from commlab.roster import CONTROLLER
 from commlab.tables import COLUMNS
 from commlab.train_step import load_train_step
@@ -44,10 +47,10 @@ class Client:
         self.blob_sub = node.subscriber(ModelBlob)
         self.update_pub = node.publisher(ClientUpdate)
         self.stop_sub = node.subscriber(Stop)
-        self.model_codec = get_codec("fp32")
+        self.request_pub = node.publisher(ModelRequest)
         self.train_step = load_train_step(cfg.train_step)  # already checked with the config
-        self.weights: np.ndarray | None = None
-        self.weights_round: int | None = None
+        self.replica = ModelReplica(flatten_params(model).size)
+        self.requested_after: int | None = None  # the controller round after which the whole model was asked for
         self.decode_s = 0.0  # ModelBlob decoding since the last row
         self._codec_key: tuple | None = None
         self.compression: Compression | None = None
@@ -58,11 +61,14 @@ class Client:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.table = CsvTable(run_dir / f"clients-{cfg.client_id}.csv", COLUMNS["clients"])
         self._row_start = node.stats.snapshot()
+        # Per-client bits and uplink rate (docs/adaptive.md), and the emulated compute speed.
+        self.adaptive = ClientSide(cfg.name, cfg.link_profile, cfg.dds.interface, cfg.speed_factor, log)
 
     def run(self) -> None:
         # Announces this client (its readers exist now) and waits for the controller to appear.
         self.node.barrier({CONTROLLER}, self.cfg.idle_timeout_s)
-        idle_since = time.monotonic()
+        # Idle means nothing arrived at all: chunks of a model still coming over a slow link count.
+        progress = Progress(self.node.stats)
         while True:
             self._apply_blobs(0.0)
             cmd = self.cmd_sub.receive(POLL_S)
@@ -70,14 +76,14 @@ class Client:
                 # Only with no command waiting: every TrainCmd published before the Stop is run.
                 if self._stopped():
                     return
-                if time.monotonic() - idle_since > self.cfg.idle_timeout_s:
-                    raise ClientIdle(f"{self.cfg.name}: no TrainCmd from the controller for {self.cfg.idle_timeout_s:.0f}s")
+                if progress.idle_s() > self.cfg.idle_timeout_s:
+                    raise ClientIdle(f"{self.cfg.name}: no TrainCmd from the controller, and nothing else arrived, "
+                                     f"for {self.cfg.idle_timeout_s:.0f}s")
                 continue
             if not self._accepts(cmd):
                 continue
-            idle_since = time.monotonic()
             self.run_round(cmd)
-            idle_since = time.monotonic()
+            progress = Progress(self.node.stats)
 
     def _accepts(self, cmd: TrainCmd) -> bool:
         """False, with one log line, for a command of another run or an invalid one."""
@@ -93,44 +99,98 @@ class Client:
         """True once a Stop of this run arrived (a Stop of another run on the domain is ignored)."""
         while (stop := self.stop_sub.receive(0.0)) is not None:
             if stop.run_id == self.cfg.run_id:
-                self.log(f"stopped on the Stop message: run over after round {stop.last_round} ({stop.reason})")
+                self._await_final_model(stop.last_round)
+                self.log(f"stopped on the Stop message: run over after round {stop.last_round} ({stop.reason}), "
+                         f"replica {self.replica.digest or 'empty'}")
                 return True
             self.log(f"ignoring Stop of run {stop.run_id!r} (this is run {self.cfg.run_id!r})")
         return False
 
-    def _apply_blobs(self, timeout_s: float) -> None:
-        """Apply every ModelBlob waiting (the controller is the authority: the latest one wins)."""
-        while (blob := self.blob_sub.receive(timeout_s)) is not None:
-            start = time.perf_counter()
-            self.weights = self.model_codec.decode(blob.payload)
-            self.decode_s += time.perf_counter() - start
-            self.weights_round = blob.round
-            timeout_s = 0.0
+    @property
+    def weights(self) -> np.ndarray | None:
+        return self.replica.weights
 
-    def _wait_for_model(self, rnd: int, deadline_s: float) -> float:
+    @property
+    def weights_round(self) -> int | None:
+        return self.replica.round
+
+    def _await_final_model(self, last_round: int) -> None:
+        """The last ModelBlob can arrive after the (small) Stop: take it, so every client ends with
+        the run's final model, within the idle timeout (a client that misses it says so)."""
+        end = time.monotonic() + self.cfg.idle_timeout_s
+        while self.weights_round is not None and self.weights_round < last_round and time.monotonic() < end:
+            self._apply_blobs(POLL_S)
+            if CONTROLLER not in self.node.announcer.directory.alive():
+                self._apply_blobs(0.0)  # it leaves once all it sent was acknowledged: nothing more is coming
+                break
+        if self.weights_round is not None and self.weights_round != last_round:
+            self.log(f"the final model (round {last_round}) did not arrive; replica at round {self.weights_round}")
+
+    def _apply_blobs(self, timeout_s: float) -> None:
+        """Apply every ModelBlob waiting, in order; one this replica cannot take (a delta for
+        another replica, or a corrupt one) is dropped with one line, and the whole model asked for."""
+        while (blob := self.blob_sub.receive(timeout_s)) is not None:
+            timeout_s = 0.0
+            if blob.run_id != self.cfg.run_id:
+                self.log(f"ignoring ModelBlob of run {blob.run_id!r} (this is run {self.cfg.run_id!r})")
+                continue
+            start = time.perf_counter()
+            problem, need_full = self.replica.apply(blob)
+            self.decode_s += time.perf_counter() - start
+            if problem is not None:
+                self.log(f"dropped ModelBlob of round {blob.round} ({blob.kind}): {problem}")
+            if need_full:
+                self._request_model(blob.round)
+
+    def _request_model(self, controller_round: int) -> None:
+        """Ask for the whole model, once per controller round: a delta that does not apply and a
+        command this replica cannot serve in the same round are one event, answered by one broadcast."""
+        if self.requested_after == controller_round:
+            return
+        self.requested_after = controller_round
+        self.log(f"replica {self.replica.digest or 'empty'} is out of sync: asking for the whole model")
+        try:
+            self.request_pub.publish(ModelRequest(run_id=self.cfg.run_id, client_id=self.cfg.name,
+                                                  have=self.replica.digest))
+        except DdsError as e:  # controller gone: a restarted one sends the whole model anyway
+            self.log(f"model request not delivered ({e})")
+
+    def _wait_for_model(self, rnd: int, deadline_s: float) -> float | None:
         """Block until the model of round rnd-1 is here (ModelBlob and TrainCmd are separate topics,
-        so the command can overtake the larger blob); returns the time waited on the network."""
+        so the command can overtake the larger blob); returns the time waited on the network, or
+        None when the replica has moved past round rnd-1 (this round is over for this client)."""
         start = time.perf_counter()
+        progress = Progress(self.node.stats)  # the deadline counts from the last chunk that arrived
         while self.weights_round != rnd - 1:
-            if time.perf_counter() - start > deadline_s:
+            if self.weights_round is not None and self.weights_round >= rnd:
+                self.log(f"round {rnd}: skipped, the model of round {rnd - 1} never came (now at {self.weights_round})")
+                return None
+            if progress.idle_s() > deadline_s:
                 raise ClientIdle(f"{self.cfg.name}: TrainCmd for round {rnd} but no model of round {rnd - 1} "
-                                 f"within {deadline_s:.0f}s (have {self.weights_round})")
+                                 f"after {time.perf_counter() - start:.0f}s, nothing arrived for the last "
+                                 f"{deadline_s:.0f}s (have {self.weights_round})")
             self._apply_blobs(POLL_S)
         return time.perf_counter() - start
 
     def _compression_for(self, cmd: TrainCmd) -> Compression:
         """The codec the controller asked for, with its memory (error feedback; DGC's accumulation),
         kept across rounds while the codec stays the same."""
-        key = (cmd.codec, tuple(sorted(cmd.codec_params.items())))
+        name = self.adaptive.codec(cmd)  # qsgd at this client's bits when the command allocates them
+        key = (name, tuple(sorted(cmd.codec_params.items())))
         if key != self._codec_key:
-            self.compression = build_compression(cmd.codec, cmd.codec_params, layout_of(self.model),
+            self.compression = build_compression(name, cmd.codec_params, layout_of(self.model),
                                                  seed=self.cfg.client_id)
             self._codec_key, self._memory_before = key, {}
         return self.compression
 
     def run_round(self, cmd: TrainCmd) -> None:
         rnd = cmd.round
+        if self.weights is None and rnd > cmd.first_round:
+            # Started after the controller's whole-model broadcast (a restart): no delta can apply.
+            self._request_model(rnd - 1)
         comm_s = self._wait_for_model(rnd, max(cmd.deadline_s, 1.0))
+        if comm_s is None:
+            return
         fit = FitIns(round=rnd, epochs=cmd.epochs, lr=cmd.lr, batch_size=cmd.batch_size,
                      subset_size=cmd.subset_size, seed=cmd.seed)
         indices = round_subset(self.part, fit, self.cfg.client_id)
@@ -141,6 +201,9 @@ class Client:
                                    momentum=self.cfg.optimizer.momentum, weight_decay=self.cfg.optimizer.weight_decay,
                                    step=self.train_step)
         train_s = time.perf_counter() - start
+        stretch_s = self.adaptive.stretch(train_s)
+        if self.cfg.attack is not None:  # test only (config `attack`): a forged update under a valid identity
+            delta = self.cfg.attack.apply(delta)
         start = time.perf_counter()
         try:
             payload = self._encode(rnd, delta, self._compression_for(cmd))
@@ -150,9 +213,12 @@ class Client:
         encode_s = time.perf_counter() - start
         waited = self.node.stats.wait_s
         halt_at("before_upload", rnd)
+        self.adaptive.before_upload(cmd)
+        upload_start = time.perf_counter()
         try:
             self.update_pub.publish(ClientUpdate(round=rnd, client_id=self.cfg.name, num_samples=len(indices),
-                                                 payload=payload))
+                                                 payload=payload, **self.adaptive.report(train_s + stretch_s)))
+            self.adaptive.after_upload(cmd, len(payload), upload_start, self.update_pub, cmd.deadline_s)
         except DdsError as e:  # controller gone: keep listening, a restarted one re-announces the round
             self.log(f"round {rnd}: update not delivered ({e}); waiting for the controller")
         comm_s += self.node.stats.wait_s - waited
@@ -161,7 +227,8 @@ class Client:
         self.table.append({"round": rnd, "client_id": self.cfg.name, "num_samples": len(indices),
                            "bytes_up": int(comm["bytes_sent"]), "bytes_down": int(comm["bytes_received"]),
                            "comm_time_s": round(comm_s, 4), "train_time_s": round(train_s, 4),
-                           "encode_time_s": round(encode_s, 4), "decode_time_s": round(self.decode_s, 4)})
+                           "encode_time_s": round(encode_s, 4), "decode_time_s": round(self.decode_s, 4),
+                           **self.adaptive.row(stretch_s)})
         self.decode_s = 0.0
         self.log(f"round {rnd}: sent {len(payload)} B update, loss {loss:.4f}, train {train_s:.1f}s, "
                  f"encode {encode_s:.3f}s")
@@ -184,7 +251,7 @@ def run_client(config_path: str) -> None:
     data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
     p = cfg.partition
     parts = as_config_error("partition", lambda: partition(data.train_y, cfg.num_clients, p.scheme, p.seed, **p.params()))
-    settings = as_config_error("dds", lambda: dds_settings(cfg.dds))
+    settings = as_config_error("dds", lambda: dds_settings(cfg.dds, flatten_params(model).size))
     log = log_to(cfg.name)
     log(f"partition {p.scheme}: {len(parts[cfg.client_id])} samples, labels "
         f"{label_histogram(data.train_y, [parts[cfg.client_id]], data.num_classes)[0].tolist()}")
@@ -192,4 +259,5 @@ def run_client(config_path: str) -> None:
     try:
         Client(cfg, node, model, data, parts[cfg.client_id], log).run()
     finally:
+        write_transport_totals(cfg.results_dir, cfg.run_id, cfg.name, node.stats.snapshot())
         node.close()

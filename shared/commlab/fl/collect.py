@@ -74,20 +74,40 @@ class UpdateCollector:
         return {r.client_id for r in self.replies.results}
 
     def collect(self, receive: Callable[[float], Any], started: float, deadline_s: float,
-                hard_limit_s: float, min_clients: int) -> RoundReplies:
+                hard_limit_s: float, min_clients: int, idle_s: Callable[[], float] | None = None,
+                alive: Callable[[], set[str]] | None = None, lost_grace_s: float = 30.0,
+                clock: Callable[[], float] = time.perf_counter) -> RoundReplies:
         """Offer received updates until every expected client answered, or the deadline passed
-        with >= min_clients answers; raise RoundFailed at the hard limit."""
+        with >= min_clients answers; raise RoundFailed at the hard limit.
+
+        idle_s() (seconds since a chunk last arrived for this node, dds.stats.Progress) makes both
+        limits count from the later of `started` and that chunk: an update still arriving over a
+        slow link is waited for, a stalled one is not. alive() (names of the peers alive now)
+        ends the round early, with RoundFailed, once answered plus alive expected clients stay
+        below min_clients for lost_grace_s (a restarted client may come back within it)."""
+        lost_since: float | None = None
         while len(self.answered()) < len(self.expected):
-            elapsed = time.perf_counter() - started
+            now = clock()
+            waited = now - started if idle_s is None else min(now - started, idle_s())
             enough = len(self.answered()) >= min_clients
-            if enough and elapsed >= deadline_s:
+            if enough and waited >= deadline_s:
                 break
-            if elapsed >= hard_limit_s:
+            if waited >= hard_limit_s:
                 raise RoundFailed(f"round {self.rnd}: only {len(self.answered())} of min_clients={min_clients} "
                                   f"valid updates after the hard limit of {hard_limit_s:.0f}s "
                                   f"(answered: {sorted(self.answered()) or 'none'})")
+            if alive is not None:
+                gone = sorted(set(self.expected) - self.answered() - alive())
+                if len(self.expected) - len(gone) >= min_clients:
+                    lost_since = None
+                elif lost_since is None:
+                    lost_since = now
+                elif now - lost_since >= lost_grace_s:
+                    raise RoundFailed(f"round {self.rnd}: too few clients can take part for min_clients={min_clients}: "
+                                      f"{', '.join(gone)} gone (exited or lease expired) for {now - lost_since:.0f}s, "
+                                      f"answered: {', '.join(sorted(self.answered())) or 'none'}")
             limit = deadline_s if enough else hard_limit_s
-            msg = receive(min(limit - elapsed, 0.5))
+            msg = receive(max(0.0, min(limit - waited, 0.5)))
             if msg is not None:
                 self.offer(msg)
         missing = sorted(set(self.expected) - self.answered())

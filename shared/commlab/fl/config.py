@@ -11,6 +11,8 @@ from typing import Any
 
 from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, existing, load_config,
                                    positive)
+from commlab.fl.adaptive import AdaptiveSection
+from commlab.fl.strategy import STRATEGIES
 from commlab.roster import client_name
 from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
@@ -57,16 +59,30 @@ class TrainingSection:
 
 @dataclass(frozen=True)
 class StrategySection:
-    name: str = "fedavg"
+    name: str = "fedavg"                 # fedavg | median | trimmed_mean | norm_clip (commlab.fl.strategy)
     server_lr: float = 1.0
     server_momentum: float = 0.0
+    trim_fraction: float | None = None   # trimmed_mean only: share cut at each end per coordinate (default 0.25)
+    clip_norm: float | None = None       # norm_clip only: L2 bound of a delta (default: the round's median norm)
 
     def check(self, where: str) -> None:
-        if self.name != "fedavg":
-            raise ConfigError(f"{where}name: unknown strategy {self.name!r} (known: fedavg)")
+        if self.name not in STRATEGIES:
+            raise ConfigError(f"{where}name: unknown strategy {self.name!r} (known: {', '.join(STRATEGIES)})")
         positive(where, server_lr=self.server_lr)
         if not 0 <= self.server_momentum < 1:
             raise ConfigError(f"{where}server_momentum: must be in [0, 1), got {self.server_momentum}")
+        for key, owner in (("trim_fraction", "trimmed_mean"), ("clip_norm", "norm_clip")):
+            if getattr(self, key) is not None and self.name != owner:
+                raise ConfigError(f"{where}{key}: only for strategy {owner}, not {self.name}")
+        if self.trim_fraction is not None and not 0 <= self.trim_fraction < 0.5:
+            raise ConfigError(f"{where}trim_fraction: must be in [0, 0.5), got {self.trim_fraction}")
+        if self.clip_norm is not None:
+            positive(where, clip_norm=self.clip_norm)
+
+    def params(self) -> dict[str, Any]:
+        """Keyword arguments of this strategy's class beyond FedAvg's."""
+        return {"trimmed_mean": {"trim_fraction": 0.25 if self.trim_fraction is None else self.trim_fraction},
+                "norm_clip": {"clip_norm": self.clip_norm}}.get(self.name, {})
 
 
 @dataclass(frozen=True)
@@ -81,12 +97,16 @@ class ControllerConfig:
     model: ModelSection = ModelSection()
     dataset: DatasetSection = DatasetSection()
     partition: PartitionSection = PartitionSection()  # recorded only: each client partitions its own data
-    codec: CodecSection = CodecSection()
+    codec: CodecSection = CodecSection()          # uplink: what clients encode their updates with
+    downlink: CodecSection = CodecSection()       # the model broadcast: fp32 sends the whole model each round
     training: TrainingSection = TrainingSection()
     strategy: StrategySection = StrategySection()
     min_clients: int = 1
+    # Both round limits count from the later of the round's start and the last chunk that arrived,
+    # so an update still coming in over a slow link extends them (commlab.fl.collect).
     round_deadline_s: float = 120.0     # close the round with >= min_clients answers after this
     round_hard_limit_s: float = 600.0   # fail if min_clients have not answered by then
+    lost_client_grace_s: float = 30.0   # fail once too few clients are alive to reach min_clients for this long
     match_timeout_s: float = 120.0      # barrier before the first round
     init_path: str | None = None        # checkpoint file or directory to resume from
     keep_checkpoints: int = 1
@@ -94,11 +114,13 @@ class ControllerConfig:
     eval_batch_size: int = 1000
     threads: int = 1                    # torch intra-op threads (cores are shared)
     train_step: str = DEFAULT_TRAIN_STEP  # recorded only: each client runs the step of its own config
+    adaptive: AdaptiveSection | None = None  # per-client qsgd bits and uplink rates (docs/adaptive.md)
 
     def check(self, where: str) -> None:
         load_train_step(self.train_step, f"{where}train_step")
         positive(where, rounds=self.rounds, expected_clients=self.expected_clients,
                   min_clients=self.min_clients, round_deadline_s=self.round_deadline_s,
+                  lost_client_grace_s=self.lost_client_grace_s,
                   match_timeout_s=self.match_timeout_s, keep_checkpoints=self.keep_checkpoints,
                   eval_batch_size=self.eval_batch_size, threads=self.threads)
         if self.min_clients > self.expected_clients:
@@ -106,6 +128,8 @@ class ControllerConfig:
         if self.round_hard_limit_s < self.round_deadline_s:
             raise ConfigError(f"{where}round_hard_limit_s: must be >= round_deadline_s")
         existing(where, "init_path", self.init_path)
+        if self.adaptive is not None and not self.codec.name.startswith("qsgd"):
+            raise ConfigError(f"{where}codec.name: adaptive needs a qsgd codec (the decoder), got {self.codec.name!r}")
 
     def client_ids(self) -> list[str]:
         return [client_name(i) for i in range(self.expected_clients)]
@@ -119,6 +143,22 @@ class OptimizerSection:
     def check(self, where: str) -> None:
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"{where}momentum: must be in [0, 1), got {self.momentum}")
+
+
+@dataclass(frozen=True)
+class AttackSection:
+    """TEST ONLY (benchmarks/bench_robust.py): the client forges its update under its valid
+    identity. sign_flip sends -scale * delta instead of delta."""
+    kind: str
+    scale: float = 1.0
+
+    def check(self, where: str) -> None:
+        if self.kind != "sign_flip":
+            raise ConfigError(f"{where}kind: unknown attack {self.kind!r} (known: sign_flip)")
+        positive(where, scale=self.scale)
+
+    def apply(self, delta: Any) -> Any:
+        return delta * -self.scale  # a Python float keeps a float32 array float32
 
 
 @dataclass(frozen=True)
@@ -136,10 +176,14 @@ class ClientConfig:
     idle_timeout_s: float = 300.0   # exit with an error after this long without a command
     threads: int = 1
     train_step: str = DEFAULT_TRAIN_STEP  # "module:function" or "file.py:function": the loss of one batch
+    attack: AttackSection | None = None   # test only: forge this client's updates
+    speed_factor: float = 1.0       # compute heterogeneity: local training stretched to 1/speed_factor of its time
 
     def check(self, where: str) -> None:
         load_train_step(self.train_step, f"{where}train_step")
         positive(where, num_clients=self.num_clients, idle_timeout_s=self.idle_timeout_s, threads=self.threads)
+        if not 0 < self.speed_factor <= 1:
+            raise ConfigError(f"{where}speed_factor: must be in (0, 1], got {self.speed_factor}")
         if not 0 <= self.client_id < self.num_clients:
             raise ConfigError(f"{where}client_id: must be in 0..{self.num_clients - 1}, got {self.client_id}")
 

@@ -14,18 +14,21 @@ import torch
 
 from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import Codec, get_codec
+from commlab.fl.adaptive import Planner
+from commlab.fl.broadcast import ModelSender
 from commlab.config_schema import to_dict
 from commlab.data import Dataset
 from commlab.dds import DdsError
+from commlab.dds.stats import Progress
 from commlab.fault_points import halt_at
 from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from commlab.fl.collect import UpdateCollector
 from commlab.fl.config import ControllerConfig, load_controller_config
 from commlab.fl.entry import as_config_error, check_codec, log_to
-from commlab.fl.messages import ClientUpdate, ModelBlob, Stop, TrainCmd
-from commlab.fl.strategy import FedAvg, Strategy
-from commlab.metrics import RunWriter, backend_name
-from commlab.models import evaluate, flatten_params, load_params, weights_digest
+from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
+from commlab.fl.strategy import STRATEGIES, Strategy
+from commlab.metrics import RunWriter, backend_name, write_transport_totals
+from commlab.models import evaluate, flatten_params, layout_of, load_params, weights_digest
 from commlab.roster import CONTROLLER
 from commlab.tables import COLUMNS
 
@@ -37,20 +40,30 @@ class Controller:
         self.model, self.data, self.writer, self.log = model, data, writer, log
         # Decoders read every parameter from the frame: the name alone says which decoder to use.
         self.codec: Codec = get_codec(cfg.codec.name)
-        self.model_codec: Codec = get_codec("fp32")  # the broadcast model is always full precision
+        self.sender = ModelSender(cfg.downlink.name, dict(cfg.downlink.params), layout_of(model), cfg.run_id)
+        self.resyncs = 0  # whole models sent on request since the last row
         self.cmd_pub = node.publisher(TrainCmd)
         self.blob_pub = node.publisher(ModelBlob)
         self.stop_pub = node.publisher(Stop)
         self.update_sub = node.subscriber(ClientUpdate)
+        self.request_sub = node.subscriber(ModelRequest)
         self.rounds_table = writer.table("rounds", COLUMNS["rounds"])
+        # Per-client qsgd bits and uplink rates from the clients' reports (docs/adaptive.md).
+        self.planner = None if cfg.adaptive is None else Planner(
+            cfg.adaptive, cfg.client_ids(), strategy.weights.size, cfg.codec.params.get("bucket", 512), log)
 
     def run(self) -> None:
         cfg = self.cfg
         self.log(f"waiting for {cfg.expected_clients} client(s) (timeout {cfg.match_timeout_s:.0f}s)")
         self.node.barrier(set(cfg.client_ids()), cfg.match_timeout_s)
+        # Clients need the model of round r-1 for TrainCmd r, also after a controller restart. Sent
+        # before round 1 is timed, and recorded on its own, so every round's row is that round's traffic.
         before = self.node.stats.snapshot()
-        # Clients need the model of round r-1 for TrainCmd r, also after a controller restart.
-        self.publish_model(self.start_round - 1)
+        self.blob_pub.publish(self.sender.full(self.start_round - 1, self.strategy.weights))
+        initial = self.node.stats.since(before)
+        self.writer.update_manifest(initial_model_bytes=int(initial["bytes_sent"]))
+        self.log(f"sent the model of round {self.start_round - 1} ({initial['bytes_sent'] / 1e6:.2f} MB on the wire)")
+        before = self.node.stats.snapshot()
         for rnd in range(self.start_round, cfg.rounds + 1):
             self.run_round(rnd, before)
             before = self.node.stats.snapshot()
@@ -58,30 +71,59 @@ class Controller:
             self.stop_pub.publish(Stop(run_id=cfg.run_id, last_round=cfg.rounds, reason="completed"))
         except DdsError as e:  # every round is done and saved; clients that miss this time out
             self.log(f"could not tell every client that the run is over: {e}")
+        for pub in (self.blob_pub, self.stop_pub):  # the final model and the Stop reach every client
+            if not pub.wait_for_acks(cfg.round_deadline_s):
+                self.log("not every client acknowledged the final model and Stop; leaving anyway")
         self.log(f"finished {cfg.rounds} rounds; final model {weights_digest(self.strategy.weights)}")
 
     def command(self, rnd: int) -> TrainCmd:
         fit = self.strategy.configure_round(rnd)
-        return TrainCmd(round=rnd, epochs=fit.epochs, lr=fit.lr, seed=fit.seed,
+        bits, rates = ({}, {}) if self.planner is None else self.planner.plan(rnd, fit.subset_size)
+        return TrainCmd(client_bits=bits, client_rates_Bps=rates, round=rnd, epochs=fit.epochs, lr=fit.lr, seed=fit.seed,
                         subset_size=fit.subset_size, codec=self.cfg.codec.name, codec_params=dict(self.cfg.codec.params),
-                        deadline_s=self.cfg.round_deadline_s, batch_size=fit.batch_size, run_id=self.cfg.run_id)
+                        deadline_s=self.cfg.round_deadline_s, batch_size=fit.batch_size, run_id=self.cfg.run_id,
+                        first_round=self.start_round)
 
-    def publish_model(self, rnd: int) -> None:
-        # encode() serialises into new bytes: later aggregation cannot change what was sent.
-        self.blob_pub.publish(ModelBlob(round=rnd, model_version=rnd,
-                                        payload=self.model_codec.encode(self.strategy.weights)))
+    def receive_update(self, timeout_s: float) -> ClientUpdate | None:
+        """The next update, serving requests for the whole model while waiting for it."""
+        self.serve_model_requests()
+        msg = self.update_sub.receive(timeout_s)
+        if msg is not None and self.planner is not None:
+            self.planner.offer(msg)  # its report counts once the collector accepted the update
+        return msg
+
+    def serve_model_requests(self) -> None:
+        """One whole-model broadcast for every client of this run whose replica is out of sync."""
+        wanted = []
+        while (req := self.request_sub.receive(0.0)) is not None:
+            if req.run_id == self.cfg.run_id and req.client_id in self.cfg.client_ids() and req.have != self.sender.digest:
+                wanted.append(req.client_id)
+        if wanted:
+            self.log(f"sending the whole model (round {self.sender.round}) to resync {', '.join(sorted(set(wanted)))}")
+            self.blob_pub.publish(self.sender.full(self.sender.round))
+            self.resyncs += 1
 
     def run_round(self, rnd: int, before: dict[str, float]) -> None:
         cfg = self.cfg
         started = time.perf_counter()
+        self.serve_model_requests()
         self.cmd_pub.publish(self.command(rnd))
         collector = UpdateCollector(rnd, cfg.client_ids(), self.codec, self.strategy.weights.size, self.log)
-        replies = collector.collect(lambda t: self.update_sub.receive(t), started, cfg.round_deadline_s,
-                                    cfg.round_hard_limit_s, cfg.min_clients)
+        peers = self.node.announcer.directory.peers  # updated by the reader thread: copied under the GIL
+        replies = collector.collect(self.receive_update, started, cfg.round_deadline_s,
+                                    cfg.round_hard_limit_s, cfg.min_clients, idle_s=Progress(self.node.stats).idle_s,
+                                    alive=lambda: {name for name, p in list(peers.items()) if p.alive},
+                                    lost_grace_s=cfg.lost_client_grace_s)
+        if self.planner is not None:
+            self.planner.observe(rnd, replies.participants())
         agg_start = time.perf_counter()
-        weights = self.strategy.aggregate(rnd, replies.results, replies.failures)
+        # In client order, not arrival order: float sums depend on order, and a run must not.
+        results = sorted(replies.results, key=lambda r: r.client_id)
+        weights = self.strategy.aggregate(rnd, results, replies.failures)
         aggregate_s = time.perf_counter() - agg_start
-        self.publish_model(rnd)
+        broadcast_start = time.perf_counter()
+        self.blob_pub.publish(self.sender.next(rnd, weights))
+        broadcast_s = time.perf_counter() - broadcast_start
         round_time = time.perf_counter() - started
         comm = self.node.stats.since(before)
         load_params(self.model, weights)
@@ -94,11 +136,16 @@ class Controller:
             "n_participants": len(participants), "bytes_up": int(comm["bytes_received"]),
             "bytes_down": int(comm["bytes_sent"]), "aggregate_time_s": round(aggregate_s, 4),
             "decode_time_s": round(replies.decode_s, 4), "test_accuracy": accuracy, "test_loss": loss,
-            "rejected_updates": replies.rejected})
+            "rejected_updates": replies.rejected, "broadcast_time_s": round(broadcast_s, 4),
+            "downlink_encode_time_s": round(self.sender.encode_s, 4),
+            "bytes_down_multicast": int(comm["multicast_bytes_sent"]),
+            "iface_bytes_up": comm.get("iface_bytes_received"), "iface_bytes_down": comm.get("iface_bytes_sent"),
+            "resyncs": self.resyncs})
+        self.sender.encode_s, self.resyncs = 0.0, 0
         self.log(f"round {rnd}/{cfg.rounds} acc {accuracy:.4f} loss {loss:.4f} "
                  f"up {comm['bytes_received'] / 1e6:.2f}MB down {comm['bytes_sent'] / 1e6:.2f}MB "
                  f"time {round_time:.1f}s participants {';'.join(participants)} rejected {replies.rejected} "
-                 f"model {weights_digest(weights)}")
+                 f"model {weights_digest(weights)} replica {self.sender.digest}")
         halt_at("after_round", rnd)
 
 
@@ -109,6 +156,7 @@ def run_controller(config_path: str) -> None:
     cfg = load_controller_config(config_path)
     cfg.dds.check_host()
     check_codec(cfg.codec)
+    check_codec(cfg.downlink, "downlink")
     model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads))
     weights, start_round, strategy_state = flatten_params(model), 1, None
     if cfg.init_path is not None:
@@ -116,18 +164,20 @@ def run_controller(config_path: str) -> None:
         weights, start_round, strategy_state = ckpt.weights, ckpt.round + 1, ckpt.strategy_state
     data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
     t = cfg.training
-    strategy = FedAvg(weights, epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size,
-                      subset_size=t.samples_per_round, seed=t.seed, server_lr=cfg.strategy.server_lr,
-                      server_momentum=cfg.strategy.server_momentum)
+    strategy = STRATEGIES[cfg.strategy.name](
+        weights, epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size, subset_size=t.samples_per_round,
+        seed=t.seed, server_lr=cfg.strategy.server_lr, server_momentum=cfg.strategy.server_momentum,
+        **cfg.strategy.params())
     if strategy_state is not None:
         as_config_error("init_path", lambda: strategy.load_state_dict(strategy_state))
-    settings = as_config_error("dds", lambda: dds_settings(cfg.dds))
+    settings = as_config_error("dds", lambda: dds_settings(cfg.dds, weights.size, cfg.expected_clients))
     log = log_to(CONTROLLER)
     if start_round > 1:
         log(f"resuming at round {start_round} from {cfg.init_path}, model {weights_digest(strategy.weights)}")
     writer = RunWriter(cfg.results_dir, cfg.run_id, {
         "kind": "fl", "backend": backend_name(cfg.dds.interface), "model": cfg.model.name,
-        "dataset": cfg.dataset.name, "codec": cfg.codec.name, "link_profile": cfg.link_profile,
+        "dataset": cfg.dataset.name, "codec": cfg.codec.name, "downlink_codec": cfg.downlink.name,
+        "multicast": settings.multicast, "link_profile": cfg.link_profile,
         "clients": cfg.expected_clients, "rounds": cfg.rounds, "config": to_dict(cfg),
         "seeds": {"model_init": cfg.seed, "training": t.seed, "partition": cfg.partition.seed},
         "start_round": start_round, "status": "running"})
@@ -139,4 +189,5 @@ def run_controller(config_path: str) -> None:
         writer.close(f"failed: {type(e).__name__}: {e}")
         raise
     finally:
+        write_transport_totals(cfg.results_dir, cfg.run_id, CONTROLLER, node.stats.snapshot())
         node.close()

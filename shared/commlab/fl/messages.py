@@ -5,6 +5,10 @@ controller's node name from commlab.roster), never each other.
 
 Round r: TrainCmd(r) -> one ClientUpdate(r) per client -> ModelBlob(r), the aggregated model.
 After the last round the controller publishes Stop; a client ends on it.
+
+A ModelBlob is the whole model (fp32) or, with a compressed downlink, a delta that moves every
+client's replica from `base_digest` to `digest`. A client whose replica is not at `base_digest`
+(restarted, joined late, missed a blob) asks with a ModelRequest and gets the whole model once.
 """
 from __future__ import annotations
 
@@ -25,11 +29,22 @@ class TrainCmd:
     deadline_s: float = 60.0
     batch_size: int = 32
     run_id: str = ""
+    first_round: int = 1  # the controller's whole-model broadcast before this round reached every client then
+    # adaptive (docs/adaptive.md), by client name: qsgd bits (s = 2^q - 1 levels) replacing `codec`,
+    # and the uplink rate in payload bytes/s (a client missing from client_rates_Bps uses its own link).
+    client_bits: dict[str, Any] = field(default_factory=dict)
+    client_rates_Bps: dict[str, Any] = field(default_factory=dict)
 
     def problem(self) -> str | None:
-        """Why a client must not run this command, or None."""
+        """Why a client must not run this command, or None (types were checked on arrival)."""
         if self.epochs <= 0:
             return f"epochs must be >= 1, got {self.epochs} (a run ends with a Stop message)"
+        for name, low, high in (("round", 1, 10**9), ("epochs", 1, 1000), ("subset_size", 1, 10**9),
+                                ("batch_size", 1, 10**6), ("first_round", 1, 10**9)):
+            if not low <= getattr(self, name) <= high:
+                return f"{name} must be in {low}..{high}, got {getattr(self, name)}"
+        if not 0 < self.lr <= 100 or not 0 < self.deadline_s <= 10**6:
+            return f"lr {self.lr} and deadline_s {self.deadline_s} must be positive and sane"
         return None
 
 
@@ -39,13 +54,44 @@ class ClientUpdate:
     client_id: str
     num_samples: int
     payload: bytes = b""
+    # adaptive's measured inputs: this round's local compute (training + emulated slowdown), and
+    # the payload goodput of the previous upload, the link rate it was shaped to (0: not shaped)
+    # and whether that was the client's own link rate (False also before its first upload).
+    compute_s: float = 0.0
+    prev_upload_Bps: float = 0.0
+    prev_rate_Bps: float = 0.0
+    prev_at_link_rate: bool = False
+
+
+BLOB_KINDS = ("full", "delta")
 
 
 @dataclass
 class ModelBlob:
+    """The model clients train round `round` + 1 from: kind "full" (payload: the fp32 weights) or
+    "delta" (payload: any codec's frame of what to add to the replica at `base_digest`)."""
     round: int
-    model_version: int
+    kind: str
+    digest: str            # models.weights_digest of the replica once this blob is applied
+    base_digest: str = ""  # delta only: the replica it applies to
+    run_id: str = ""
     payload: bytes = b""
+
+    def problem(self) -> str | None:
+        if self.kind not in BLOB_KINDS:
+            return f"unknown kind {self.kind!r}"
+        if self.kind == "delta" and not self.base_digest:
+            return "a delta without base_digest"
+        return None
+
+
+@dataclass
+class ModelRequest:
+    """A client asks for the whole model: its replica (digest `have`, "" for none) cannot take the
+    deltas being broadcast."""
+    run_id: str
+    client_id: str
+    have: str = ""
 
 
 @dataclass

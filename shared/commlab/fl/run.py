@@ -14,9 +14,11 @@ from pathlib import Path
 from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.fl.config import ClientConfig, ControllerConfig
 from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, random_domain, write_node_config
+from commlab.fl.adaptive import record_heterogeneity, speed_factors
 from commlab.metrics import new_run_id
 from commlab.progress import watch_csv
-from commlab.roster import fl_roster
+from commlab.roster import CONTROLLER, fl_roster
+from commlab.run_keys import run_keys, with_key_file
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_fl
 from commlab.testbed.netns_run import run_fl_netns
@@ -30,6 +32,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--codec", default="fp32")
     p.add_argument("--codec-param", action="append", default=[], metavar="KEY=JSON",
                    help="codec parameter, e.g. ratio=0.05 (repeatable)")
+    p.add_argument("--downlink-codec", default="fp32", metavar="NAME",
+                   help="compressor of the model broadcast (any --codec name); fp32 sends the whole model each round")
+    p.add_argument("--downlink-param", action="append", default=[], metavar="KEY=JSON")
+    p.add_argument("--multicast", choices=("off", "discovery", "data"),
+                   help="what DDS may multicast (default: data on the private networks of namespaces and "
+                   "containers, off on loopback, where multicast is refused)")
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--samples-per-round", type=int, default=6000)
@@ -48,6 +56,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-step", default=DEFAULT_TRAIN_STEP, metavar="SPEC",
                    help="every client's loss of one batch: package.module:function or path/to/file.py:function "
                    "(default %(default)s; docs/fl.md)")
+    p.add_argument("--strategy", default="fedavg", help="aggregation: fedavg, median, trimmed_mean, norm_clip "
+                   "(docs/security.md)")
+    p.add_argument("--trim-fraction", type=float, help="trimmed_mean: share cut at each end (default 0.25)")
+    p.add_argument("--clip-norm", type=float, help="norm_clip: L2 bound (default: the round's median norm)")
+    p.add_argument("--attack", choices=("sign_flip",), help="TEST ONLY: the last --attackers clients forge "
+                   "their updates (sign_flip: send -scale * delta)")
+    p.add_argument("--attack-scale", type=float, default=10.0)
+    p.add_argument("--attackers", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-clients", type=int, default=1)
     p.add_argument("--deadline", type=float, default=300.0, help="round deadline in seconds")
@@ -57,6 +73,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--results-dir", default="results")
     p.add_argument("--run-id")
     p.add_argument("--domain-id", type=int, help="DDS domain (default: random in 100..169; tests use 170 and up)")
+    p.add_argument("--adaptive", choices=("joint", "equal"), help="per-client qsgd bits and uplink rates "
+                   "(docs/adaptive.md): the joint allocation, or the baseline equal (--fixed-bits, B/M each); "
+                   "needs --codec qsgd<levels>")
+    p.add_argument("--total-uplink-mbit", type=float, default=16.0, help="adaptive: the shared uplink B")
+    p.add_argument("--probe-bits", type=int, default=4)
+    p.add_argument("--fixed-bits", type=int, default=4)
+    p.add_argument("--beta", type=float, default=1.0, help="adaptive: weight of the quantization variance")
+    p.add_argument("--speed-factors", help="compute heterogeneity: speed per client, cycling, e.g. 1,1,0.5,0.25 "
+                   "(training stretched by a measured sleep to 1/speed of its time)")
     return p.parse_args(argv)
 
 
@@ -66,7 +91,7 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
     domain = a.domain_id if a.domain_id is not None else random_domain(100, 170)
     results = str(Path(a.results_dir).resolve())
     common = {"run_id": run_id, "results_dir": results, "link_profile": a.profile,
-              "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]},
+              "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"], "multicast": a.multicast},
               "model": {"name": a.model, "params": {}},
               "dataset": {"name": a.dataset, "train_subset": a.train_subset, "test_subset": a.test_subset},
               "partition": {"scheme": a.partition, "alpha": a.alpha, "labels_per_client": a.labels_per_client,
@@ -75,12 +100,24 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
     controller = {**common, "checkpoint_dir": str(Path(results) / run_id / "checkpoints"),
                   "rounds": a.rounds, "expected_clients": a.clients, "min_clients": a.min_clients,
                   "codec": {"name": a.codec, "params": codec_params(a.codec_param)},
+                  "downlink": {"name": a.downlink_codec, "params": codec_params(a.downlink_param)},
                   "training": {"local_epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
                                "samples_per_round": a.samples_per_round, "seed": a.seed},
+                  "strategy": {"name": a.strategy, "trim_fraction": a.trim_fraction, "clip_norm": a.clip_norm},
                   "round_deadline_s": a.deadline, "round_hard_limit_s": max(600.0, 2 * a.deadline),
                   "init_path": a.init_path, "seed": a.seed}
     clients = [{**common, "client_id": i, "num_clients": a.clients, "optimizer": {"momentum": a.momentum}}
                for i in range(a.clients)]
+    if a.adaptive is not None:
+        controller["adaptive"] = {"policy": a.adaptive, "total_uplink_mbit": a.total_uplink_mbit,
+                                  "probe_bits": a.probe_bits, "fixed_bits": a.fixed_bits, "beta": a.beta}
+    for c, speed in zip(clients, speed_factors(a.speed_factors, a.clients)):
+        c["speed_factor"] = speed
+    if a.attack is not None:
+        if not 0 < a.attackers <= a.clients:
+            raise ConfigError(f"--attackers: must be in 1..{a.clients}, got {a.attackers}")
+        for c in clients[a.clients - a.attackers:]:
+            c["attack"] = {"kind": a.attack, "scale": a.attack_scale}
     # Round-trip through the schema: a bad flag fails here, before any process starts.
     return (to_dict(from_dict(ControllerConfig, controller)),
             [to_dict(from_dict(ClientConfig, c)) for c in clients])
@@ -113,20 +150,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"commlab.fl.run: {e}", file=sys.stderr)
         return 2
     run_dir = Path(controller["results_dir"]) / controller["run_id"]
-    print(f"[run] {controller['run_id']}: codec {a.codec}, {a.clients} clients, {a.rounds} rounds, "
+    print(f"[run] {controller['run_id']}: codec {a.codec} up, {a.downlink_codec} down, {a.clients} clients, {a.rounds} rounds, "
           f"backend {backend}, DDS domain {controller['dds']['domain_id']}, results {run_dir}", flush=True)
     # Every backend writes rounds.csv into this host folder: one row per round, whoever runs the nodes.
     stop_progress = watch_csv(run_dir / "rounds.csv", a.rounds, "round", note_column="test_accuracy",
                               note_label="acc")
+    names = [node.name for node in fl_roster(len(clients))]
     try:
-        code = run_nodes("commlab.fl.run", backend, a.profile, run_dir,
-                         [node.name for node in fl_roster(len(clients))],
-                         local=lambda: run_local(controller, clients),
-                         netns=lambda: run_fl_netns(controller, clients, a.profile),
-                         docker=lambda: run_fl(controller, clients, a.profile, Path(controller["results_dir"])))
+        # Every message is authenticated: the controller holds the run key, each client its pair key.
+        with run_keys(controller["run_id"], names, trusted={CONTROLLER}) as key_files:
+            controller, *clients = [with_key_file(cfg, key_files[n]) for n, cfg in zip(names, [controller, *clients])]
+            code = run_nodes("commlab.fl.run", backend, a.profile, run_dir, names,
+                             local=lambda: run_local(controller, clients),
+                             netns=lambda: run_fl_netns(controller, clients, a.profile),
+                             docker=lambda: run_fl(controller, clients, a.profile, Path(controller["results_dir"])))
     finally:
         stop_progress()
     summarize(run_dir)
+    record_heterogeneity(run_dir, {c["client_id"]: c["speed_factor"] for c in clients}, a.profile)
     return code
 
 

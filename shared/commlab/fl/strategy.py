@@ -2,6 +2,11 @@
 
 The strategy never touches the transport: the controller hands it decoded results and the
 failures (clients that did not answer or whose update was rejected), and publishes what it returns.
+
+FedAvg is the reference; Median, TrimmedMean and NormClip change only how a round's deltas are
+combined (`combine`), so server lr/momentum and checkpoints work the same for all of them.
+Every strategy weighs a reply by at most the subset_size it asked for: a client cannot buy
+influence by reporting more samples than it was told to train on.
 """
 from __future__ import annotations
 
@@ -68,18 +73,26 @@ class FedAvg(Strategy):
     def aggregate(self, rnd: int, results: list[FitRes], failures: list[tuple[str, str]]) -> np.ndarray:
         if not results:
             raise ValueError(f"round {rnd}: nothing to aggregate ({len(failures)} failures)")
-        total = sum(r.num_samples for r in results)
-        if total <= 0:
-            raise ValueError(f"round {rnd}: results report {total} samples")
-        mean = np.zeros_like(self.weights, dtype=np.float64)
         for r in results:
             if r.delta.shape != self.weights.shape:
                 raise ValueError(f"round {rnd}: {r.client_id} sent {r.delta.shape}, model is {self.weights.shape}")
-            mean += (r.num_samples / total) * r.delta.astype(np.float64)
+        # Capped at what was asked: more reported samples than subset_size buy no extra weight.
+        capped = [FitRes(r.client_id, min(r.num_samples, self.subset_size), r.delta) for r in results]
+        if sum(r.num_samples for r in capped) <= 0:
+            raise ValueError(f"round {rnd}: results report {sum(r.num_samples for r in capped)} samples")
+        mean = self.combine(capped)
         self.momentum = (self.server_momentum * self.momentum + mean).astype(np.float32)
         # A new array, not an in-place update: a previous ModelBlob may still reference the old one.
         self.weights = (self.weights + np.float32(self.server_lr) * self.momentum).astype(np.float32)
         return self.weights
+
+    def combine(self, results: list[FitRes]) -> np.ndarray:
+        """The round's delta: the mean weighted by num_samples (float64)."""
+        total = sum(r.num_samples for r in results)
+        mean = np.zeros_like(self.weights, dtype=np.float64)
+        for r in results:
+            mean += (r.num_samples / total) * r.delta.astype(np.float64)
+        return mean
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {"momentum": self.momentum.copy()}
@@ -89,3 +102,57 @@ class FedAvg(Strategy):
         if momentum.shape != self.weights.shape:
             raise ValueError(f"strategy state momentum has shape {momentum.shape}, model is {self.weights.shape}")
         self.momentum = momentum.copy()
+
+
+def _stack(results: list[FitRes]) -> np.ndarray:
+    return np.stack([r.delta.astype(np.float64) for r in results])
+
+
+class Median(FedAvg):
+    """Coordinate-wise median of the deltas (Yin et al. 2018), unweighted: any minority of
+    clients, however large their updates, cannot pull a coordinate outside the honest values.
+    With an even count it is the mean of the two middle values."""
+
+    def combine(self, results: list[FitRes]) -> np.ndarray:
+        return np.median(_stack(results), axis=0)
+
+
+class TrimmedMean(FedAvg):
+    """Coordinate-wise trimmed mean (Yin et al. 2018), unweighted: per coordinate drop the
+    floor(trim_fraction * n) largest and as many smallest values, average the rest. With
+    trim_fraction * n < 1 nothing is trimmed (plain unweighted mean); 4 clients need >= 0.25."""
+
+    def __init__(self, weights: np.ndarray, *, trim_fraction: float = 0.25, **kw):
+        if not 0 <= trim_fraction < 0.5:
+            raise ValueError(f"trim_fraction must be in [0, 0.5), got {trim_fraction}")
+        super().__init__(weights, **kw)
+        self.trim_fraction = trim_fraction
+
+    def combine(self, results: list[FitRes]) -> np.ndarray:
+        k = int(self.trim_fraction * len(results))
+        ordered = np.sort(_stack(results), axis=0)
+        return ordered[k:len(results) - k].mean(axis=0)
+
+
+class NormClip(FedAvg):
+    """FedAvg of deltas clipped to L2 norm clip_norm (Sun et al. 2019, "Can you really backdoor
+    FL?"); clip_norm=None clips to the median norm of the round's deltas, so no scale is needed
+    in advance. Bounds a scaled update's pull, not its direction: a flipped update still subtracts."""
+
+    def __init__(self, weights: np.ndarray, *, clip_norm: float | None = None, **kw):
+        if clip_norm is not None and not clip_norm > 0:
+            raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
+        super().__init__(weights, **kw)
+        self.clip_norm = clip_norm
+
+    def combine(self, results: list[FitRes]) -> np.ndarray:
+        norms = [float(np.linalg.norm(r.delta.astype(np.float64))) for r in results]
+        bound = self.clip_norm if self.clip_norm is not None else float(np.median(norms))
+        clipped = [FitRes(r.client_id, r.num_samples, r.delta * np.float32(min(1.0, bound / n) if n > 0 else 1.0))
+                   for r, n in zip(results, norms)]
+        return super().combine(clipped)
+
+
+# Config `strategy.name` -> class; every one takes FedAvg's arguments plus its own (StrategySection.params).
+STRATEGIES: dict[str, type[FedAvg]] = {"fedavg": FedAvg, "median": Median, "trimmed_mean": TrimmedMean,
+                                       "norm_clip": NormClip}

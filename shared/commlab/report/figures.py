@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-FL_FIGURES = ("bytes", "comm-time", "round-time", "accuracy")
+FL_FIGURES = ("bytes", "comm-time", "round-time", "accuracy", "time-split")
 DDP_FIGURES = ("bytes", "accuracy", "comm-time-max", "comm-time-mean")
 
 
@@ -92,7 +92,31 @@ def fl_figures(frames: dict[str, pd.DataFrame], settings: dict, group: str, out:
 
     paths.append(_accuracy(rounds, "round", "test accuracy", colors, target,
                            "FL: test accuracy", sub, out / f"{group}-accuracy.png"))
+
+    split = round_time_split(rounds, clients)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bottom = np.zeros(len(split))
+    for phase in split.columns:
+        ax.bar(split.index, split[phase], bottom=bottom, label=phase)
+        bottom += split[phase].to_numpy()
+    ax.set(xlabel="codec", ylabel="mean time per round (s)")
+    paths.append(_save(fig, ax, "FL: where a round's time goes", sub, out / f"{group}-time-split.png"))
     return paths
+
+
+def round_time_split(rounds: pd.DataFrame, clients: pd.DataFrame) -> pd.DataFrame:
+    """Mean seconds per round and series in each phase, adding up to the round time. The slowest
+    client sets train and encode; upload is what the collection took beyond them (model wait and
+    update transfer), without the controller's decoding; broadcast includes encoding the downlink."""
+    per_round = clients.groupby(["series", "round"]).agg(train=("train_time_s", "max"),
+                                                         encode=("encode_time_s", "max"))
+    r = rounds.set_index(["series", "round"]).join(per_round)
+    collect = r["round_time_s"] - r["aggregate_time_s"] - r["broadcast_time_s"]
+    out = pd.DataFrame({"train": r["train"], "encode": r["encode"],
+                        "upload": (collect - r["train"] - r["encode"] - r["decode_time_s"]).clip(lower=0),
+                        "decode": r["decode_time_s"], "aggregate": r["aggregate_time_s"],
+                        "broadcast": r["broadcast_time_s"]})
+    return out.fillna(0).groupby(level="series").mean()
 
 
 def ddp_figures(frames: dict[str, pd.DataFrame], settings: dict, group: str, out: Path,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commlab.tables import COLUMNS, OPTIONAL, TEXT  # columns a table must have (extra ones are kept)
+from commlab.tables import ADDED, COLUMNS, OPTIONAL, TEXT  # columns a table must have (extra ones are kept)
 
 # Per kind: the settings that define a comparable experiment, the series field, the tables.
 KINDS = {
@@ -135,7 +135,7 @@ def read_table(file: Path, columns: list[str]) -> pd.DataFrame:
     if not rows:
         raise RunError(f"{file}: empty (no header)")
     header = rows[0]
-    missing = [c for c in columns if c not in header]
+    missing = [c for c in columns if c not in header and c not in ADDED]
     if missing:
         raise RunError(f"{file}: header lacks columns {missing}")
     for n, row in enumerate(rows[1:], start=2):
@@ -143,6 +143,9 @@ def read_table(file: Path, columns: list[str]) -> pd.DataFrame:
             raise RunError(f"{file}: line {n} has {len(row)} fields, header has {len(header)}")
     df = pd.DataFrame(rows[1:], columns=header)
     for c in columns:
+        if c not in header:  # a run from before the column existed
+            df[c] = float("nan")
+            continue
         if c in TEXT:
             continue
         values = pd.to_numeric(df[c].replace("", None), errors="coerce")

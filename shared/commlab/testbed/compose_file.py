@@ -17,6 +17,7 @@ from ..roster import Node
 from .images import node_image
 
 CONTAINER_RESULTS = "/results"
+CONTAINER_KEY_FILE = "/run/secrets/commlab-key"
 
 
 def addresses(nodes: list[Node], net: int) -> dict[str, str]:
@@ -24,8 +25,9 @@ def addresses(nodes: list[Node], net: int) -> dict[str, str]:
 
 
 def networked_dds(dds: dict[str, Any], node: str, addrs: dict[str, str]) -> dict[str, Any]:
-    """The `dds` section for a node on a shaped private network (container or namespace eth0)."""
-    return {**dds, "interface": "eth0", "loopback_tuned": False,
+    """The `dds` section for a node on a shaped private network (container or namespace eth0):
+    data multicast unless the run chose otherwise, unicast peers for discovery all the same."""
+    return {**dds, "interface": "eth0", "loopback_tuned": False, "multicast": dds.get("multicast") or "data",
             "peers": [a for name, a in addrs.items() if name != node]}
 
 
@@ -44,14 +46,18 @@ def container_config(cfg: dict[str, Any], node: str, addrs: dict[str, str], link
             raise ValueError(f"config key {key}={value!r} is outside the results folder {host}, "
                              "which is all a container can see")
     out["results_dir"] = CONTAINER_RESULTS
+    if out["dds"].get("key_file"):  # the host file is mounted there as a compose secret (compose_spec)
+        out["dds"]["key_file"] = CONTAINER_KEY_FILE
     if isinstance(out.get("dataset"), dict):
         out["dataset"]["root"] = None  # the image carries its own prepared dataset cache
     return out
 
 
 def compose_spec(nodes: list[Node], *, run_id: str, host_results: Path, net: int,
-                 config_dir: str) -> dict[str, Any]:
-    """One service per node; configs are read from `config_dir` (a path inside the container)."""
+                 config_dir: str, key_files: dict[str, str] | None = None) -> dict[str, Any]:
+    """One service per node; configs are read from `config_dir` (a path inside the container);
+    `key_files` (node: host path) become compose secrets at CONTAINER_KEY_FILE."""
+    key_files = key_files or {}
     addrs = addresses(nodes, net)
     owner = {} if os.geteuid() == 0 else {"COMMLAB_UID": str(os.getuid()), "COMMLAB_GID": str(os.getgid())}
     services = {}
@@ -67,9 +73,12 @@ def compose_spec(nodes: list[Node], *, run_id: str, host_results: Path, net: int
             "networks": {"lab": {"ipv4_address": addrs[node.name]}},
             "stop_grace_period": "15s",
         }
+        if node.name in key_files:
+            services[node.name]["secrets"] = [{"source": f"{node.name}-key", "target": Path(CONTAINER_KEY_FILE).name}]
     return {
         "name": project_name(run_id),
         "services": services,
+        **({"secrets": {f"{n}-key": {"file": f} for n, f in key_files.items()}} if key_files else {}),
         # internal: no gateway off the machine; the subnet is in the benchmarking range.
         "networks": {"lab": {"driver": "bridge", "internal": True,
                              "ipam": {"config": [{"subnet": f"198.19.{net}.0/24"}]}}},

@@ -67,7 +67,8 @@ def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, resul
         write_json_atomic(run_dir / "configs" / f"{node.name}.json",
                           container_config(cfg, node.name, addrs, link_profile, results_dir))
     spec = compose_spec(nodes, run_id=run_id, host_results=results_dir, net=net,
-                        config_dir=f"{CONTAINER_RESULTS}/{run_id}/configs")
+                        config_dir=f"{CONTAINER_RESULTS}/{run_id}/configs",
+                        key_files={n.name: c["dds"]["key_file"] for n, c in zip(nodes, cfgs) if c["dds"].get("key_file")})
     for svc in spec["services"].values():
         svc["environment"]["COMMLAB_GIT_COMMIT"] = git_commit()
     compose_file = run_dir / "compose.yaml"

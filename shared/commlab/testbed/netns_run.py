@@ -8,7 +8,7 @@ and manifest `link_applied`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..launch import NodeProcesses, write_node_config
 from ..metrics import write_json_atomic
@@ -32,22 +32,34 @@ def run_ddp_netns(worker_cfgs: list[dict[str, Any]], link_profile: str, net: int
 
 def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, net: int) -> Path:
     """Raises NetnsError / LinkError only before any node started, RunFailed when a node failed."""
-    first = cfgs[0]
-    run_dir = Path(first["results_dir"]) / first["run_id"]
+    def start(procs: NodeProcesses, lab: NetnsLab, run_dir: Path) -> None:
+        for node, cfg in zip(nodes, cfgs):
+            cfg = {**cfg, "link_profile": link_profile, "dds": networked_dds(cfg["dds"], node.name, lab.addresses)}
+            procs.start(node, write_node_config(run_dir, node.name, cfg), prefix=lab.prefix(node.name))
+
+    def wait(procs: NodeProcesses) -> None:
+        primary = procs.procs[nodes[0].name]
+        procs.wait_while(lambda: primary.poll() is None)
+        procs.wait_while(procs.running, GRACE_S)
+    return run_in_namespaces(nodes, Path(cfgs[0]["results_dir"]) / cfgs[0]["run_id"], link_profile, net, start, wait)
+
+
+def run_in_namespaces(nodes: list[Node], run_dir: Path, link_profile: str, net: int,
+                      start: Callable[[NodeProcesses, NetnsLab, Path], None],
+                      wait: Callable[[NodeProcesses], None]) -> Path:
+    """A namespace per node on one bridge, each eth0 shaped by the profile; `start` starts the
+    nodes, `wait` decides when the run is over. Links are recorded with the results; RunFailed
+    names the nodes that failed (NetnsError / LinkError only before any node started)."""
     with NetnsLab([n.name for n in nodes], net=net) as lab:
         links = {n.name: {"profile": link_profile, **lab.shape(n.name, link_for(link_profile, n.name))}
                  for n in nodes}
         with NodeProcesses() as procs:
-            for node, cfg in zip(nodes, cfgs):
-                cfg = {**cfg, "link_profile": link_profile, "dds": networked_dds(cfg["dds"], node.name, lab.addresses)}
-                procs.start(node, write_node_config(run_dir, node.name, cfg), prefix=lab.prefix(node.name))
-            primary = procs.procs[nodes[0].name]
-            procs.wait_while(lambda: primary.poll() is None)
-            procs.wait_while(procs.running, GRACE_S)
+            start(procs, lab, run_dir)
+            wait(procs)
     for name, record in links.items():
         write_json_atomic(run_dir / f"link-{name}.json", record)
     record_links(run_dir, links)
     failed = procs.report()
     if failed:
-        raise RunFailed(f"run {first['run_id']}: node(s) {', '.join(failed)} exited with errors")
+        raise RunFailed(f"run {run_dir.name}: node(s) {', '.join(failed)} exited with errors")
     return run_dir

@@ -1,0 +1,274 @@
+"""Ring allreduce of a Group: reduce-scatter then allgather, W-1 steps each, block by block,
+on two rings at once: the first half of the vector goes round 0 -> 1 -> ... -> W-1 -> 0, the
+second half the other way round, each in a thread of its own, so every rank sends to both
+neighbours (on 10 Mbit links one writer alone paces itself well below the link rate waiting for
+acknowledgements; see docs/transport.md).
+
+On one ring, rank r has position p (r on the forward ring, (W - r) mod W on the backward one); a
+half of n floats is cut into W segments (segment j is [j*n//W, (j+1)*n//W)). At step s, for
+0 <= s < 2(W-1), position p sends segment (p - s) mod W to position p+1 and receives segment
+(p - s - 1) mod W from position p-1. During the reduce-scatter (the first W-1 steps) the receiver adds
+its own values to the partial sum it got; after it, position p holds the complete sum of segment
+(p + 1) mod W, which the allgather passes round the ring unchanged. Each rank sends 2(W-1)/W of
+the payload (plus headers) instead of the naive allgather's W-1 times the payload.
+
+Determinism: segment j is summed in one fixed order, ((x_j + x_{j+1}) + x_{j+2}) + ..., at one
+place, and then copied byte for byte, so every rank ends with the same bytes.
+
+Wire: every step travels as blocks of at most chunk_bytes, one message each (meta: key, step,
+block, numel), so a rank forwards a block as soon as it arrives (pipelined) instead of waiting for
+the whole segment. A rank writes on topic coll_<group>_ring<next> (forward) or
+coll_<group>_back<next> (backward), which only that next rank reads, so no rank receives (or
+counts) what is not for it.
+
+Failure: while waiting for a block, any rank of the group whose node is gone (lease expired or
+left) makes wait() raise PeerLost naming it; a previous rank silent for timeout_s is named too.
+A rank that fails so first passes the verdict on to the next rank (an abort message, acknowledged
+before it returns), which fails with the same names, and so on round the ring: a survivor that
+gives up and leaves is then not mistaken for the rank that vanished first.
+Progress happens inside wait(), so every rank must wait for its ring allreduces in the same
+order, as with any collective library; allreduce() does.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import numpy as np
+from cyclonedds.util import duration
+
+from .endpoints import ChunkReader, ChunkWriter
+from .errors import DdsError, DdsWriteTimeout, PeerLost
+from .reassembly import Assembled
+
+if TYPE_CHECKING:
+    from .collectives import Group
+
+log = logging.getLogger(__name__)
+POLL_S = 0.05
+ABORT_ACK_S = 1.0
+REMEMBERED_KEYS = 4096
+GONE = "its node is gone (lease expired or left)"
+
+
+def _reason(error: PeerLost, key: str) -> str:
+    return str(error).partition(f"during {key!r}: ")[2]
+
+
+class Ring:
+    """One direction's topics of a group: a writer to the next rank, a reader of the previous one."""
+
+    def __init__(self, group: "Group", direction: int):
+        self.group = g = group
+        self.next, self.prev = (g.rank + direction) % g.world, (g.rank - direction) % g.world
+        self.position = g.rank if direction == 1 else (g.world - g.rank) % g.world  # next is position + 1
+        self._cond = g.node.announcer.directory.changed  # one condition for arrivals and peer changes
+        self._blocks: dict[tuple[str, int, int], tuple[int, bytes]] = {}  # (key, step, block) -> (numel, payload)
+        self._active: set[str] = set()
+        self._finished: OrderedDict[str, None] = OrderedDict()  # late blocks for these keys are dropped
+        self._aborts: dict[str, tuple[list[int], str]] = {}  # key -> (lost ranks, reason) from the previous rank
+        self._next_joined = False
+        tag = "ring" if direction == 1 else "back"
+        self.writer = ChunkWriter(g.node, f"coll_{g.name}_{tag}{self.next}")
+        self._reader = ChunkReader(g.node, f"coll_{g.name}_{tag}{g.rank}", self._on_message)
+        g.node.add_closable(self._reader)
+
+    def _on_message(self, msg: Assembled) -> None:
+        try:
+            meta = json.loads(msg.meta)
+            key = str(meta["key"])
+            if "abort" in meta:
+                abort = ([int(r) for r in meta["abort"]], str(meta["reason"]))
+            else:
+                step, block, numel = int(meta["step"]), int(meta["block"]), int(meta["numel"])
+        except (ValueError, KeyError, TypeError) as e:
+            self.group.node.stats.add(malformed_chunks=1)
+            log.warning("group %s: ring block from %s dropped: %s", self.group.name, msg.sender, e)
+            return
+        with self._cond:
+            if key in self._finished:
+                return
+            if "abort" in meta:
+                self._aborts.setdefault(key, abort)
+            else:
+                self._blocks[(key, step, block)] = (numel, msg.payload)
+            self._cond.notify_all()
+
+    def note_abort(self, key: str, error: PeerLost) -> None:
+        """The other ring of this rank gave up on `key`: fail the same way at the next wait."""
+        with self._cond:
+            if key not in self._finished:
+                self._aborts.setdefault(key, (error.ranks, _reason(error, key)))
+                self._cond.notify_all()
+
+    def abort(self, key: str, error: PeerLost) -> None:
+        """Tell the next rank why this rank gave up on `key`; best effort, at most ABORT_ACK_S."""
+        try:
+            self.writer.write(json.dumps({"key": key, "abort": error.ranks, "reason": _reason(error, key)}), b"")
+            self.writer.writer.wait_for_acks(duration(seconds=ABORT_ACK_S))
+        except Exception as e:  # the next rank may be the one that is gone
+            log.info("group %s: abort of %r not passed on: %s", self.group.name, key, e)
+
+    def start(self, key: str, vec: np.ndarray) -> "RingHandle":
+        """Claim `key`; every step runs in the handle's wait()."""
+        with self._cond:
+            if key in self._active or key in self._finished:
+                raise DdsError(f"group {self.group.name!r}: key {key!r} was already used")
+            self._active.add(key)
+        return RingHandle(self, key, vec)
+
+    def gone(self) -> list[int]:
+        """Ranks of the group whose node is known to be gone."""
+        with self._cond:  # the directory's lock (reentrant): the announcement thread updates it
+            return sorted(r for r, alive in self.group._ranks().items() if not alive)
+
+    def wait_for_next(self) -> None:
+        """A writer only waits for readers that were announced: make sure the next rank has joined."""
+        if self._next_joined:
+            return
+        g = self.group
+        with g.node.stats.waiting():
+            if not g._directory.wait_for(lambda: self.next in g._ranks(), g.timeout_s):
+                raise PeerLost([self.next], g.name, "ring", f"never joined within {g.timeout_s:.1f}s")
+        self._next_joined = True
+
+    def finish(self, key: str) -> None:
+        with self._cond:
+            self._active.discard(key)
+            for k in [k for k in self._blocks if k[0] == key]:
+                del self._blocks[k]
+            self._aborts.pop(key, None)
+            self._finished[key] = None
+            while len(self._finished) > REMEMBERED_KEYS:
+                self._finished.popitem(last=False)
+
+
+class RingHandle:
+    """A ring allreduce (sum) of one vector on one ring; wait() runs its 2(W-1) steps."""
+
+    def __init__(self, ring: Ring, key: str, vec: np.ndarray):
+        self.ring, self.key, self.vec = ring, key, vec
+        self.sibling: Ring | None = None  # the rank's other ring, told first if this one fails
+        world, n = ring.group.world, vec.size
+        self.edges = [j * n // world for j in range(world + 1)]
+        self.block = max(1, ring.group.node.settings.chunk_bytes // 4)  # floats per message
+
+    def blocks(self, segment: int) -> list[tuple[int, int]]:
+        """(lo, hi) of each block of a segment; an empty segment still has one (empty) block."""
+        lo, hi = self.edges[segment], self.edges[segment + 1]
+        return [(a, min(a + self.block, hi)) for a in range(lo, hi, self.block)] or [(lo, lo)]
+
+    def send(self, step: int, block: int, data: np.ndarray | bytes) -> None:
+        g = self.ring.group
+        self.ring.wait_for_next()
+        meta = json.dumps({"key": self.key, "step": step, "block": block, "numel": self.vec.size})
+        try:
+            self.ring.writer.write(meta, data if isinstance(data, bytes) else memoryview(data).cast("B"))
+        except DdsWriteTimeout as e:
+            lost = self.ring.gone()
+            if lost:
+                raise PeerLost(lost, g.name, self.key, GONE) from e
+            raise
+
+    def receive(self, step: int, block: int, length: int) -> bytes:
+        ring, g = self.ring, self.ring.group
+        want = (self.key, step, block)
+        with g.node.stats.waiting():
+            g._directory.wait_for(lambda: want in ring._blocks or self.key in ring._aborts or bool(ring.gone()),
+                                  g.timeout_s, POLL_S)
+        with ring._cond:
+            item = ring._blocks.pop(want, None)
+            abort = ring._aborts.get(self.key)
+        if item is None and abort is not None:  # the previous rank gave up first: the same verdict
+            raise PeerLost(abort[0], g.name, self.key, abort[1])
+        if item is None:
+            lost = ring.gone()
+            raise PeerLost(lost or [ring.prev], g.name, self.key,
+                           GONE if lost else f"no ring block from the previous rank within {g.timeout_s:.1f}s")
+        numel, payload = item
+        if numel != self.vec.size or len(payload) != 4 * length:
+            raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a block of {len(payload)} bytes "
+                           f"of a {numel}-float vector, expected {4 * length} bytes of {self.vec.size}")
+        return payload
+
+    def wait(self) -> np.ndarray:
+        ring, world, rank = self.ring, self.ring.group.world, self.ring.position
+        out = np.empty(self.vec.size, dtype=np.float32)
+        try:
+            for b, (lo, hi) in enumerate(self.blocks(rank)):  # step 0: this rank's own segment
+                self.send(0, b, self.vec[lo:hi])
+            for step in range(1, 2 * world - 1):  # receive step-1, then send step (none after the last)
+                segment = (rank - step) % world  # what arrived at step-1 is what goes out at step
+                for b, (lo, hi) in enumerate(self.blocks(segment)):
+                    got = self.receive(step - 1, b, hi - lo)
+                    if step <= world - 1:  # reduce-scatter: add this rank's values, in ring order
+                        got = np.frombuffer(got, dtype=np.float32) + self.vec[lo:hi]
+                    if step >= world - 1:  # complete: this rank's own sum, then the allgather's
+                        out[lo:hi] = np.frombuffer(got, dtype=np.float32)
+                    if step < 2 * world - 2:
+                        self.send(step, b, got)
+        except PeerLost as e:
+            if self.sibling is not None:  # first, so that this rank fails with one verdict
+                self.sibling.note_abort(self.key, e)
+            ring.abort(self.key, e)
+            raise
+        finally:
+            ring.finish(self.key)
+        return out
+
+
+class TwoRings:
+    """The forward and the backward ring of a group; start() splits a vector between them."""
+
+    def __init__(self, group: "Group"):
+        self.group = group
+        self.rings = (Ring(group, 1), Ring(group, -1))
+        self.writers = [r.writer for r in self.rings]
+
+    def start(self, key: str, vec: np.ndarray, op: str) -> "TwoRingsHandle":
+        half = vec.size // 2
+        first = self.rings[0].start(key, vec[:half])
+        try:
+            second = self.rings[1].start(key, vec[half:])
+        except BaseException:
+            self.rings[0].finish(key)
+            raise
+        first.sibling, second.sibling = self.rings[1], self.rings[0]
+        return TwoRingsHandle(self.group, (first, second), op)
+
+
+class TwoRingsHandle:
+    def __init__(self, group: "Group", halves: tuple[RingHandle, RingHandle], op: str):
+        self.group, self.halves, self.op = group, halves, op
+
+    def wait(self) -> np.ndarray:
+        """Both halves at once (the backward one in a thread); the first failure is raised. Both
+        threads count their network wait in CommStats.wait_s: the excess over this call's wall
+        time is taken off again, so wait_s stays a share of wall time."""
+        stats, start = self.group.node.stats, time.perf_counter()
+        waited = stats.snapshot()["wait_s"]
+        results: list[np.ndarray | None] = [None, None]
+        errors: list[BaseException] = []
+
+        def run(k: int) -> None:
+            try:
+                results[k] = self.halves[k].wait()
+            except BaseException as e:  # re-raised in the caller's thread below
+                errors.append(e)
+        helper = threading.Thread(target=run, args=(1,), name=f"ring {self.halves[1].key}", daemon=True)
+        helper.start()
+        run(0)
+        helper.join()
+        excess = stats.snapshot()["wait_s"] - waited - (time.perf_counter() - start)
+        if excess > 0:
+            stats.add(wait_s=-excess)
+        if errors:
+            raise errors[0]
+        out = np.concatenate(results)
+        if self.op == "mean":
+            out /= np.float32(self.group.world)
+        return out

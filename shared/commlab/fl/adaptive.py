@@ -1,0 +1,465 @@
+"""Joint per-client quantization bits and uplink bandwidth (docs/adaptive.md), from measured inputs.
+
+Each round the controller knows, per client m, its compute time t_m (measured seconds per sample
+x samples per round), the rate c_m of its own link and the efficiency e_m (payload goodput / link
+rate), both measured from its uploads (bytes/s). It picks
+bits q_m in 1..8 (qsgd with s = 2^q - 1 levels) and a rate b_m (bytes/s) with sum b_m <= B,
+b_m <= c_m, to minimise
+
+    J(q, b) = T(q, b) * R(q),   T = max_m (t_m + P(q_m) / b_m),   R = 1 + beta * sum_m w_m^2 phi(q_m)
+
+P(q) is the exact qsgd frame size (client m needs P / e_m of link capacity), phi(q) = min(d/s^2, sqrt(d)/s) QSGD's variance bound (d the
+bucket size) and w_m the FedAvg weight. For fixed q the best round time T*(q) is the root of
+sum_m P_m / (T - t_m) = B (closed-form b_m = P_m / (T - t_m)), raised to max_m(t_m + P_m/c_m)
+by the link caps; `allocate` evaluates T*(q) R(q) for every bit vector (exact) and returns the best.
+
+    alloc = allocate([2.0, 1.0, 4.0], [0.25e6, 1.25e6, 2.5e6], total_Bps=2e6, numel=1_663_370)
+    alloc.bits, alloc.rates_Bps, alloc.round_time_s, alloc.objective
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from commlab.codecs import get_codec
+
+BITS = tuple(range(1, 9))
+MAX_EXACT = 8 ** 5  # bit vectors evaluated exactly; more clients: local search from the best uniform vector
+
+
+def levels(bits: int) -> int:
+    """qsgd levels s for q bits: s = 2^q - 1, the largest level that fits q bits."""
+    return 2 ** bits - 1
+
+
+def codec_name(bits: int) -> str:
+    """The registered compressor for q bits, e.g. 4 -> "qsgd15"."""
+    return f"qsgd{levels(bits)}"
+
+
+@functools.lru_cache(maxsize=256)
+def payload_bytes(bits: int, numel: int, bucket: int = 512) -> int:
+    """Exact wire frame bytes of one qsgd update of `numel` values at `bits` (codec wire_size)."""
+    return get_codec(codec_name(bits), bucket=bucket).wire_size(numel)
+
+
+def variance_factor(bits: int, dim: int = 512) -> float:
+    """QSGD's bound E||Q(v) - v||^2 <= min(d/s^2, sqrt(d)/s) ||v||^2, d = the bucket size."""
+    s = levels(bits)
+    return min(dim / s ** 2, math.sqrt(dim) / s)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    bits: tuple[int, ...]
+    rates_Bps: tuple[float, ...]     # link rate of each client's upload, bytes/s (sum <= B)
+    round_time_s: float              # T*(bits): the slowest client's compute + upload
+    rounds_factor: float             # R(bits), relative to unquantized updates
+    objective: float                 # round_time_s * rounds_factor
+    exact: bool = True               # every bit vector was evaluated
+
+    def codecs(self) -> list[str]:
+        return [codec_name(q) for q in self.bits]
+
+
+def round_time(compute_s: np.ndarray, payload: np.ndarray, total_Bps: float, caps_Bps: np.ndarray) -> np.ndarray:
+    """T*(q) for a batch of bit vectors: payload is (K, M) bytes, compute_s and caps (M,).
+    The smallest T with sum_m P_m / (T - t_m) <= B and T >= max_m (t_m + P_m / c_m); bisection
+    on the strictly decreasing sum, to relative precision 1e-12."""
+    t = compute_s[None, :]
+    lo = np.max(t + payload / caps_Bps[None, :], axis=1)  # the link caps alone
+    # B-constraint root: >= max t_m + P_m/B (one client), <= max t_m + sum P/B (every one at the latest start).
+    lo_b = np.max(t + payload / total_Bps, axis=1)
+    hi = np.max(t, axis=1) + payload.sum(axis=1) / total_Bps
+    a, b = lo_b, hi
+    for _ in range(100):
+        mid = 0.5 * (a + b)
+        need = (payload / np.maximum(mid[:, None] - t, 1e-300)).sum(axis=1)
+        over = need > total_Bps
+        a, b = np.where(over, mid, a), np.where(over, b, mid)
+        if np.all(b - a <= 1e-12 * b):
+            break
+    return np.maximum(lo, b)
+
+
+def rounds_factor(bits: np.ndarray, weights: np.ndarray, beta: float, dim: int) -> np.ndarray:
+    """R(q) = 1 + beta * sum_m w_m^2 phi(q_m) for a (K, M) batch of bit vectors."""
+    phi = np.array([0.0] + [variance_factor(q, dim) for q in BITS])
+    return 1.0 + beta * (phi[bits] * weights[None, :] ** 2).sum(axis=1)
+
+
+def allocate(compute_s: Sequence[float], caps_Bps: Sequence[float], total_Bps: float, numel: int, *,
+             bucket: int = 512, beta: float = 1.0, weights: Sequence[float] | None = None,
+             bits: Sequence[int] = BITS, overhead_bytes: int = 0,
+             efficiency: Sequence[float] | None = None) -> Allocation:
+    """The (q, b) minimising T(q, b) * R(q); see the module docstring. `caps_Bps` may hold inf
+    (no known limit). Rates and caps are link rates; `efficiency` (payload goodput / link rate,
+    measured per client, default 1) turns them into payload bytes/s: client m needs P_m / e_m.
+    Ties go to the vector found first (more bits first), then bits are sorted so that among
+    clients on the same link (cap and efficiency) a faster one never has fewer bits (such a swap
+    never increases T, and R does not change)."""
+    t = np.asarray(compute_s, float)
+    caps = np.asarray(caps_Bps, float)
+    m = t.size
+    _check(t, caps, total_Bps, numel, m)
+    w = np.full(m, 1.0 / m) if weights is None else np.asarray(weights, float) / np.sum(weights)
+    eff = np.ones(m) if efficiency is None else np.asarray(efficiency, float)
+    if eff.shape != t.shape or not ((eff > 0) & (eff <= 1)).all():
+        raise ValueError(f"efficiency must be in (0, 1], one per client, got {eff.tolist()}")
+    choices = np.array(sorted(set(bits), reverse=True), int)
+    size = np.zeros(max(BITS) + 1)
+    for q in choices:
+        size[q] = payload_bytes(int(q), numel, bucket) + overhead_bytes
+
+    def evaluate(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        payload = size[vectors] / eff[None, :]
+        rt = round_time(t, payload, total_Bps, caps)
+        rf = rounds_factor(vectors, w, beta, bucket)
+        return rt * rf, rt, rf
+
+    exact = len(choices) ** m <= MAX_EXACT
+    if exact:
+        best = None
+        it = itertools.product(choices, repeat=m)
+        while chunk := list(itertools.islice(it, 65536)):
+            vectors = np.array(chunk, int).reshape(-1, m)
+            obj, _, _ = evaluate(vectors)
+            i = int(np.argmin(obj))
+            if best is None or obj[i] < best[0]:
+                best = (float(obj[i]), vectors[i])
+        q = best[1]
+    else:
+        q = _local_search(choices, m, evaluate)
+    q = _sorted_within_links(q, t, list(zip(caps.tolist(), eff.tolist())))
+    obj, rt, rf = (float(x[0]) for x in evaluate(q[None, :]))
+    payload = size[q] / eff
+    rates = _spread(np.minimum(payload / np.maximum(rt - t, 1e-300), caps), caps, total_Bps)
+    return Allocation(tuple(int(x) for x in q), tuple(float(r) for r in rates), rt, rf, obj, exact)
+
+
+def _check(t: np.ndarray, caps: np.ndarray, total_Bps: float, numel: int, m: int) -> None:
+    if m == 0 or caps.shape != t.shape or t.ndim != 1:
+        raise ValueError(f"need one compute time and one cap per client, got {t.shape} and {caps.shape}")
+    if not (np.isfinite(t).all() and (t >= 0).all()):
+        raise ValueError(f"compute times must be finite and >= 0, got {t.tolist()}")
+    if np.isnan(caps).any() or not (caps > 0).all():
+        raise ValueError(f"link caps must be > 0 (inf for unknown), got {caps.tolist()}")
+    if not (math.isfinite(total_Bps) and total_Bps > 0):
+        raise ValueError(f"total uplink must be finite and > 0 bytes/s, got {total_Bps}")
+    if numel <= 0:
+        raise ValueError(f"model size must be > 0, got {numel}")
+
+
+def _local_search(choices: np.ndarray, m: int, evaluate) -> np.ndarray:
+    """Many clients: start from the best uniform vector, move one client's bits while that helps."""
+    uniform = np.repeat(choices[:, None], m, axis=1)
+    q = uniform[int(np.argmin(evaluate(uniform)[0]))].copy()
+    best = float(evaluate(q[None, :])[0][0])
+    improved = True
+    while improved:
+        improved = False
+        moves = np.repeat(q[None, :], m * len(choices), axis=0)
+        for k, (i, c) in enumerate(itertools.product(range(m), choices)):
+            moves[k, i] = c
+        obj = evaluate(moves)[0]
+        k = int(np.argmin(obj))
+        if obj[k] < best * (1 - 1e-12):
+            q, best, improved = moves[k].copy(), float(obj[k]), True
+    return q
+
+
+def _spread(rates: np.ndarray, caps: np.ndarray, total_Bps: float) -> np.ndarray:
+    """Hand what T* leaves of B to the clients in proportion to their rates, up to their caps
+    (water-filling): the slowest client's time stays T*, the others gain slack against
+    measurement error, and the sum stays <= B."""
+    rates = rates.copy()
+    for _ in range(rates.size):
+        left = total_Bps - rates.sum()
+        free = rates < caps
+        if left <= 1e-9 * total_Bps or not free.any():
+            break
+        grow = np.minimum(rates[free] * (1 + left / rates[free].sum()), caps[free])
+        rates[free] = grow
+    return np.minimum(rates, caps) * (1 - 1e-12)
+
+
+def _sorted_within_links(q: np.ndarray, t: np.ndarray, links: list[tuple[float, float]]) -> np.ndarray:
+    """Among clients on the same link (cap, efficiency): more bits to the faster ones."""
+    q = q.copy()
+    for link in set(links):
+        idx = np.array([i for i, x in enumerate(links) if x == link])
+        order = idx[np.argsort(t[idx], kind="stable")]      # fastest first
+        q[order] = np.sort(q[idx])[::-1]                     # most bits first
+    return q
+
+
+def equal_split(caps_Bps: Sequence[float], total_Bps: float) -> list[float]:
+    """The baseline's rates: B / M each, no more than the client's own link."""
+    return [min(total_Bps / len(caps_Bps), c) for c in caps_Bps]
+
+
+class LinkEstimates:
+    """The controller's smoothed per-client estimates from ClientUpdate reports: compute seconds
+    per sample, the link rate (cap) and the efficiency (payload goodput / link rate). A report with
+    a negative, NaN/Inf or zero value is rejected (the reason is returned); a client without a
+    valid estimate gets the probe setting."""
+
+    def __init__(self, smoothing: float = 0.5):
+        if not 0 < smoothing <= 1:
+            raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
+        self.smoothing = smoothing
+        self.compute_s_per_sample: dict[str, float] = {}
+        self.cap_Bps: dict[str, float] = {}
+        self.efficiency: dict[str, float] = {}
+
+    def _ewma(self, table: dict[str, float], key: str, value: float) -> None:
+        old = table.get(key)
+        table[key] = value if old is None else (1 - self.smoothing) * old + self.smoothing * value
+
+    def report(self, client: str, compute_s_per_sample: float, goodput_Bps: float, rate_Bps: float,
+               at_link_rate: bool) -> str | None:
+        """Fold one report in; None when accepted, else why not. `goodput_Bps` is the payload
+        goodput of the client's previous upload, `rate_Bps` the link rate it was shaped to (0: not
+        shaped, the goodput is all there is), `at_link_rate` False when the allocation held it
+        below its own link (then the goodput says nothing about the link, only the efficiency) or
+        when it has not uploaded yet."""
+        values = (("compute_s_per_sample", compute_s_per_sample), ("goodput_Bps", goodput_Bps), ("rate_Bps", rate_Bps))
+        for name, v in values:
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                return f"{name} must be a finite number >= 0, got {v!r}"
+        if compute_s_per_sample == 0:
+            return "compute_s_per_sample must be > 0, got 0"
+        if at_link_rate and goodput_Bps == 0:
+            return "goodput_Bps must be > 0 after an upload, got 0"
+        if client in self.cap_Bps:
+            self._ewma(self.compute_s_per_sample, client, float(compute_s_per_sample))
+        else:  # still probing: the newest only (the first round carries one-time costs, e.g. warm-up)
+            self.compute_s_per_sample[client] = float(compute_s_per_sample)
+        if goodput_Bps > 0 and rate_Bps > 0:
+            self._ewma(self.efficiency, client, min(1.0, max(0.05, goodput_Bps / rate_Bps)))
+        if at_link_rate:
+            self._ewma(self.cap_Bps, client, float(rate_Bps if rate_Bps > 0 else goodput_Bps))
+        return None
+
+    def forget(self, client: str) -> None:
+        """Back to the probe setting for this client (its reports were bad)."""
+        for table in (self.compute_s_per_sample, self.cap_Bps, self.efficiency):
+            table.pop(client, None)
+
+    def ready(self, clients: Sequence[str]) -> bool:
+        return all(c in self.compute_s_per_sample and c in self.cap_Bps for c in clients)
+
+
+POLICIES = ("joint", "equal")
+PROBE_ROUNDS = 2  # a goodput is reported with the next update: the allocation starts in round 3
+
+
+@dataclass(frozen=True)
+class AdaptiveSection:
+    """Controller config `adaptive`: per-client qsgd bits and uplink rates each round.
+    joint: the allocation above, from measured reports (clients without valid reports upload at
+    probe_bits over their own link); equal: the baseline, fixed_bits and B / M each."""
+    policy: str = "joint"
+    total_uplink_mbit: float = 16.0   # B, the shared uplink the rates are cut from
+    probe_bits: int = 4
+    fixed_bits: int = 4               # policy equal
+    beta: float = 1.0                 # weight of the quantization variance in the round count
+    smoothing: float = 0.5            # EWMA weight of the newest report
+
+    def check(self, where: str) -> None:
+        from commlab.config_schema import ConfigError, positive
+        if self.policy not in POLICIES:
+            raise ConfigError(f"{where}policy: unknown policy {self.policy!r} (known: {', '.join(POLICIES)})")
+        positive(where, total_uplink_mbit=self.total_uplink_mbit, beta=self.beta, smoothing=self.smoothing)
+        if self.smoothing > 1:
+            raise ConfigError(f"{where}smoothing: must be in (0, 1], got {self.smoothing}")
+        for key in ("probe_bits", "fixed_bits"):
+            if getattr(self, key) not in BITS:
+                raise ConfigError(f"{where}{key}: must be in 1..8, got {getattr(self, key)}")
+
+    @property
+    def total_Bps(self) -> float:
+        return self.total_uplink_mbit * 1e6 / 8
+
+
+class Planner:
+    """The controller's side: per round, the bits and rates of every client (TrainCmd fields);
+    the reports of the round's accepted updates folded into the estimates."""
+
+    def __init__(self, section: AdaptiveSection, clients: Sequence[str], numel: int, bucket: int = 512,
+                 log=print):
+        self.section, self.clients, self.numel, self.bucket, self.log = section, list(clients), numel, bucket, log
+        self.estimates = LinkEstimates(section.smoothing)
+        self._reports: dict[str, object] = {}
+        self.last: Allocation | None = None
+
+    def plan(self, rnd: int, subset_size: int) -> tuple[dict[str, int], dict[str, float]]:
+        """(bits, rates in payload bytes/s) per client name; a client missing from rates uploads
+        over its own link (probe)."""
+        s = self.section
+        if s.policy == "equal":  # the same probe rounds as joint (own links), so runs compare round by round
+            rates = {} if rnd <= PROBE_ROUNDS else {c: s.total_Bps / len(self.clients) for c in self.clients}
+            return {c: s.fixed_bits for c in self.clients}, rates
+        ready = [c for c in self.clients if self.estimates.ready([c])]
+        bits = {c: s.probe_bits for c in self.clients}
+        if not ready:
+            self.log(f"adaptive round {rnd}: probe, {codec_name(s.probe_bits)} over each client's own link")
+            return bits, {}
+        est = self.estimates
+        try:
+            alloc = allocate([est.compute_s_per_sample[c] * subset_size for c in ready],
+                             [est.cap_Bps[c] for c in ready], s.total_Bps * len(ready) / len(self.clients),
+                             self.numel, bucket=self.bucket, beta=s.beta,
+                             efficiency=[est.efficiency.get(c, 1.0) for c in ready])
+        except ValueError as e:  # estimates were checked one by one; never stop the run over them
+            self.log(f"adaptive round {rnd}: no allocation ({e}); probe setting for everyone")
+            return bits, {}
+        self.last = alloc
+        bits.update(zip(ready, alloc.bits))
+        rates = dict(zip(ready, alloc.rates_Bps))
+        self.log(f"adaptive round {rnd}: bits {[bits[c] for c in self.clients]}, rates "
+                 f"{[round(rates[c] * 8e-6, 2) if c in rates else 'link' for c in self.clients]} Mbit/s, "
+                 f"T* {alloc.round_time_s:.1f}s x R {alloc.rounds_factor:.3f}")
+        return bits, rates
+
+    def offer(self, msg) -> None:
+        """Keep the report of an update; it counts once the collector accepted the update."""
+        self._reports[(msg.round, msg.client_id)] = msg
+
+    def observe(self, rnd: int, participants: Sequence[str]) -> None:
+        for c in participants:
+            msg = self._reports.get((rnd, c))
+            if msg is None or msg.num_samples <= 0:
+                continue
+            per_sample = msg.compute_s / msg.num_samples
+            problem = self.estimates.report(c, per_sample, msg.prev_upload_Bps, msg.prev_rate_Bps,
+                                            msg.prev_at_link_rate)
+            if problem is not None:
+                self.estimates.forget(c)
+                self.log(f"adaptive round {rnd}: bad report from {c} ({problem}): back to the probe setting")
+        self._reports = {k: v for k, v in self._reports.items() if k[0] > rnd}
+
+
+class ClientSide:
+    """The client's side: the codec its bits name, its emulated compute slowdown, its uplink rate
+    (tc on its own interface, inside its namespace or container), and what it measures for its
+    reports (payload goodput of each upload, until every reader acknowledged it)."""
+
+    def __init__(self, name: str, link_profile: str, interface: str, speed_factor: float = 1.0, log=print):
+        from commlab.netem import LinkError, link_for
+        self.name, self.speed_factor, self.log = name, speed_factor, log
+        try:
+            self.link_bps = link_for(link_profile, name).rate_bps
+        except (LinkError, KeyError):
+            self.link_bps = math.inf
+        # Only where the profile was applied to this node's own interface (not loopback), as root.
+        self.can_shape = interface != "lo" and os.geteuid() == 0 and math.isfinite(self.link_bps)
+        self.rate_bps = self.link_bps if self.can_shape else math.nan
+        self.prev_upload_Bps, self.prev_rate_Bps, self.prev_at_link_rate = 0.0, 0.0, False
+        self.bits: int | None = None
+        self.upload_s = self.goodput_Bps = math.nan
+        self._warned = False
+
+    def codec(self, cmd) -> str:
+        """qsgd at this client's bits when the command names them, else the command's codec."""
+        q = cmd.client_bits.get(self.name) if cmd.client_bits else None
+        if q is None:
+            self.bits = None
+            return cmd.codec
+        if not isinstance(q, int) or isinstance(q, bool) or q not in BITS:
+            self.log(f"round {cmd.round}: ignoring bits {q!r} (need 1..8); using {cmd.codec}")
+            self.bits = None
+            return cmd.codec
+        self.bits = q
+        return codec_name(q)
+
+    def stretch(self, train_s: float) -> float:
+        """Emulated slower compute: sleep (1/speed_factor - 1) x the measured training time."""
+        if self.speed_factor >= 1:
+            return 0.0
+        start = time.perf_counter()
+        time.sleep(train_s * (1 / self.speed_factor - 1))
+        return time.perf_counter() - start
+
+    def before_upload(self, cmd) -> None:
+        """Set the uplink to the allocated rate (never above this client's own link), or back to
+        the link rate when the command allocates none."""
+        rate = cmd.client_rates_Bps.get(self.name) if cmd.client_rates_Bps else None
+        target = self.link_bps
+        if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0:
+            target = min(rate * 8, self.link_bps)
+        elif rate is not None:
+            self.log(f"round {cmd.round}: ignoring rate {rate!r}; uploading at the link rate")
+        if not self.can_shape:
+            if rate is not None and not self._warned:
+                self.log("uplink rate NOT applied: no shaped interface of its own (loopback or not root)")
+                self._warned = True
+            return
+        if target != self.rate_bps:
+            from commlab.netem import LinkError, set_rate
+            try:
+                set_rate(target)
+                self.rate_bps = target
+            except LinkError as e:  # the round goes on at the rate that is set; the csv says which
+                self.log(f"round {cmd.round}: uplink rate NOT changed to {target / 1e6:.2f} Mbit/s: {e}")
+
+    def after_upload(self, cmd, nbytes: int, started: float, publisher, timeout_s: float) -> None:
+        """Measure the upload: adaptive commands wait until every reader acknowledged it."""
+        if cmd.client_bits:
+            publisher.wait_for_acks(timeout_s)
+        self.upload_s = time.perf_counter() - started
+        self.goodput_Bps = nbytes / self.upload_s if self.upload_s > 0 else math.nan
+        self.prev_upload_Bps = self.goodput_Bps if math.isfinite(self.goodput_Bps) else 0.0
+        self.prev_at_link_rate = not self.can_shape or self.rate_bps >= self.link_bps
+        self.prev_rate_Bps = self.rate_bps / 8 if self.can_shape else 0.0
+
+    def report(self, compute_s: float) -> dict:
+        """ClientUpdate fields (the goodput is the previous upload's: this one is not done yet)."""
+        return {"compute_s": compute_s, "prev_upload_Bps": self.prev_upload_Bps,
+                "prev_rate_Bps": self.prev_rate_Bps, "prev_at_link_rate": self.prev_at_link_rate}
+
+    def row(self, stretch_s: float) -> dict:
+        def num(v: float, nd: int) -> float | str:
+            return round(v, nd) if math.isfinite(v) else ""
+        return {"bits": "" if self.bits is None else self.bits, "rate_bps": num(self.rate_bps, 0),
+                "upload_s": num(self.upload_s, 4), "goodput_Bps": num(self.goodput_Bps, 1),
+                "stretch_s": round(stretch_s, 4)}
+
+
+def speed_factors(text: str | None, clients: int) -> list[float]:
+    """"1,1,0.5,0.25" -> one speed per client, cycling; None -> all 1 (ValueError on a bad list)."""
+    if not text:
+        return [1.0] * clients
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        from commlab.config_schema import ConfigError
+        raise ConfigError(f"--speed-factors: expected numbers separated by commas, got {text!r}") from None
+    return [values[i % len(values)] for i in range(clients)]
+
+
+def record_heterogeneity(run_dir, speeds: dict[int, float], link_profile: str) -> None:
+    """Put how the clients' heterogeneity was emulated into the manifest (`heterogeneity`)."""
+    import json
+    from pathlib import Path
+
+    from commlab.metrics import write_json_atomic
+    path = Path(run_dir) / "manifest.json"
+    if not path.exists():
+        return
+    manifest = json.loads(path.read_text())
+    manifest["heterogeneity"] = {
+        "compute": {"method": "measured sleep: after local training each client sleeps (1/speed_factor - 1) x its "
+                              "measured training time (clients-<i>.csv stretch_s)",
+                    "speed_factors": {f"client-{i}": f for i, f in sorted(speeds.items())}},
+        "links": {"profile": link_profile,
+                  "method": "tc tbf on each node's own interface (manifest link_applied); adaptive and equal "
+                            "runs change each client's rate before its upload (clients-<i>.csv rate_bps)"}}
+    write_json_atomic(path, manifest)

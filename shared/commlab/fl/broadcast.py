@@ -1,0 +1,90 @@
+"""The model broadcast, both ends: the controller's ModelSender and each client's ModelReplica.
+
+With the fp32 downlink every ModelBlob is the whole model, as a plain FL controller sends it.
+With any other registered compressor the controller sends, each round, the compressed difference
+between its global model and the replica every client holds, and adds what it sent (the decoded
+frame) to its own copy of that replica. What the codec drops stays in `weights - replica` and
+travels in a later round: server-side error feedback without a separate memory (the difference
+*is* the residual). Clients train from the replica, so uploads are deltas against it.
+
+Every blob names the replica digest it produces (and, for a delta, the one it applies to): a client
+whose replica differs (restarted, joined late, lost a blob) asks for the whole model once instead
+of training from a wrong model.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from commlab.codecs import Codec, CodecError, decode_any, get_codec
+from commlab.fl.messages import ModelBlob
+from commlab.models import weights_digest
+
+FULL_CODEC = "fp32"
+
+
+class ModelSender:
+    def __init__(self, codec_name: str, params: dict, layout: list, run_id: str):
+        self.full_codec: Codec = get_codec(FULL_CODEC)
+        self.delta_codec: Codec | None = None if codec_name == FULL_CODEC else get_codec(codec_name, layout=layout,
+                                                                                       **params)
+        self.run_id = run_id
+        self.replica: np.ndarray | None = None
+        self.round = -1
+        self.digest = ""
+        self.encode_s = 0.0  # encoding time since the caller last reset it
+
+    def full(self, rnd: int, weights: np.ndarray | None = None) -> ModelBlob:
+        """The whole model: `weights` (which become every client's replica), or the current replica."""
+        if weights is not None:
+            self.replica, self.round = np.array(weights, dtype=np.float32), rnd
+            self.digest = weights_digest(self.replica)
+        return ModelBlob(round=self.round, kind="full", digest=self.digest, run_id=self.run_id,
+                         payload=self.full_codec.encode(self.replica))
+
+    def next(self, rnd: int, weights: np.ndarray) -> ModelBlob:
+        """The blob that brings every in-sync replica to (an approximation of) `weights`."""
+        if self.delta_codec is None:
+            return self.full(rnd, weights)
+        start = time.perf_counter()
+        frame = self.delta_codec.encode(weights - self.replica)
+        decoded = self.delta_codec.decode(frame, numel=self.replica.size)
+        self.encode_s += time.perf_counter() - start
+        base = self.digest
+        # Exactly the addition every client makes (float32, same operands), so digests agree.
+        self.replica = self.replica + decoded
+        self.round, self.digest = rnd, weights_digest(self.replica)
+        return ModelBlob(round=rnd, kind="delta", digest=self.digest, base_digest=base, run_id=self.run_id,
+                         payload=frame)
+
+
+class ModelReplica:
+    """A client's copy of the broadcast model; `apply` accepts only blobs that lead to the digest
+    they name."""
+
+    def __init__(self, numel: int):
+        self.numel = numel
+        self.weights: np.ndarray | None = None
+        self.round: int | None = None
+        self.digest = ""
+
+    def apply(self, blob: ModelBlob) -> tuple[str | None, bool]:
+        """(problem or None, whether the whole model is needed to go on)."""
+        if (problem := blob.problem()) is not None:
+            return problem, False
+        if blob.digest == self.digest:
+            return None, False  # already here (e.g. a resync another client asked for)
+        if blob.kind == "delta" and blob.base_digest != self.digest:
+            return f"delta for replica {blob.base_digest}, this replica is {self.digest or 'empty'}", True
+        try:
+            decoded = decode_any(blob.payload, numel=self.numel)
+        except CodecError as e:
+            return str(e), True
+        if not np.isfinite(decoded).all():
+            return "holds NaN or Inf", True
+        weights = decoded if blob.kind == "full" else self.weights + decoded
+        if weights_digest(weights) != blob.digest:
+            return f"applied, it gives model {weights_digest(weights)}, the blob names {blob.digest}", True
+        self.weights, self.round, self.digest = weights, blob.round, blob.digest
+        return None, False

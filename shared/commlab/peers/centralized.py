@@ -1,0 +1,74 @@
+"""The centralized peer: one process trains on the union of the WORLD workers' IID shards with the
+same budget as the DDP run (same steps per epoch, each step one batch of WORLD x batch_size samples,
+so the same number of samples is seen), same model init, optimizer and test set: the accuracy
+ceiling that dense allreduce (and FL on the same data) is measured against. Nothing is sent; the
+steps table is written anyway (zero bytes) so the report draws it beside the DDP runs."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from commlab.builders import build_dataset, build_node_model
+from commlab.config_schema import ConfigError
+from commlab.data import partition
+from commlab.ddp.config import steps_per_epoch as epoch_steps
+from commlab.metrics import CsvTable
+from commlab.models import evaluate
+from commlab.peers.config import PeerConfig
+from commlab.peers.manifest import peer_manifest
+from commlab.tables import COLUMNS
+from commlab.train_step import batch_loss, load_train_step
+
+
+def run_centralized(cfg: PeerConfig) -> float:
+    """Train to the end; the final test accuracy."""
+    tr, world = cfg.training, cfg.world
+    data = build_dataset(cfg.dataset)
+    union = np.sort(np.concatenate(partition(data.train_y, world, "iid", seed=tr.seed)))
+    steps_per_epoch = epoch_steps(len(data.train_y), world, tr.batch_size)
+    if steps_per_epoch == 0:
+        raise ConfigError(f"training.batch_size: {tr.batch_size} x world {world} exceeds the training set")
+    batch_size = world * tr.batch_size
+    model = build_node_model(cfg.model, seed=tr.seed, threads=cfg.threads)
+    step_fn = load_train_step(cfg.train_step)
+    optimizer = torch.optim.SGD(model.parameters(), lr=tr.lr, momentum=tr.momentum, nesterov=tr.nesterov,
+                                weight_decay=tr.weight_decay)
+    out = Path(cfg.results_dir) / cfg.run_id
+    writer = peer_manifest(cfg, steps_per_epoch)
+    steps = CsvTable(out / "steps-rank0.csv", COLUMNS["steps"])
+    epochs = CsvTable(out / "epochs-rank0.csv", COLUMNS["epochs"])
+    status, acc, step = "failed", float("nan"), 0
+    print(f"[centralized] {len(union)} samples (union of {world} shards), {steps_per_epoch} steps/epoch "
+          f"of {batch_size}", flush=True)
+    try:
+        for epoch in range(tr.epochs):
+            t_epoch = time.perf_counter()
+            order = np.random.default_rng([tr.seed, epoch]).permutation(union)
+            model.train()
+            for b in range(steps_per_epoch):
+                batch = order[b * batch_size:(b + 1) * batch_size]
+                t0 = time.perf_counter()
+                optimizer.zero_grad()
+                loss = batch_loss(step_fn, model, torch.from_numpy(data.train_x[batch]),
+                                  torch.from_numpy(data.train_y[batch]))
+                loss.backward()
+                optimizer.step()
+                t = time.perf_counter() - t0
+                steps.append({"step": step, "epoch": epoch, "rank": 0, "bytes_sent": 0, "bytes_received": 0,
+                              "comm_time_s": 0.0, "compute_time_s": t, "compress_time_s": 0.0,
+                              "decompress_time_s": 0.0, "step_time_s": t, "density": 0.0,
+                              "train_loss": loss.item()})
+                step += 1
+            acc, test_loss = evaluate(model, data.test_x, data.test_y, cfg.eval_batch_size)
+            epochs.append({"epoch": epoch, "rank": 0, "step": step, "test_accuracy": acc, "test_loss": test_loss,
+                           "epoch_time_s": time.perf_counter() - t_epoch})
+            print(f"[centralized] epoch {epoch}: test accuracy {100 * acc:.2f}% loss {test_loss:.4f}", flush=True)
+        status = "completed"
+    finally:
+        steps.close()
+        epochs.close()
+        writer.close(status)
+    return acc

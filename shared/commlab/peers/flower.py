@@ -1,0 +1,269 @@
+"""Flower FedAvg as a peer of the DDS FL run (docs/peers.md): one server and N clients over
+Flower's gRPC transport, training exactly what `make fl-fp32` trains.
+
+Same model init (`build_node_model(model, seed)`), same Dirichlet partitions (`commlab.data.partition`),
+same per-round seed, subset and local SGD (`commlab.fl.strategy.FedAvg.configure_round`,
+`commlab.fl.local_training.round_subset` / `local_update`), FedAvg weighted by samples, the
+controller's test-set evaluation after every round. Flower (`flwr`) is an optional extra: this
+module is imported only by Flower nodes. What goes over the wire is Flower's own: the whole model
+(one float32 vector, `ndarrays_to_parameters`) down to every client and back up each round.
+
+Started as a node program (`FlowerNode.script`): `ROLE=server|client CLIENT=i python flower.py CONFIG.json`.
+"""
+from __future__ import annotations
+
+import sys
+
+if __name__ == "__main__":  # run as a script: keep this package's folder off the import path
+    sys.path.pop(0)
+
+import logging  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+from dataclasses import asdict, dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from commlab.config_schema import (  # noqa: E402
+    ConfigError, DatasetSection, ModelSection, load_config, positive, to_dict)
+from commlab.fl.config import OptimizerSection, PartitionSection, TrainingSection  # noqa: E402
+from commlab.roster import Node  # noqa: E402
+from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step  # noqa: E402
+
+METHOD = "flower-fedavg"  # the manifest's codec: the series name beside the DDS codecs in the report
+# Columns of commlab.tables a Flower node cannot measure (Flower's transport has no hooks for them):
+# left out, which the report reads as empty (tables.ADDED).
+NOT_SEPARATED = ("broadcast_time_s", "upload_s", "goodput_Bps", "bits", "rate_bps")
+
+
+@dataclass(frozen=True)
+class FlowerConfig:
+    run_id: str
+    results_dir: str
+    clients: int = 2
+    rounds: int = 10
+    server_address: str = "127.0.0.1:8080"   # clients connect here; the server listens on 0.0.0.0:<port>
+    interface: str = "lo"                    # whose kernel byte counters each node reads
+    link_profile: str = "lan"                # recorded; shaping is applied by the testbed
+    model: ModelSection = ModelSection()
+    dataset: DatasetSection = DatasetSection()
+    partition: PartitionSection = PartitionSection()
+    training: TrainingSection = TrainingSection()
+    optimizer: OptimizerSection = OptimizerSection()
+    seed: int = 0                            # model initialisation (the DDS controller's `seed`)
+    round_timeout_s: float = 600.0           # Flower's round timeout: a lost client is a failure
+    eval_batch_size: int = 1000
+    threads: int = 1
+    train_step: str = DEFAULT_TRAIN_STEP
+
+    def check(self, where: str) -> None:
+        positive(where, clients=self.clients, rounds=self.rounds, round_timeout_s=self.round_timeout_s,
+                 eval_batch_size=self.eval_batch_size, threads=self.threads)
+        load_train_step(self.train_step, f"{where}train_step")
+
+
+@dataclass(frozen=True)
+class FlowerNode(Node):
+    """A Flower node of the roster: its program is this file, not nodes/<role>.py."""
+
+    @property
+    def script(self) -> str:
+        return str(Path(__file__).resolve())
+
+
+def roster(clients: int) -> list[FlowerNode]:
+    """`controller` (the Flower server) and `client-<i>`: the FL node names, so every profile gives
+    them the links of the DDS controller and clients."""
+    return [FlowerNode("controller", "server", (("ROLE", "server"),))] + [
+        FlowerNode(f"client-{i}", "client", (("ROLE", "client"), ("CLIENT", str(i)))) for i in range(clients)]
+
+
+def _plan(cfg: FlowerConfig, weights: np.ndarray):
+    """The DDS controller's round plan (per-round seed, subset size, lr...): its FedAvg, not a copy."""
+    from commlab.fl.strategy import FedAvg
+    t = cfg.training
+    return FedAvg(weights, epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size,
+                  subset_size=t.samples_per_round, seed=t.seed)
+
+
+def run_server(cfg: FlowerConfig) -> None:
+    import flwr as fl
+    from flwr.common import ndarrays_to_parameters
+
+    from commlab.builders import build_dataset, build_node_model
+    from commlab.metrics import RunWriter
+    from commlab.models import evaluate, flatten_params, load_params, weights_digest
+    from commlab.peers.iface import IfaceCounters
+    from commlab.tables import COLUMNS
+
+    model = build_node_model(cfg.model, cfg.seed, cfg.threads)
+    weights = flatten_params(model)
+    data = build_dataset(cfg.dataset)
+    plan, iface = _plan(cfg, weights), IfaceCounters(cfg.interface)
+    t = cfg.training
+    writer = RunWriter(cfg.results_dir, cfg.run_id, {
+        "kind": "fl", "peer": "flower", "flwr_version": fl.__version__, "transport": "flower grpc-bidi",
+        "backend": os.environ.get("COMMLAB_BACKEND", "local"), "model": cfg.model.name,
+        "dataset": cfg.dataset.name, "codec": METHOD, "downlink_codec": "fp32", "link_profile": cfg.link_profile,
+        "clients": cfg.clients, "rounds": cfg.rounds, "config": to_dict(cfg),
+        "seeds": {"model_init": cfg.seed, "training": t.seed, "partition": cfg.partition.seed},
+        "bytes_measured": f"/sys/class/net/{cfg.interface}/statistics tx_bytes/rx_bytes"
+                          + (" (loopback: shared by every process of the host, an upper bound)"
+                             if cfg.interface == "lo" else ""),
+        "not_measured": list(NOT_SEPARATED), "start_round": 1, "status": "running"})
+    # Flower sends the model inside its round (configure_fit): no broadcast time of its own, the column is left out.
+    table = writer.table("rounds", [c for c in COLUMNS["rounds"] if c not in NOT_SEPARATED])
+    on_lo = cfg.interface == "lo"
+    state: dict = {}
+
+    class Strategy(fl.server.strategy.FedAvg):
+        """Flower's FedAvg; only timing, byte counters and a fixed client order are added."""
+
+        def configure_fit(self, server_round, parameters, client_manager):
+            state.update(start=time.perf_counter(), counters=iface.read())
+            return super().configure_fit(server_round, parameters, client_manager)
+
+        def aggregate_fit(self, server_round, results, failures):
+            # In client order, not arrival order (as the DDS controller): float sums must not depend on it.
+            results = sorted(results, key=lambda r: int(r[1].metrics["client_id"]))
+            start = time.perf_counter()
+            out = super().aggregate_fit(server_round, results, failures)
+            up, down = iface.since(state["counters"])[::-1]
+            state.update(aggregate_s=time.perf_counter() - start, round_s=time.perf_counter() - state["start"],
+                         up=up, down=down, participants=[f"client-{r[1].metrics['client_id']}" for r in results],
+                         failures=len(failures))
+            return out
+
+    def evaluate_fn(server_round: int, parameters: list[np.ndarray], config: dict):
+        if server_round == 0:  # the DDS controller does not evaluate the initial model either
+            return None
+        flat = parameters[0]
+        load_params(model, flat)
+        accuracy, loss = evaluate(model, data.test_x, data.test_y, cfg.eval_batch_size)
+        s = state
+        table.append({"round": server_round, "round_time_s": round(s["round_s"], 4),
+                      "participants": ";".join(s["participants"]), "n_participants": len(s["participants"]),
+                      "bytes_up": s["up"], "bytes_down": s["down"], "aggregate_time_s": round(s["aggregate_s"], 4),
+                      "decode_time_s": 0.0, "test_accuracy": accuracy, "test_loss": loss,
+                      "rejected_updates": s["failures"], "downlink_encode_time_s": 0.0,
+                      "bytes_down_multicast": 0, "iface_bytes_up": "" if on_lo else s["up"],
+                      "iface_bytes_down": "" if on_lo else s["down"], "resyncs": 0})
+        print(f"[controller] flower round {server_round}/{cfg.rounds} acc {accuracy:.4f} loss {loss:.4f} "
+              f"up {s['up'] / 1e6:.2f}MB down {s['down'] / 1e6:.2f}MB time {s['round_s']:.1f}s "
+              f"model {weights_digest(flat)}", flush=True)
+        return loss, {"accuracy": accuracy}
+
+    strategy = Strategy(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=cfg.clients,
+                        min_evaluate_clients=0, min_available_clients=cfg.clients, evaluate_fn=evaluate_fn,
+                        fit_metrics_aggregation_fn=lambda metrics: {},  # per-client metrics: not aggregated
+                        on_fit_config_fn=lambda rnd: asdict(plan.configure_round(rnd)),
+                        initial_parameters=ndarrays_to_parameters([weights]))
+    port = cfg.server_address.rsplit(":", 1)[1]
+    try:
+        fl.server.start_server(server_address=f"0.0.0.0:{port}", strategy=strategy,
+                               config=fl.server.ServerConfig(num_rounds=cfg.rounds, round_timeout=cfg.round_timeout_s))
+        done = len(_rows(writer.dir / "rounds.csv"))
+        writer.close("completed" if done == cfg.rounds else f"failed: {done} of {cfg.rounds} rounds")
+        if done != cfg.rounds:
+            raise RuntimeError(f"{done} of {cfg.rounds} rounds completed")
+    except BaseException as e:
+        if writer.manifest.get("status") == "running":
+            writer.close(f"failed: {type(e).__name__}: {e}")
+        raise
+
+
+def _rows(path: Path) -> list[str]:
+    return path.read_text().splitlines()[1:] if path.exists() else []
+
+
+def run_client(cfg: FlowerConfig, index: int) -> None:
+    import flwr as fl
+
+    from commlab.builders import build_dataset, build_node_model
+    from commlab.data import partition
+    from commlab.fl.local_training import local_update, round_subset
+    from commlab.fl.strategy import FitIns
+    from commlab.metrics import CsvTable
+    from commlab.models import flatten_params
+    from commlab.peers.iface import IfaceCounters
+    from commlab.tables import COLUMNS
+
+    model = build_node_model(cfg.model, 0, cfg.threads)  # weights come from the server, as in DDS
+    data = build_dataset(cfg.dataset)
+    p = cfg.partition
+    part = partition(data.train_y, cfg.clients, p.scheme, p.seed, **p.params())[index]
+    step = load_train_step(cfg.train_step, "train_step")
+    iface = IfaceCounters(cfg.interface)
+    table = CsvTable(Path(cfg.results_dir) / cfg.run_id / f"clients-{index}.csv",
+                     [c for c in COLUMNS["clients"] if c not in NOT_SEPARATED])
+    pending: dict = {}
+
+    def flush_row() -> None:
+        """The previous round's row: bytes from its fit's start to now (its upload, this model's download);
+        comm_time_s from its fit's end to now: an upper bound (it includes waiting for the slowest
+        client, the server's aggregation and evaluation)."""
+        if "fit_end" in pending:
+            sent, received = iface.since(pending["counters"])
+            table.append({**pending["row"], "bytes_up": sent, "bytes_down": received,
+                          "comm_time_s": round(time.perf_counter() - pending["fit_end"], 4)})
+        pending.clear()
+
+    class Client(fl.client.NumPyClient):
+        def fit(self, parameters, config):
+            flush_row()
+            pending["counters"] = iface.read()
+            fit = FitIns(**{k: config[k] for k in FitIns.__dataclass_fields__})
+            indices = round_subset(part, fit, index)
+            start = time.perf_counter()
+            _, loss = local_update(model, parameters[0], data, indices, fit, momentum=cfg.optimizer.momentum,
+                                   weight_decay=cfg.optimizer.weight_decay, step=step)
+            train_s = time.perf_counter() - start
+            print(f"[client-{index}] round {fit.round}: {len(indices)} samples, loss {loss:.4f}, "
+                  f"train {train_s:.1f}s", flush=True)
+            pending["row"] = {"round": fit.round, "client_id": index, "num_samples": len(indices),
+                              "train_time_s": round(train_s, 4), "encode_time_s": 0.0, "decode_time_s": 0.0,
+                              "stretch_s": 0.0}
+            pending["fit_end"] = time.perf_counter()
+            return [flatten_params(model)], len(indices), {"client_id": index, "train_loss": loss}
+
+    try:
+        fl.client.start_client(server_address=cfg.server_address, client=Client().to_client(),
+                               insecure=True, max_wait_time=cfg.round_timeout_s)
+    finally:
+        flush_row()
+        table.close()
+
+
+def main(argv: list[str]) -> int:
+    """The node program: 0 done, 2 bad config, 1 failed (one line each)."""
+    role = os.environ.get("ROLE", "server")
+    if len(argv) != 1:
+        print("usage: ROLE=server|client [CLIENT=i] flower.py CONFIG.json", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_config(FlowerConfig, argv[0])
+        index = int(os.environ.get("CLIENT", "0"))
+        if role not in ("server", "client") or not 0 <= index < cfg.clients:
+            raise ConfigError(f"ROLE={role} CLIENT={index}: need ROLE server|client, CLIENT in 0..{cfg.clients - 1}")
+        import flwr  # noqa: F401  (an optional extra: say so in one line)
+        logging.getLogger("flwr").setLevel(logging.WARNING)  # after the import, which sets DEBUG: not every message
+    except ImportError:
+        print("flower: flwr is not installed (pip install flwr; `make bench-peers-fl` does it)", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"flower: config error: {e}", file=sys.stderr)
+        return 2
+    from commlab.data import DatasetError
+    name = "controller" if role == "server" else f"client-{index}"
+    try:
+        run_server(cfg) if role == "server" else run_client(cfg, index)
+    except (DatasetError, RuntimeError, OSError) as e:
+        print(f"flower {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr,
+              flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

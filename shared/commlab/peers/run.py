@@ -1,0 +1,156 @@
+"""`python -m commlab.peers.run --kind gloo --hook none|fp16|powersgd --world 3 --profile 10mbit`
+and `python -m commlab.peers.run --kind centralized --world 3`.
+
+Starts the reference peers (docs/peers.md) the way the testbed starts its own nodes: gloo ranks as
+local processes on loopback for the `lan` profile, or each in its own network namespace with the
+profile applied to its eth0 (root; rank 0's 198.19.253.x address is the master, GLOO_SOCKET_IFNAME
+is eth0); without root the run is unshaped and says so (commlab.testbed.backend.run_nodes). The
+centralized trainer is one local process (it sends nothing). Data, model, seeds and
+hyper-parameters default to `python -m commlab.ddp.run`'s, so the runs compare at equal steps.
+"""
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from pathlib import Path
+
+from commlab.config_schema import ConfigError, from_dict, to_dict
+from commlab.data.dataset import dataset_spec
+from commlab.ddp.config import steps_per_epoch
+from commlab.launch import NodeProcesses, end_nodes_on_sigterm, write_node_config
+from commlab.metrics import new_run_id
+from commlab.peers.config import HOOKS, KINDS, PeerConfig
+from commlab.progress import watch_csv
+from commlab.roster import Node, worker_name
+from commlab.testbed.backend import RunFailed, run_nodes
+from commlab.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
+
+NET = 253            # 198.19.253.0/24 (FL namespaces use 251, DDS workers 252)
+GRACE_S = 15.0       # after a rank failed, the others get this long before they are ended
+NETNS_PORT = 29500   # every rank has its own namespace: a fixed port is free
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m commlab.peers.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--kind", default="gloo", help=f"{' | '.join(KINDS)} | flower (its flags: --kind flower --help)")
+    p.add_argument("--hook", default="none", help=f"gloo's DDP comm hook: {' | '.join(HOOKS)}")
+    p.add_argument("--world", type=int, default=3,
+                   help="gloo ranks; centralized: the world whose data and budget it matches")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--profile", default="lan",
+                   help="link profile (commlab.netem), applied in network namespaces (root)")
+    p.add_argument("--train-subset", type=int, default=20000, help="random training subset (0: all 60000)")
+    p.add_argument("--test-subset", type=int, help="random test subset (default: all)")
+    p.add_argument("--batch-size", type=int, default=32, help="per worker (centralized: world x this per step)")
+    p.add_argument("--lr", type=float, default=0.02)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--powersgd-rank", type=int, default=2)
+    p.add_argument("--start-iter", type=int, default=2, help="dense steps before PowerSGD (torch needs >= 2)")
+    p.add_argument("--train-step", default=DEFAULT_TRAIN_STEP, metavar="SPEC")
+    p.add_argument("--timeout", type=float, default=300.0, help="gloo timeout: a lost rank fails the others")
+    p.add_argument("--results-dir", default="results")
+    p.add_argument("--run-id")
+    return p.parse_args(argv)
+
+
+def build_config(a: argparse.Namespace) -> dict:
+    """The config every node reads, validated through the peers' own schema (ConfigError)."""
+    label = f"gloo-{a.hook}-w{a.world}" if a.kind == "gloo" else f"centralized-w{a.world}"
+    cfg = {"run_id": a.run_id or new_run_id("ddp", label), "results_dir": str(Path(a.results_dir).resolve()),
+           "kind": a.kind, "world": a.world, "hook": a.hook if a.kind == "gloo" else "none",
+           "powersgd_rank": a.powersgd_rank, "start_iter": a.start_iter, "link_profile": a.profile,
+           "master_port": free_port(), "timeout_s": a.timeout, "train_step": resolve_spec_path(a.train_step),
+           "dataset": {"name": "mnist", "train_subset": a.train_subset or None, "test_subset": a.test_subset},
+           "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed}}
+    if a.kind == "gloo" and a.hook not in HOOKS:  # before anything else: one line naming the choices
+        raise ConfigError(f"--hook: must be one of {', '.join(HOOKS)}, got {a.hook!r}")
+    return to_dict(from_dict(PeerConfig, cfg))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def roster(cfg: dict) -> list[Node]:
+    """gloo: worker-0 .. worker-<W-1> (rank 0 first: the master; the names give them the workers'
+    links in every profile); centralized: one node."""
+    if cfg["kind"] == "centralized":
+        return [Node("centralized", "peer")]
+    return [Node(worker_name(r), "peer", (("RANK", str(r)), ("WORLD", str(cfg["world"])))) for r in range(cfg["world"])]
+
+
+def run_local(cfg: dict) -> int:
+    """Every node a plain process on loopback; non-zero if any failed."""
+    run_dir = Path(cfg["results_dir"]) / cfg["run_id"]
+    path = write_node_config(run_dir, "peer", {**cfg, "interface": "lo", "master_addr": "127.0.0.1"})
+    with NodeProcesses() as procs:
+        nodes = [procs.start(node, path) for node in roster(cfg)]
+        procs.wait_while(lambda: all(p.poll() in (None, 0) for p in nodes) and procs.running())
+        procs.wait_while(procs.running, GRACE_S)
+    return 1 if procs.report() else 0
+
+
+def run_netns(cfg: dict, profile: str) -> Path:
+    """Each rank in its own namespace, eth0 shaped by the profile; RunFailed when a rank failed."""
+    from commlab.testbed.netns_run import run_in_namespaces
+    nodes = roster(cfg)
+
+    def start(procs: NodeProcesses, lab, run_dir: Path) -> None:
+        node_cfg = {**cfg, "interface": "eth0", "master_addr": lab.addresses[nodes[0].name], "master_port": NETNS_PORT}
+        path = write_node_config(run_dir, "peer", node_cfg)
+        for node in nodes:
+            procs.start(Node(node.name, node.role, (*node.env, ("GLOO_SOCKET_IFNAME", "eth0"))), path,
+                        prefix=lab.prefix(node.name))
+
+    def wait(procs: NodeProcesses) -> None:
+        ranks = list(procs.procs.values())
+        procs.wait_while(lambda: all(p.poll() in (None, 0) for p in ranks) and procs.running())
+        procs.wait_while(procs.running, GRACE_S)
+    return run_in_namespaces(nodes, Path(cfg["results_dir"]) / cfg["run_id"], profile, NET, start, wait)
+
+
+def no_containers() -> Path:
+    raise RunFailed("the peers have no container images yet; use the local backend")
+
+
+def total_steps(cfg: dict) -> int:
+    n = dataset_spec(cfg["dataset"]["name"]).train_size
+    if cfg["dataset"]["train_subset"]:
+        n = min(n, cfg["dataset"]["train_subset"])
+    return cfg["training"]["epochs"] * steps_per_epoch(n, cfg["world"], cfg["training"]["batch_size"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    end_nodes_on_sigterm()
+    argv = sys.argv[1:] if argv is None else argv
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--kind")
+    if pre.parse_known_args(argv)[0].kind == "flower":  # FL flags and defaults: commlab.peers.flower_run
+        from commlab.peers.flower_run import main as run_flower
+        return run_flower(argv)
+    a = parse_args(argv)
+    try:
+        cfg = build_config(a)
+    except ConfigError as e:
+        print(f"commlab.peers.run: {e}", file=sys.stderr)
+        return 2
+    run_dir = Path(cfg["results_dir"]) / cfg["run_id"]
+    method = PeerConfig(**{k: cfg[k] for k in ("run_id", "results_dir", "kind", "hook")}).method
+    print(f"[run] {cfg['run_id']}: {method}, world {a.world}, {a.epochs} epochs, profile {a.profile}, "
+          f"results {run_dir}", flush=True)
+    stop_progress = watch_csv(run_dir / "steps-rank0.csv", total_steps(cfg), "step", numbered_from=0,
+                              note_column="train_loss", note_label="loss")
+    try:
+        if cfg["kind"] == "centralized":  # one process, no link to shape
+            return run_local(cfg)
+        return run_nodes("commlab.peers.run", "local", a.profile, run_dir, [n.name for n in roster(cfg)],
+                         local=lambda: run_local(cfg), netns=lambda: run_netns(cfg, a.profile), docker=no_containers)
+    finally:
+        stop_progress()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Message authentication (commlab.dds.auth): per-pair keys, envelopes, replays, key files."""
+import json
+import os
+
+import pytest
+
+from commlab.dds.auth import (WINDOW, AuthError, KeyFileError, Opener, Sealer, make_keyrings, read_keyring,
+                              write_keyring)
+
+NODES = ["controller", "client-0", "client-1"]
+
+
+@pytest.fixture
+def rings():
+    return make_keyrings("run-a", NODES, trusted={"controller"})
+
+
+def deliver(sealer: Sealer, opener: Opener, payload=b"weights", topic="ModelBlob", meta='{"round": 1}',
+            incarnation=None):
+    envelope = sealer.seal(topic, meta, payload)
+    opened = opener.open(topic, sealer.ring.node, sealer.incarnation if incarnation is None else incarnation,
+                         len(payload), envelope)
+    opened.hasher.update(payload)
+    opened.finish()
+    return opened.meta
+
+
+def test_controller_and_clients_read_each_other(rings):
+    ctl, c0 = Sealer(rings["controller"], 1), Sealer(rings["client-0"], 1)
+    assert deliver(ctl, Opener(rings["client-0"])) == '{"round": 1}'
+    assert deliver(ctl, Opener(rings["client-1"])) == '{"round": 1}'
+    assert deliver(c0, Opener(rings["controller"]), topic="ClientUpdate") == '{"round": 1}'
+
+
+def test_a_client_cannot_sign_as_another_client_or_the_controller(rings):
+    thief = rings["client-1"]  # a stolen client key
+    for claimed in ("client-0", "controller"):
+        forged = Sealer(type(thief)(thief.run_id, claimed, thief.peers, pair_keys=thief.pair_keys), 1)
+        with pytest.raises(AuthError) as e:
+            deliver(forged, Opener(rings["controller"] if claimed == "client-0" else rings["client-0"]))
+        assert e.value.reason in ("wrong_key", "unauthenticated")
+    # and it has no key shared with another client at all
+    assert rings["client-1"].key_with("client-0") is None
+
+
+def test_no_key_another_run_and_altered_payloads_are_refused(rings):
+    other = make_keyrings("run-a", NODES, trusted={"controller"})  # same names, other run key
+    with pytest.raises(AuthError, match="wrong_key"):
+        deliver(Sealer(other["controller"], 1), Opener(rings["client-0"]))
+    other_run = make_keyrings("run-b", NODES, trusted={"controller"})
+    with pytest.raises(AuthError, match="wrong_run"):
+        deliver(Sealer(other_run["controller"], 1), Opener(rings["client-0"]))
+    with pytest.raises(AuthError, match="unauthenticated"):
+        Opener(rings["client-0"]).open("ModelBlob", "controller", 1, 3, '{"round": 1}')  # a plain, unsealed meta
+    sealer, opener = Sealer(rings["controller"], 1), Opener(rings["client-0"])
+    opened = opener.open("ModelBlob", "controller", 1, 7, sealer.seal("ModelBlob", "{}", b"weights"))
+    opened.hasher.update(b"WEIGHTS")
+    with pytest.raises(AuthError, match="altered"):
+        opened.finish()
+
+
+def test_a_chunked_message_carries_its_digest_in_the_last_chunk(rings):
+    sealer, opener = Sealer(rings["controller"], 1), Opener(rings["client-0"])
+    sealing = sealer.begin("ModelBlob", '{"round": 3}', 12)
+    opened = opener.open("ModelBlob", "controller", 1, 12, sealing.envelope)  # before any payload
+    for part in (b"abcd", b"efgh", b"ijkl"):
+        sealing.update(part)
+        opened.hasher.update(part)
+    trailer = sealing.last_meta("")
+    opened.finish(trailer)
+    assert opened.meta == '{"round": 3}'
+    forged = Opener(rings["client-0"]).open("ModelBlob", "controller", 1, 12, sealer.begin("ModelBlob", "{}", 12).envelope)
+    forged.hasher.update(b"abcdefghijkl")
+    with pytest.raises(AuthError, match="wrong_key"):  # a trailer of another message
+        forged.finish(trailer)
+
+
+def test_the_envelope_must_match_its_chunk(rings):
+    sealer, opener = Sealer(rings["controller"], 7), Opener(rings["client-0"])
+    envelope = sealer.seal("TrainCmd", "{}", b"")
+    with pytest.raises(AuthError, match="does not match its chunk"):
+        opener.open("Stop", "controller", 7, 0, envelope)  # moved to another topic
+    doc = json.loads(envelope)
+    doc["meta"] = '{"epochs": 0}'  # meta changed after signing
+    with pytest.raises(AuthError, match="wrong_key"):
+        opener.open("TrainCmd", "controller", 7, 0, json.dumps(doc))
+
+
+def test_replays_and_old_incarnations_are_refused(rings):
+    sealer, opener = Sealer(rings["client-0"], 100), Opener(rings["controller"])
+    envelope = sealer.seal("ClientUpdate", "{}", b"")
+    opener.open("ClientUpdate", "client-0", 100, 0, envelope)
+    with pytest.raises(AuthError, match="replayed"):
+        opener.open("ClientUpdate", "client-0", 100, 0, envelope)
+    restarted = Sealer(rings["client-0"], 200)
+    deliver(restarted, opener, topic="ClientUpdate")
+    with pytest.raises(AuthError, match="replayed"):  # the old process's traffic, recorded and sent again
+        opener.open("ClientUpdate", "client-0", 100, 0, sealer.seal("ClientUpdate", "{}", b""))
+
+
+def test_out_of_order_within_the_window_is_fine_behind_it_is_not(rings):
+    sealer, opener = Sealer(rings["controller"], 1), Opener(rings["client-0"])
+    envelopes = [sealer.seal("TrainCmd", "{}", b"") for _ in range(WINDOW + 3)]
+    opener.open("TrainCmd", "controller", 1, 0, envelopes[2])
+    opener.open("TrainCmd", "controller", 1, 0, envelopes[1])  # late, inside the window
+    opener.open("TrainCmd", "controller", 1, 0, envelopes[-1])
+    with pytest.raises(AuthError, match="out_of_window"):
+        opener.open("TrainCmd", "controller", 1, 0, envelopes[0])
+
+
+def test_key_files_are_private_and_checked(tmp_path, rings):
+    path = tmp_path / "client-0.key"
+    write_keyring(path, rings["client-0"])
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert read_keyring(path) == rings["client-0"]
+    os.chmod(path, 0o644)
+    with pytest.raises(KeyFileError, match="mode 644"):
+        read_keyring(path)
+    with pytest.raises(KeyFileError, match="not found"):
+        read_keyring(tmp_path / "missing.key")
+    bad = tmp_path / "bad.key"
+    bad.write_text("{}")
+    os.chmod(bad, 0o600)
+    with pytest.raises(KeyFileError, match="not a commlab key file"):
+        read_keyring(bad)
+    with pytest.raises(FileExistsError):
+        write_keyring(path, rings["client-0"])  # never overwritten

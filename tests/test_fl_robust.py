@@ -1,0 +1,149 @@
+"""Robust aggregation (median, trimmed mean, norm clipping), the num_samples cap, their config
+and the test-only attack hook; no transport."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commlab.config_schema import ConfigError, from_dict
+from commlab.fl import checkpoint as ck
+from commlab.fl.config import AttackSection, ClientConfig, ControllerConfig
+from commlab.fl.run import build_configs, parse_args
+from commlab.fl.strategy import STRATEGIES, FedAvg, FitRes, Median, NormClip, TrimmedMean
+
+COMMON = dict(epochs=1, lr=0.1, batch_size=8, subset_size=10, seed=0)
+
+
+def make(name, weights, **kw):
+    return STRATEGIES[name](np.asarray(weights, np.float32), **COMMON, **kw)
+
+
+def res(cid, delta, n=10):
+    return FitRes(cid, n, np.asarray(delta, np.float32))
+
+
+def test_median_and_trimmed_mean_of_known_vectors():
+    rows = [[1, 10], [2, 20], [3, 30], [100, -500]]
+    np.testing.assert_allclose(make("median", [0, 0]).aggregate(1, [res(str(i), r) for i, r in enumerate(rows)], []),
+                               [2.5, 15])
+    five = rows + [[4, 40]]
+    np.testing.assert_allclose(make("trimmed_mean", [0, 0], trim_fraction=0.2).aggregate(
+        1, [res(str(i), r) for i, r in enumerate(five)], []), [3, 20])
+    # trim_fraction * n < 1 trims nothing: the unweighted mean
+    np.testing.assert_allclose(make("trimmed_mean", [0, 0], trim_fraction=0.1).aggregate(
+        1, [res(str(i), r) for i, r in enumerate(five)], []), np.mean(five, axis=0), rtol=1e-6)
+
+
+finite = st.floats(-10, 10, allow_nan=False, width=32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(honest=st.integers(3, 7).flatmap(lambda n: st.lists(st.lists(finite, min_size=5, max_size=5),
+                                                             min_size=n, max_size=n)),
+       scale=st.floats(1e3, 1e8), sign=st.sampled_from([-1.0, 1.0]), name=st.sampled_from(["median", "trimmed_mean"]))
+def test_one_huge_outlier_stays_inside_the_honest_range(honest, scale, sign, name):
+    honest = np.asarray(honest, np.float32)
+    outlier = sign * scale * np.linspace(-1, 1, 5, dtype=np.float32) + sign * scale
+    results = [res(f"h{i}", h) for i, h in enumerate(honest)] + [res("evil", outlier, n=10)]
+    kw = {"trim_fraction": 0.25} if name == "trimmed_mean" else {}  # n in 4..8: trims >= 1 per side
+    new = make(name, np.zeros(5), **kw).aggregate(1, results, [])
+    tol = 1e-5 * (1 + np.abs(honest).max())
+    assert (new >= honest.min(axis=0) - tol).all() and (new <= honest.max(axis=0) + tol).all()
+
+
+def test_fedavg_is_moved_by_the_same_outlier():
+    honest = [res(f"h{i}", [1.0]) for i in range(3)]
+    assert make("fedavg", [0.0]).aggregate(1, honest + [res("evil", [-1e6])], [])[0] < -1e5
+
+
+def test_num_samples_is_capped_at_what_was_asked():
+    # subset_size is 10: a client claiming 10**9 samples weighs as much as one reporting 10
+    for name, kw in (("fedavg", {}), ("norm_clip", {"clip_norm": 100.0})):
+        new = make(name, [0.0], **kw).aggregate(1, [res("a", [1.0], n=10), res("b", [3.0], n=10**9)], [])
+        np.testing.assert_allclose(new, [2.0], err_msg=name)
+    # fewer than asked (a small partition) still weighs less
+    np.testing.assert_allclose(make("fedavg", [0.0]).aggregate(1, [res("a", [1.0], n=10), res("b", [4.0], n=5)], []),
+                               [2.0])
+
+
+def test_norm_clip_fixed_and_adaptive():
+    fixed = make("norm_clip", [0.0, 0.0], clip_norm=1.0)
+    np.testing.assert_allclose(fixed.aggregate(1, [res("a", [3.0, 4.0]), res("b", [0.0, 0.5])], []), [0.3, 0.65],
+                               rtol=1e-6)
+    # None: the round's median norm (here 1), so the scaled update pulls with norm 1 only
+    adaptive = make("norm_clip", [0.0])
+    np.testing.assert_allclose(adaptive.aggregate(1, [res("a", [1.0]), res("b", [1.0]), res("c", [-1000.0])], []),
+                               [1 / 3], rtol=1e-6)
+
+
+@pytest.mark.parametrize("name, kw", [("fedavg", {}), ("median", {}), ("trimmed_mean", {"trim_fraction": 0.25}),
+                                      ("norm_clip", {"clip_norm": 2.0})])
+def test_checkpoint_resume_continues_bit_identically(tmp_path, name, kw):
+    rng = np.random.default_rng(1)
+    rounds = [[res(f"c{i}", rng.standard_normal(50)) for i in range(4)] for _ in range(3)]
+    straight = make(name, np.zeros(50), server_momentum=0.7, **kw)
+    for rnd, results in enumerate(rounds, 1):
+        straight.aggregate(rnd, results, [])
+    first = make(name, np.zeros(50), server_momentum=0.7, **kw)
+    first.aggregate(1, rounds[0], [])
+    saved = ck.load_checkpoint(ck.save_checkpoint(tmp_path, ck.Checkpoint(1, first.weights, first.state_dict(), {})))
+    resumed = make(name, saved.weights, server_momentum=0.7, **kw)
+    resumed.load_state_dict(saved.strategy_state)
+    for rnd, results in enumerate(rounds[1:], 2):
+        resumed.aggregate(rnd, results, [])
+    assert resumed.weights.tobytes() == straight.weights.tobytes()
+
+
+def test_strategy_classes_refuse_bad_parameters():
+    with pytest.raises(ValueError, match="trim_fraction"):
+        TrimmedMean(np.zeros(1, np.float32), trim_fraction=0.5, **COMMON)
+    with pytest.raises(ValueError, match="clip_norm"):
+        NormClip(np.zeros(1, np.float32), clip_norm=0.0, **COMMON)
+    assert issubclass(Median, FedAvg)
+
+
+def controller(tmp_path, *argv):
+    cfg, clients = build_configs(parse_args(["--results-dir", str(tmp_path), "--run-id", "t", "--domain-id", "5",
+                                             "--clients", "4", *argv]))
+    return cfg, clients
+
+
+@pytest.mark.parametrize("strategy, message", [
+    ({"name": "krum"}, "strategy.name: unknown strategy 'krum' (known: fedavg, median, trimmed_mean, norm_clip)"),
+    ({"name": "fedavg", "trim_fraction": 0.2}, "strategy.trim_fraction: only for strategy trimmed_mean, not fedavg"),
+    ({"name": "median", "clip_norm": 1.0}, "strategy.clip_norm: only for strategy norm_clip, not median"),
+    ({"name": "trimmed_mean", "trim_fraction": 0.5}, "strategy.trim_fraction: must be in [0, 0.5), got 0.5"),
+    ({"name": "norm_clip", "clip_norm": 0}, "strategy.clip_norm: must be > 0, got 0.0"),
+    ({"name": "median", "trim": 1},
+     "unknown key strategy.trim (allowed: clip_norm, name, server_lr, server_momentum, trim_fraction)"),
+])
+def test_strategy_config_errors_are_one_line(tmp_path, strategy, message):
+    cfg, _ = controller(tmp_path)
+    cfg["strategy"] = strategy
+    with pytest.raises(ConfigError) as e:
+        from_dict(ControllerConfig, cfg)
+    assert str(e.value) == message
+
+
+def test_launcher_builds_strategy_and_attack(tmp_path):
+    cfg, clients = controller(tmp_path, "--strategy", "trimmed_mean", "--trim-fraction", "0.25",
+                              "--attack", "sign_flip", "--attack-scale", "10")
+    c = from_dict(ControllerConfig, cfg)
+    assert c.strategy.name == "trimmed_mean" and c.strategy.params() == {"trim_fraction": 0.25}
+    assert [k["attack"] for k in clients] == [None, None, None, {"kind": "sign_flip", "scale": 10.0}]
+    assert from_dict(ControllerConfig, controller(tmp_path)[0]).strategy.params() == {}
+    with pytest.raises(ConfigError, match="--attackers: must be in 1..4, got 5"):
+        controller(tmp_path, "--attack", "sign_flip", "--attackers", "5")
+
+
+def test_attack_config_and_effect(tmp_path):
+    _, clients = controller(tmp_path)
+    for attack, message in [({"kind": "label_flip"}, "attack.kind: unknown attack 'label_flip' (known: sign_flip)"),
+                            ({"kind": "sign_flip", "scale": -1}, "attack.scale: must be > 0, got -1.0"),
+                            ({"scale": 2}, "missing key attack.kind")]:
+        with pytest.raises(ConfigError) as e:
+            from_dict(ClientConfig, {**clients[0], "attack": attack})
+        assert str(e.value) == message
+    delta = np.array([1.0, -2.0], np.float32)
+    out = AttackSection("sign_flip", 10.0).apply(delta)
+    assert out.dtype == np.float32 and out.tolist() == [-10.0, 20.0]
