@@ -29,6 +29,7 @@ from .stats import CommStats
 log = logging.getLogger(__name__)
 
 ANNOUNCE_TOPIC = "commlab_announce"
+ANNOUNCE_READER_DEPTH = 32
 
 
 @dataclass
@@ -130,7 +131,7 @@ class Announcer:
         topic = Topic(participant, ANNOUNCE_TOPIC, Announce, qos=announcement(write_timeout_s))
         self.directory = PeerDirectory(name, opener=opener, stats=stats)
         self._writer = DataWriter(participant, topic, qos=announcement(write_timeout_s))
-        self._reader = DataReader(participant, topic, qos=announcement(write_timeout_s))
+        self._reader = DataReader(participant, topic, qos=announcement(write_timeout_s, ANNOUNCE_READER_DEPTH))
         self._loop = ReaderLoop(participant, self._reader, "announce", self.directory.on_sample)
         self.info: dict[str, Any] = {"subscribes": [], "groups": {}, "matched": {}}
         self._lock = threading.Lock()  # reader threads update `matched`

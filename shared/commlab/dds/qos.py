@@ -21,11 +21,14 @@ def lossless(write_timeout_s: float) -> Qos:
     )
 
 
-def announcement(write_timeout_s: float) -> Qos:
-    """One durable sample per node name: late joiners and re-started peers see every live node."""
+def announcement(write_timeout_s: float, depth: int = 1) -> Qos:
+    """One durable sample per node name: late joiners and re-started peers see every live node.
+    Readers keep `depth` samples per name (ANNOUNCE_READER_DEPTH): several writers may announce
+    one name (a rogue beside the real node), and a rejected sample must not displace the real
+    one before the reader thread has taken it."""
     return Qos(
         Policy.Reliability.Reliable(max_blocking_time=duration(seconds=write_timeout_s)),
-        Policy.History.KeepLast(1),
+        Policy.History.KeepLast(depth),
         Policy.Durability.TransientLocal,
         Policy.DurabilityService(cleanup_delay=0, history=Policy.History.KeepLast(1),
                                  max_samples=-1, max_instances=-1, max_samples_per_instance=-1),
