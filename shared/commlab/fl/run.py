@@ -27,23 +27,12 @@ from commlab.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 CLIENT_GRACE_S = 60.0  # how long clients may take to exit after the controller finished
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m commlab.fl.run", description=__doc__.split("\n\n")[0])
-    p.add_argument("--codec", default="fp32")
-    p.add_argument("--codec-param", action="append", default=[], metavar="KEY=JSON",
-                   help="codec parameter, e.g. ratio=0.05 (repeatable)")
-    p.add_argument("--downlink-codec", default="fp32", metavar="NAME",
-                   help="compressor of the model broadcast (any --codec name); fp32 sends the whole model each round")
-    p.add_argument("--downlink-param", action="append", default=[], metavar="KEY=JSON")
-    p.add_argument("--multicast", choices=("off", "discovery", "data"),
-                   help="what DDS may multicast (default: data on the private networks of namespaces and "
-                   "containers, off on loopback, where multicast is refused)")
+def add_experiment_args(p: argparse.ArgumentParser) -> None:
+    """The flags that define one FL experiment (clients, data, model, local training, seeds, output),
+    shared with the Flower peer (commlab.peers.flower_run) so both run the same one."""
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--samples-per-round", type=int, default=6000)
-    p.add_argument("--backend", choices=("local", "docker", "auto"), default="local")
-    p.add_argument("--profile", default="lan", help="link profile (commlab.netem): applied in containers, or "
-                   "with --backend local in network namespaces (root; without root the run is unshaped)")
     p.add_argument("--model", default="mnist_cnn")
     p.add_argument("--dataset", default="mnist")
     p.add_argument("--partition", choices=("iid", "dirichlet", "shards"), default="dirichlet")
@@ -53,9 +42,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train-subset", type=int, help="use a random subset of the training set (fast checks)")
+    p.add_argument("--test-subset", type=int)
+    p.add_argument("--results-dir", default="results")
+    p.add_argument("--run-id")
     p.add_argument("--train-step", default=DEFAULT_TRAIN_STEP, metavar="SPEC",
                    help="every client's loss of one batch: package.module:function or path/to/file.py:function "
                    "(default %(default)s; docs/fl.md)")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m commlab.fl.run", description=__doc__.split("\n\n")[0])
+    add_experiment_args(p)
+    p.add_argument("--codec", default="fp32")
+    p.add_argument("--codec-param", action="append", default=[], metavar="KEY=JSON",
+                   help="codec parameter, e.g. ratio=0.05 (repeatable)")
+    p.add_argument("--downlink-codec", default="fp32", metavar="NAME",
+                   help="compressor of the model broadcast (any --codec name); fp32 sends the whole model each round")
+    p.add_argument("--downlink-param", action="append", default=[], metavar="KEY=JSON")
+    p.add_argument("--multicast", choices=("off", "discovery", "data"),
+                   help="what DDS may multicast (default: data on the private networks of namespaces and "
+                   "containers, off on loopback, where multicast is refused)")
+    p.add_argument("--backend", choices=("local", "docker", "auto"), default="local")
+    p.add_argument("--profile", default="lan", help="link profile (commlab.netem): applied in containers, or "
+                   "with --backend local in network namespaces (root; without root the run is unshaped)")
     p.add_argument("--strategy", default="fedavg", help="aggregation: fedavg, median, trimmed_mean, norm_clip "
                    "(docs/security.md)")
     p.add_argument("--trim-fraction", type=float, help="trimmed_mean: share cut at each end (default 0.25)")
@@ -64,14 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "their updates (sign_flip: send -scale * delta)")
     p.add_argument("--attack-scale", type=float, default=10.0)
     p.add_argument("--attackers", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-clients", type=int, default=1)
     p.add_argument("--deadline", type=float, default=300.0, help="round deadline in seconds")
-    p.add_argument("--train-subset", type=int, help="use a random subset of the training set (fast checks)")
-    p.add_argument("--test-subset", type=int)
     p.add_argument("--init-path", help="checkpoint file or directory to resume from")
-    p.add_argument("--results-dir", default="results")
-    p.add_argument("--run-id")
     p.add_argument("--domain-id", type=int, help="DDS domain (default: random in 100..169; tests use 170 and up)")
     p.add_argument("--adaptive", choices=("joint", "equal"), help="per-client qsgd bits and uplink rates "
                    "(docs/adaptive.md): the joint allocation, or the baseline equal (--fixed-bits, B/M each); "

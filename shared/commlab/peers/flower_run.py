@@ -14,13 +14,14 @@ import sys
 from pathlib import Path
 
 from commlab.config_schema import ConfigError, from_dict, to_dict
+from commlab.fl.run import add_experiment_args
 from commlab.launch import NodeProcesses, write_node_config
 from commlab.metrics import new_run_id
 from commlab.peers.flower import METHOD, FlowerConfig, roster
 from commlab.peers.run import GRACE_S, free_port, no_containers
 from commlab.progress import watch_csv
 from commlab.testbed.backend import run_nodes
-from commlab.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
+from commlab.train_step import resolve_spec_path
 
 NET = 254            # 198.19.254.0/24 (FL namespaces 251, DDS workers 252, gloo 253)
 NETNS_PORT = 8080    # the server has its own namespace: a fixed port is free
@@ -30,26 +31,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     """`python -m commlab.fl.run`'s flags and defaults, for those that apply to Flower FedAvg."""
     p = argparse.ArgumentParser(prog="python -m commlab.peers.run --kind flower", description=__doc__.split("\n\n")[0])
     p.add_argument("--kind", default="flower")
-    p.add_argument("--clients", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=10)
-    p.add_argument("--samples-per-round", type=int, default=6000)
+    add_experiment_args(p)
     p.add_argument("--profile", default="lan")
-    p.add_argument("--model", default="mnist_cnn")
-    p.add_argument("--dataset", default="mnist")
-    p.add_argument("--partition", choices=("iid", "dirichlet", "shards"), default="dirichlet")
-    p.add_argument("--alpha", type=float, default=0.5)
-    p.add_argument("--labels-per-client", type=int, default=2)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--train-step", default=DEFAULT_TRAIN_STEP, metavar="SPEC")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--deadline", type=float, default=600.0, help="Flower's round timeout in seconds")
-    p.add_argument("--train-subset", type=int)
-    p.add_argument("--test-subset", type=int)
-    p.add_argument("--results-dir", default="results")
-    p.add_argument("--run-id")
     return p.parse_args(argv)
 
 
