@@ -1,5 +1,5 @@
 """What authentication costs: DDS goodput with and without authenticated messages
-(commlab.dds.auth: HMAC-SHA256 tags over the header, BLAKE3 over the payload), in one run.
+(commlab.dds.auth: HMAC-SHA256 tags over the header, a GMAC or BLAKE3 over the payload), in one run.
 
 Loopback: the two alternate `--repeat` times and the median goodput of each is compared (the
 machine is shared and noisy). 10 Mbit/s tbf between two network namespaces (root): the
@@ -57,7 +57,7 @@ def measure(label: str, prefixes: tuple[list[str], list[str]], sides: tuple[dict
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeat", type=int, default=3, help="loopback repetitions (the shaped link runs twice)")
+    p.add_argument("--repeat", type=int, default=7, help="loopback repetitions (the shaped link runs twice)")
     p.add_argument("--results-dir", type=Path, default=Path("results"))
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="commlab-keys-") as folder:

@@ -129,7 +129,9 @@ def main() -> int:
         order = {name: k for k, name in reversed(list(enumerate(["fp32", *compressors()])))}  # first wins
         table = table.sort_values(["mode", "compressor"], key=lambda c: c.map(order) if c.name == "compressor"
                                   else c.map({"fl": 0, "ddp": 1}), ignore_index=True)
-    for mode in a.modes:
+    # Every mode in the table, not only those run now: --update keeps the other mode's rows, and
+    # their ratios and deltas must be recomputed against their own fp32/dense row, not dropped.
+    for mode in [m for m in ("fl", "ddp") if ((table["mode"] == m) & (table["compressor"] == "fp32")).any()]:
         ref = table[(table["mode"] == mode) & (table["compressor"] == "fp32")].iloc[0]
         here = table["mode"] == mode
         table.loc[here, "bytes_vs_fp32"] = table.loc[here, "bytes_per_node"] / ref["bytes_per_node"]
@@ -140,7 +142,8 @@ def main() -> int:
     settings = {"fl": f"FL: {a.clients} clients, {a.fl_rounds} rounds, {a.fl_samples} samples/client/round",
                 "ddp": f"DDP: WORLD={a.world}, {a.ddp_epochs} epoch(s), {a.ddp_train_subset} training samples, "
                        f"DGC warm-up {a.dgc_warmup} epochs"}
-    text = "\n".join(settings[m] for m in a.modes) + "\n\n" + markdown_table(table, COLUMNS) + "\n"
+    text = "\n".join(settings[m] for m in ("fl", "ddp") if (table["mode"] == m).any()) + "\n\n" \
+        + markdown_table(table, COLUMNS) + "\n"
     (out / "matrix.md").write_text(text)
     (out / "matrix.json").write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": settings_argv(a)},
                                                 indent=2))

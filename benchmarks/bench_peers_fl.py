@@ -10,23 +10,24 @@ the controller's eth0 counters for every program (payload plus all headers); on 
 the DDS CommStats and, for Flower, the shared `lo` counters (an upper bound). Per case: bytes up per
 client and round, bytes down per round (controller), median round time, median round time minus
 the slowest client's training ("overhead": communication, (de)serialisation, aggregation), test
-accuracy after the last round, and the ratios to Flower. `--smoke`: 2 rounds on small subsets (CI).
-Writes results/bench/peers-fl[-smoke].csv and prints it.
+accuracy after the last round, and the ratios to Flower. Beside the table: the centralized peer's
+accuracy at the same number of samples (one process on the union of the clients' data, the clients'
+batch size, lr and momentum, rounds x clients x samples per round x local epochs samples; case
+`centralized`). `--smoke`: 2 rounds on small subsets (CI). Writes results/bench/peers-fl[-smoke].csv
+and prints it.
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-CASES = ("dds-fp32", "dds-int8_sparse", "flower")
+from bench_peers_common import JOBS_NOTE, ROOT, add_ratios, check_cases, run_cases, write_table
+from commlab.fl.config import OptimizerSection, TrainingSection
+
+CASES = ("dds-fp32", "dds-int8_sparse", "flower", "centralized")
 FIELDS = ["case", "bytes_up_per_client_round", "bytes_down_per_round", "round_time_s", "overhead_s",
           "test_accuracy", "rounds", "bytes_up_vs_flower", "round_time_vs_flower", "acc_delta_vs_flower_pts",
           "bytes_from", "run_wall_s", "status", "run_id"]
@@ -41,10 +42,21 @@ def command(case: str, a: argparse.Namespace, run_id: str) -> list[str]:
             common += [flag, str(value)]
     if case == "flower":
         return [sys.executable, "-m", "commlab.peers.run", "--kind", "flower", *common]
+    if case == "centralized":  # the FL clients' local SGD on the union of their data, as many samples
+        tr, opt = TrainingSection(), OptimizerSection()
+        samples = a.rounds * a.clients * a.samples_per_round * tr.local_epochs
+        return [sys.executable, "-m", "commlab.peers.run", "--kind", "centralized", "--world", "1",
+                "--batch-size", str(tr.batch_size), "--lr", str(tr.lr), "--momentum", str(opt.momentum),
+                "--weight-decay", str(opt.weight_decay), "--samples", str(samples), "--train-subset", "0",
+                *common[common.index("--profile"):]]  # then the FL run's subsets, if any
     return [sys.executable, "-m", "commlab.fl.run", "--codec", case.removeprefix("dds-"), "--backend", "local", *common]
 
 
-def measure(run_dir: Path) -> dict:
+def measure(case: str, run_dir: Path) -> dict:
+    if case == "centralized":
+        epochs = pd.read_csv(run_dir / "epochs-rank0.csv")
+        return {"bytes_up_per_client_round": 0, "bytes_down_per_round": 0, "bytes_from": "none (one process)",
+                "test_accuracy": round(float(epochs["test_accuracy"].iloc[-1]), 4)}
     rounds = pd.read_csv(run_dir / "rounds.csv")
     iface = rounds["iface_bytes_up"].notna().all() and rounds["iface_bytes_down"].notna().all()
     kind = "iface_bytes" if iface else "bytes"
@@ -60,17 +72,6 @@ def measure(run_dir: Path) -> dict:
             "bytes_from": "controller iface" if iface else "CommStats / lo"}
 
 
-def ratios(rows: list[dict]) -> None:
-    ref = next((r for r in rows if r["case"] == "flower" and "test_accuracy" in r), None)
-    if ref is None:
-        return
-    for r in rows:
-        if "test_accuracy" in r:
-            r["bytes_up_vs_flower"] = round(r["bytes_up_per_client_round"] / ref["bytes_up_per_client_round"], 3)
-            r["round_time_vs_flower"] = round(r["round_time_s"] / ref["round_time_s"], 3)
-            r["acc_delta_vs_flower_pts"] = round(100 * (r["test_accuracy"] - ref["test_accuracy"]), 2)
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", default="10mbit")
@@ -82,45 +83,28 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--smoke", action="store_true", help="2 rounds of 300 samples, 2000/500 sample subsets (CI)")
     p.add_argument("--only", default=",".join(CASES), help="comma-separated cases")
+    p.add_argument("--jobs", type=int, help="cases run at once (default 1; --smoke: 2, its times and loopback "
+                   "counters then include the other run's: it checks the pipeline, it measures nothing)")
     p.add_argument("--results-dir", type=Path, default=ROOT / "results")
     p.add_argument("--out", type=Path)
     a = p.parse_args()
     if a.smoke:
         for k, v in SMOKE.items():
             setattr(a, k, v)
+    a.jobs = a.jobs or (2 if a.smoke else 1)
     a.out = a.out or ROOT / "results" / "bench" / f"peers-fl{'-smoke' if a.smoke else ''}.csv"
-    cases = [c for c in a.only.split(",") if c]
-    unknown = set(cases) - set(CASES)
-    if unknown:
-        print(f"bench_peers_fl: unknown case(s) {', '.join(sorted(unknown))}; known: {', '.join(CASES)}",
-              file=sys.stderr)
+    cases = check_cases("bench_peers_fl", a.only, CASES, a.profile)
+    if cases is None:
         return 2
-    if a.profile != "lan" and os.geteuid() != 0:
-        print(f"bench_peers_fl: not root: profile {a.profile} will NOT be applied (runs on loopback)", flush=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    rows = []
-    for i, case in enumerate(cases, 1):
-        run_id = f"{stamp}-bench-peers-fl-{case}"
-        cmd = command(case, a, run_id)
-        print(f"[bench] case {i}/{len(cases)} {case}: {' '.join(cmd[1:])}", flush=True)
-        t0 = time.perf_counter()
-        code = subprocess.run(cmd, cwd=ROOT).returncode
-        row = {"case": case, "run_wall_s": round(time.perf_counter() - t0, 1), "run_id": run_id,
-               "status": "ok" if code == 0 else f"exit {code}"}
-        try:
-            row.update(measure(a.results_dir / run_id))
-        except (OSError, ValueError, KeyError, IndexError) as e:
-            row["status"] += f"; no tables ({type(e).__name__})"
-        rows.append(row)
-    ratios(rows)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(a.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS, restval="")
-        w.writeheader()
-        w.writerows(rows)
-    print(f"\n{a.profile}, {a.clients} clients, {a.rounds} rounds of {a.samples_per_round} samples per client, "
-          f"train subset {a.train_subset or 'all'}; written to {a.out}")
-    print(pd.read_csv(a.out).drop(columns=["run_id"]).to_string(index=False))
+    rows = run_cases(cases, "bench-peers-fl", a.results_dir, lambda case, run_id: command(case, a, run_id), measure,
+                     a.jobs)
+    add_ratios(rows, "flower", {"bytes_up_vs_flower": "bytes_up_per_client_round",
+                                "round_time_vs_flower": "round_time_s"}, "acc_delta_vs_flower_pts")
+    samples = a.rounds * a.clients * a.samples_per_round * TrainingSection().local_epochs
+    write_table(rows, FIELDS, a.out,
+                f"{a.profile}, {a.clients} clients, {a.rounds} rounds of {a.samples_per_round} samples per client, "
+                f"train subset {a.train_subset or 'all'}" + JOBS_NOTE * (a.jobs > 1),
+                f"one process on the union of the clients' data, their local SGD, {samples} samples")
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 

@@ -9,3 +9,14 @@ images: $(STAMP) ## build base + controller/client/worker images (debootstrap ba
 
 up: docker-engine images ## run the default experiment in containers: FL int8_sparse, 2 clients, 10mbit (docker compose up)
 	docker compose up --abort-on-container-failure
+
+# The same experiments on a single-node Docker Swarm (root): make stack-up; BACKEND=swarm on any fl-%/ddp-% target.
+.PHONY: stack-up stack-down bench-stack
+stack-up: docker-engine images ## the default experiment (as `up`: FL int8_sparse, 2 clients, 10mbit) as a stack on a single-node Docker Swarm (docs/scale.md)
+	$(PYTHON) -m commlab.fl.run --backend swarm --codec int8_sparse --clients 2 --rounds 5 --samples-per-round 6000 --profile 10mbit
+
+stack-down: $(STAMP) ## remove leftover stacks and leave the single-node swarm that stack-up made
+	$(PYTHON) -m commlab.testbed.swarm down
+
+bench-stack: docker-engine images ## the same FL run on compose and on the swarm: bytes and accuracy side by side -> results/bench/stack.csv
+	$(PYTHON) benchmarks/bench_stack.py

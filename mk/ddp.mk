@@ -1,5 +1,5 @@
 # Data-parallel training over DDS (docs/ddp.md): WORLD equal workers, one gradient exchange per step.
-# make ddp-<method> WORLD=3 EPOCHS=2 BACKEND=auto|local|docker PROFILE=lan|10mbit|1mbit|hetero DDP_ARGS="--train-subset 2000"
+# make ddp-<method> WORLD=3 EPOCHS=2 BACKEND=auto|local|docker|swarm PROFILE=lan|10mbit|1mbit|hetero DDP_ARGS="--train-subset 2000"
 # <method>: dense (allreduce), dgc, or any registered codec (int8, qsgd4, signsgd, randomk, ...:
 # allgather of frames with error feedback).
 EPOCHS ?= 2

@@ -1,14 +1,26 @@
 # Federated learning over DDS (docs/fl.md): a controller and CLIENTS clients, one run per codec.
-# make fl-int8_sparse DOWNLINK=int8_sparse CLIENTS=2 ROUNDS=10 BACKEND=auto|local|docker PROFILE=lan|10mbit|1mbit|hetero
+# make fl-int8_sparse DOWNLINK=int8_sparse CLIENTS=2 ROUNDS=10 BACKEND=auto|local|docker|swarm PROFILE=lan|10mbit|1mbit|hetero
 # Defaults: Dirichlet(0.5) non-IID, 6000 samples per client and round, batch 64, 1 local epoch.
 ROUNDS ?= 10
 SAMPLES ?= 6000
 DOWNLINK ?= fp32
 FL_ARGS ?=
+# Sampling (docs/scale.md): PER_ROUND=2 (or 0.1) clients per round; AVAILABILITY=trace.csv (make fl-trace).
+PER_ROUND ?=
+AVAILABILITY ?=
+FL_SAMPLING = $(if $(PER_ROUND),--per-round $(PER_ROUND)) $(if $(AVAILABILITY),--availability $(AVAILABILITY))
 
 .PHONY: test-fl test-fl-slow
-fl-%: $(STAMP) ## FL run with compressor % (fp32, int8, int8_sparse, qsgd16, dgc, powersgd, signsgd, ...): CLIENTS ROUNDS BACKEND PROFILE SAMPLES FL_ARGS
-	$(PYTHON) -m commlab.fl.run --codec $* --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --downlink-codec $(DOWNLINK) --backend $(BACKEND) --profile $(PROFILE) $(FL_ARGS)
+fl-%: $(STAMP) ## FL run with compressor % (fp32, int8, int8_sparse, qsgd16, dgc, powersgd, signsgd, ...): CLIENTS ROUNDS BACKEND PROFILE SAMPLES PER_ROUND AVAILABILITY FL_ARGS
+	$(PYTHON) -m commlab.fl.run --codec $* --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --downlink-codec $(DOWNLINK) --backend $(BACKEND) --profile $(PROFILE) $(FL_SAMPLING) $(FL_ARGS)
+
+TRACE ?= results/traces/diurnal-$(CLIENTS)x$(ROUNDS).csv
+PERIOD ?= 24
+ON_FRACTION ?= 0.5
+TRACE_SEED ?= 0
+.PHONY: fl-trace
+fl-trace: $(STAMP) ## diurnal availability trace for CLIENTS clients over ROUNDS rounds (PERIOD ON_FRACTION TRACE_SEED) -> TRACE
+	$(PYTHON) -m commlab.fl.sampling --clients $(CLIENTS) --rounds $(ROUNDS) --period $(PERIOD) --on-fraction $(ON_FRACTION) --seed $(TRACE_SEED) --out $(TRACE)
 
 test-fl: $(STAMP) ## fast FL tests: config validation, FedAvg, update checks, checkpoints
 	$(PYTHON) -m pytest -q -m "not slow" tests/test_fl_config.py tests/test_fl_strategy.py tests/test_fl_robust.py tests/test_fl_checkpoint.py

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from commlab.dds.auth import (WINDOW, AuthError, KeyFileError, Opener, Sealer, make_keyrings, read_keyring,
+from commlab.dds.auth import (GMAC_RECIPIENTS_MAX, WINDOW, AuthError, KeyFileError, Opener, Sealer, make_keyrings, read_keyring,
                               write_keyring)
 
 NODES = ["controller", "client-0", "client-1"]
@@ -20,7 +20,7 @@ def deliver(sealer: Sealer, opener: Opener, payload=b"weights", topic="ModelBlob
     envelope = sealer.seal(topic, meta, payload)
     opened = opener.open(topic, sealer.ring.node, sealer.incarnation if incarnation is None else incarnation,
                          len(payload), envelope)
-    opened.hasher.update(payload)
+    opened.update(payload)
     opened.finish()
     return opened.meta
 
@@ -54,25 +54,32 @@ def test_no_key_another_run_and_altered_payloads_are_refused(rings):
         Opener(rings["client-0"]).open("ModelBlob", "controller", 1, 3, '{"round": 1}')  # a plain, unsealed meta
     sealer, opener = Sealer(rings["controller"], 1), Opener(rings["client-0"])
     opened = opener.open("ModelBlob", "controller", 1, 7, sealer.seal("ModelBlob", "{}", b"weights"))
-    opened.hasher.update(b"WEIGHTS")
+    opened.update(b"WEIGHTS")
     with pytest.raises(AuthError, match="altered"):
         opened.finish()
 
 
-def test_a_chunked_message_carries_its_digest_in_the_last_chunk(rings):
+@pytest.mark.parametrize("clients", [2, GMAC_RECIPIENTS_MAX + 1])  # GMAC per recipient, then one BLAKE3 digest
+def test_a_chunked_message_is_authenticated_by_its_last_chunk(clients):
+    rings = make_keyrings("run-a", ["controller"] + [f"client-{i}" for i in range(clients)], trusted={"controller"})
     sealer, opener = Sealer(rings["controller"], 1), Opener(rings["client-0"])
+    assert sealer.mac == ("gmac" if clients <= GMAC_RECIPIENTS_MAX else "blake3")
     sealing = sealer.begin("ModelBlob", '{"round": 3}', 12)
     opened = opener.open("ModelBlob", "controller", 1, 12, sealing.envelope)  # before any payload
     for part in (b"abcd", b"efgh", b"ijkl"):
         sealing.update(part)
-        opened.hasher.update(part)
+        opened.update(part)
     trailer = sealing.last_meta("")
     opened.finish(trailer)
     assert opened.meta == '{"round": 3}'
     forged = Opener(rings["client-0"]).open("ModelBlob", "controller", 1, 12, sealer.begin("ModelBlob", "{}", 12).envelope)
-    forged.hasher.update(b"abcdefghijkl")
-    with pytest.raises(AuthError, match="wrong_key"):  # a trailer of another message
+    forged.update(b"abcdefghijkl")
+    with pytest.raises(AuthError, match="wrong_key|altered"):  # a trailer of another message
         forged.finish(trailer)
+    altered = Opener(rings["client-1"]).open("ModelBlob", "controller", 1, 12, sealing.envelope)
+    altered.update(b"abcdefghijkL")
+    with pytest.raises(AuthError, match="altered"):
+        altered.finish(trailer)
 
 
 def test_the_envelope_must_match_its_chunk(rings):

@@ -1,8 +1,9 @@
-"""Container backend: config rewriting and compose specs (fast), and end-to-end runs in Docker.
+"""Container backends: config rewriting, compose and stack specs (fast), and end-to-end runs in Docker.
 
 The end-to-end tests build the images (cached layers after the first build), run a short FL
-experiment through the static compose file with `docker compose up`, and a short DDP run
-through commlab.testbed.docker_run, then read the results the nodes wrote on the host.
+experiment through the static compose file with `docker compose up`, a short DDP run through
+commlab.testbed.docker_run and a short FL run as a stack on a single-node swarm, then read the
+results the nodes wrote on the host.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import ipaddress
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,8 +21,13 @@ import pytest
 from commlab.testbed.backend import choose_backend
 from commlab.roster import ddp_roster, fl_roster
 from commlab.testbed.compose_file import addresses, compose_spec, container_config
-from commlab.testbed.docker_run import free_net
-from commlab.testbed.engine import REPO, bootstrap_as_root, compose_answers, compose_missing, engine_answers
+from commlab.testbed.docker_run import NETS as COMPOSE_NETS
+from commlab.testbed.engine import REPO, free_net, bootstrap_as_root, compose_answers, compose_missing, engine_answers
+from commlab.testbed.entrypoint import PeersUnresolved, resolved_config
+from commlab.builders import dds_settings
+from commlab.config_schema import DdsSection
+from commlab.testbed.swarm import (ADDRESS_POOL, ADVERTISE_ADDRESS, NETS, OVERLAY_MTU, leave_swarm, stack_config,
+                                   stack_spec, swarm_state)
 
 BENCH = ipaddress.ip_network("198.18.0.0/15")
 
@@ -74,6 +81,53 @@ def test_compose_spec_uses_internal_benchmark_network_and_fixed_addresses(tmp_pa
     assert keyed["secrets"] == {"worker-0-key": {"file": "/tmp/k/worker-0.key"},
                                 "worker-1-key": {"file": "/tmp/k/worker-1.key"}}
     assert keyed["services"]["worker-1"]["secrets"] == [{"source": "worker-1-key", "target": "commlab-key"}]
+
+
+def test_stack_spec_has_an_internal_overlay_in_the_swarm_pool_and_no_fixed_addresses(tmp_path):
+    pool = ipaddress.ip_network(ADDRESS_POOL)
+    # The pool must not meet the compose networks (198.19.100 and 198.19.128-249) or the engine's bridge.
+    assert pool.subnet_of(BENCH) and ipaddress.ip_address(ADVERTISE_ADDRESS) in BENCH
+    for other in ("198.19.0.0/24", "198.19.100.0/24", "198.19.128.0/17"):
+        assert not pool.overlaps(ipaddress.ip_network(other))
+    assert all(ipaddress.ip_network(f"198.19.{n}.0/24").subnet_of(pool) for n in NETS)
+    spec = stack_spec(fl_roster(2), host_results=tmp_path, net=NETS[0], config_dir="/results/x/configs",
+                      key_files={"client-0": "/tmp/k/client-0.key"})
+    net = spec["networks"]["lab"]
+    assert net["driver"] == "overlay" and net["internal"] is True
+    assert ipaddress.ip_network(net["ipam"]["config"][0]["subnet"]).subnet_of(pool)
+    for svc in spec["services"].values():
+        assert svc["networks"] == ["lab"] and svc["deploy"] == {"restart_policy": {"condition": "none"}}
+        assert svc["environment"]["COMMLAB_BACKEND"] == "swarm"
+    assert spec["services"]["client-0"]["secrets"] == [{"source": "client-0-key", "target": "commlab-key", "mode": 0o400}]
+    assert "name" not in spec and "secrets" not in spec["services"]["client-1"]
+    out = stack_config(fl_cfg(tmp_path), "client-0", fl_roster(2), "10mbit", tmp_path)
+    assert out["dds"]["peers"] == ["tasks.controller", "tasks.client-1"]
+    assert out["dds"]["multicast"] == "off"  # an overlay carries none
+    # VXLAN leaves 1450 bytes: every DDS datagram must fit, or IP splits each one in two.
+    settings = dds_settings(DdsSection(**{**out["dds"], "peers": tuple(out["dds"]["peers"])}))
+    assert settings.message_bytes <= OVERLAY_MTU - 44 and settings.fragment_bytes == 1294
+
+
+def test_the_entry_point_resolves_peer_names_and_names_the_ones_that_do_not(tmp_path):
+    path = tmp_path / "client-0.json"
+    path.write_text(json.dumps({"dds": {"peers": ["tasks.controller", "198.19.65.7"]}, "rounds": 2}))
+    answers = {"tasks.controller": ["not yet", "198.19.65.3"]}  # attached on the second look
+
+    def resolve(name: str) -> str:
+        answer = answers[name].pop(0)
+        if answer == "not yet":
+            raise OSError("unknown host")
+        return answer
+
+    resolved = resolved_config(str(path), resolve=resolve)
+    assert json.loads(Path(resolved).read_text()) == {"dds": {"peers": ["198.19.65.3", "198.19.65.7"]}, "rounds": 2}
+    assert json.loads(path.read_text())["dds"]["peers"][0] == "tasks.controller"  # the shared file is left alone
+    os.unlink(resolved)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"dds": {"peers": ["198.19.65.3"]}}))
+    assert resolved_config(str(plain), resolve=resolve) == str(plain)
+    with pytest.raises(PeersUnresolved, match="tasks.controller did not resolve"):
+        resolved_config(str(path), timeout_s=0.0, resolve=lambda name: (_ for _ in ()).throw(OSError("unknown")))
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +185,7 @@ def test_fl_with_docker_compose_up(engine, tmp_path):
     project = f"cltest{os.getpid()}"
     # A free 198.19.<net>.0/24, so a default `docker compose up` left on the machine cannot clash.
     env = {**os.environ, "RESULTS_DIR": str(tmp_path), "ROUNDS": "2", "SAMPLES": "1000", "LINK_PROFILE": "10mbit",
-           "COMPOSE_NET": str(free_net(project))}
+           "COMPOSE_NET": str(free_net(project, COMPOSE_NETS))}
     compose = ["docker", "compose", "-f", str(REPO / "compose" / "fl.yaml"), "-p", project]
     try:
         up = subprocess.run([*compose, "up", "--abort-on-container-failure"], env=env, capture_output=True, text=True, timeout=480)
@@ -170,3 +224,27 @@ def test_ddp_with_docker_run(engine, tmp_path):
     assert steps and all(int(s["bytes_sent"]) > 0 for s in steps)
     epochs = [row for p in run_dir.glob("epochs*.csv") for row in read_csv(p)]
     assert epochs and all(0 < float(e["test_accuracy"]) <= 1 for e in epochs)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_fl_as_a_stack_on_a_single_node_swarm(engine, tmp_path):
+    was = swarm_state()
+    try:
+        out = subprocess.run([sys.executable, "-m", "commlab.fl.run", "--backend", "swarm", "--clients", "2",
+                              "--rounds", "2", "--samples-per-round", "1000", "--profile", "10mbit",
+                              "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    finally:
+        if was == "inactive":  # a swarm this test made; one the machine had stays
+            leave_swarm()
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["backend"] == "swarm" and manifest["multicast"] == "off" and manifest["status"] == "completed"
+    rounds = read_csv(run_dir / "rounds.csv")
+    assert len(rounds) == 2 and rounds[-1]["participants"] == "client-0;client-1"
+    for node in ("controller", "client-0", "client-1"):
+        link = json.loads((run_dir / f"link-{node}.json").read_text())
+        assert link["applied"]["rate"] == "10mbit" and "tbf" in link["tc_show"]
+    assert "round 2/2" in (run_dir / "swarm.log").read_text()

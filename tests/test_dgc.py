@@ -130,12 +130,25 @@ def test_simulated_workers_match_dense_momentum_sgd_at_full_density():
     assert np.allclose(params, ref, atol=1e-5)
 
 
-def test_local_clipping_scales_by_inverse_sqrt_world():
+def test_local_clipping_of_a_rank_mean_gradient_is_at_clip_norm_times_sqrt_world():
+    """Each rank's memory gets its own mean gradient g_k and the ranks average: the paper's
+    clip_norm/sqrt(N) on the share g_k/N of a sum is clip_norm*sqrt(N) on g_k."""
     mem = DgcMemory(np.ones(13, bool), momentum=0.0, clip_norm=2.0, world=4)
     grad = np.concatenate([np.full(4, 3.0), np.full(9, 2.0)]).astype(np.float32)  # norm sqrt(72)
-    assert np.linalg.norm(mem.compensate(grad)) == pytest.approx(1.0, rel=1e-4)
+    assert np.linalg.norm(mem.compensate(grad)) == pytest.approx(4.0, rel=1e-4)
     small = DgcMemory(np.ones(4, bool), momentum=0.0, clip_norm=2.0, world=4)
     assert np.array_equal(small.compensate(np.full(4, 0.1, np.float32)), np.full(4, 0.1, np.float32))
+
+
+def test_locally_clipped_average_has_the_norm_vanilla_clipping_gives():
+    """Noise-dominated gradients of W ranks, each far above the limit: the average of the locally
+    clipped ones has about clip_norm, the norm clipping the average itself would give (the paper's
+    intent). Clipping each at clip_norm/sqrt(W) left the average at about clip_norm/W."""
+    world, clip, n = 9, 1.0, 20000
+    rng = np.random.default_rng(0)
+    mems = [DgcMemory(np.ones(n, bool), momentum=0.0, clip_norm=clip, world=world) for _ in range(world)]
+    mean = sum(m.compensate(50 * rng.standard_normal(n).astype(np.float32)) for m in mems) / world
+    assert np.linalg.norm(mean) == pytest.approx(clip, rel=0.05)
 
 
 def test_masking_starts_after_warmup_by_default():

@@ -109,7 +109,7 @@ def controller(tmp_path, *argv):
 
 
 @pytest.mark.parametrize("strategy, message", [
-    ({"name": "krum"}, "strategy.name: unknown strategy 'krum' (known: fedavg, median, trimmed_mean, norm_clip)"),
+    ({"name": "krum"}, "strategy.name: unknown strategy 'krum' (known: fedavg, median, trimmed_mean, norm_clip, fedbuff)"),
     ({"name": "fedavg", "trim_fraction": 0.2}, "strategy.trim_fraction: only for strategy trimmed_mean, not fedavg"),
     ({"name": "median", "clip_norm": 1.0}, "strategy.clip_norm: only for strategy norm_clip, not median"),
     ({"name": "trimmed_mean", "trim_fraction": 0.5}, "strategy.trim_fraction: must be in [0, 0.5), got 0.5"),

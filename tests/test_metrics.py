@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from commlab.metrics import RunWriter, write_atomic
+from commlab.metrics import RunWriter, peak_memory_line, write_atomic, write_transport_totals
 
 
 def test_rows_are_on_disk_before_close_and_manifest_records_links(tmp_path):
@@ -46,3 +46,18 @@ def test_write_atomic_replaces_whole_or_not_at_all(tmp_path):
         write_atomic(path, crash)
     assert path.read_bytes() == b"new, through a writer"
     assert [p.name for p in tmp_path.iterdir()] == ["state.bin"]  # no temporary file left behind
+
+
+def test_every_node_records_its_peak_memory_and_the_launcher_sums_them(tmp_path):
+    import resource
+    (tmp_path / "r1").mkdir()
+    write_transport_totals(tmp_path, "r1", "controller", {"bytes_sent": 5})
+    doc = json.loads((tmp_path / "r1" / "transport-controller.json").read_text())
+    assert doc["bytes_sent"] == 5
+    assert doc["peak_rss_bytes"] == pytest.approx(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, rel=0.5)
+    (tmp_path / "r1" / "transport-client-0.json").write_text(json.dumps({"peak_rss_bytes": 3 * 2**30}))
+    (tmp_path / "r1" / "transport-client-1.json").write_text("{}")  # from before the field: left out
+    line = peak_memory_line(tmp_path / "r1")
+    assert line.startswith("peak memory (max RSS): client-0 3072 MiB, controller ")
+    assert line.endswith(f"all 2 nodes together at most {(3 * 2**30 + doc['peak_rss_bytes']) / 2**30:.2f} GiB")
+    assert peak_memory_line(tmp_path) is None

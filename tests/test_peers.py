@@ -1,5 +1,6 @@
-"""The reference peers (docs/peers.md): a short gloo run on loopback writes the DDS workers' tables
-and trains exactly as the DDS dense reference; hooks are validated; the centralized trainer runs."""
+"""The reference peers (docs/peers.md): hooks and the sample budget are validated; gloo in shaped
+namespaces. Short gloo and centralized runs on loopback (tables, identical training to DDS dense):
+tests/test_bench_peers_smoke.py, which runs `make bench-peers SMOKE=1`."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ import pytest
 
 from commlab.config_schema import ConfigError, from_dict
 from commlab.peers.config import PeerConfig
-from commlab.tables import COLUMNS
+from commlab.peers.run import build_config, parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = ["--epochs", "1", "--train-subset", "640", "--test-subset", "200"]
@@ -41,48 +42,23 @@ def test_unknown_hook_is_one_line(tmp_path):
                                "start_iter": 1})
 
 
-@pytest.mark.parametrize("hook", ["none", "powersgd"])
-def test_gloo_two_ranks_on_loopback(tmp_path, hook):
-    out = launch(tmp_path, "--kind", "gloo", "--hook", hook, "--world", "2", *SHORT)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    run = only_run(tmp_path)
-    manifest = json.loads((run / "manifest.json").read_text())
-    assert (manifest["kind"], manifest["method"], manifest["status"], manifest["world"]) == \
-        ("ddp", f"gloo-{hook}", "completed", 2)
-    for rank in (0, 1):
-        steps = pd.read_csv(run / f"steps-rank{rank}.csv")
-        epochs = pd.read_csv(run / f"epochs-rank{rank}.csv")
-        assert list(steps.columns) == COLUMNS["steps"] and list(epochs.columns) == COLUMNS["epochs"]
-        assert len(steps) == 10 and (steps["bytes_sent"] > 0).all()  # 640 // 2 // 32 steps
-        assert len(epochs) == 1 and 0 < epochs["test_accuracy"].iloc[0] <= 1
-    if hook == "powersgd":  # start_iter 2 dense steps, then rank-2 factors only
-        density = pd.read_csv(run / "steps-rank0.csv")["density"]
-        assert (density[:2] == 1.0).all() and (density[2:] < 0.05).all()
-
-
-def test_gloo_none_matches_the_dds_dense_reference(tmp_path):
-    """Same model init, shards, batch order and optimizer: after 10 steps the same test loss as the
-    DDS workers' dense allreduce (the float sums differ only in order)."""
-    gloo = launch(tmp_path / "gloo", "--kind", "gloo", "--world", "2", *SHORT)
-    dds = subprocess.run([sys.executable, "-m", "commlab.ddp.run", "--method", "dense", "--world", "2", *SHORT,
-                          "--results-dir", str(tmp_path / "dds")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=240)
-    assert gloo.returncode == 0 and dds.returncode == 0, gloo.stderr[-1000:] + dds.stderr[-1000:]
-    a = pd.read_csv(only_run(tmp_path / "gloo") / "epochs-rank0.csv").iloc[-1]
-    b = pd.read_csv(only_run(tmp_path / "dds") / "epochs-rank0.csv").iloc[-1]
-    assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=0.011)
-    assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-3)
-
-
-def test_centralized_short_run(tmp_path):
-    out = launch(tmp_path, "--kind", "centralized", "--world", "2", *SHORT)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    run = only_run(tmp_path)
-    manifest = json.loads((run / "manifest.json").read_text())
-    assert (manifest["method"], manifest["status"], manifest["processes"]) == ("centralized", "completed", 1)
-    steps = pd.read_csv(run / "steps-rank0.csv")
-    assert len(steps) == 10 and (steps["bytes_sent"] == 0).all()  # same steps as 2 ranks of 32 each
-    assert 0 < pd.read_csv(run / "epochs-rank0.csv")["test_accuracy"].iloc[0] <= 1
+def test_sample_budget_is_the_centralized_peers_only(tmp_path):
+    """--samples (the FL benchmark's centralized row): ceil(N / (world x batch)) steps over as many epochs
+    as that takes; any other kind says so in one line. The short loopback runs of gloo (none, fp16,
+    powersgd), of the centralized trainer and DDS dense vs gloo none are `make bench-peers SMOKE=1`'s,
+    checked in tests/test_bench_peers_smoke.py."""
+    out = launch(tmp_path, "--kind", "gloo", "--samples", "1200", timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip() == "commlab.peers.run: --samples: a positive budget of the centralized peer only, got 1200"
+    a = parse_args(["--kind", "centralized", "--world", "1", "--batch-size", "64", "--train-subset", "2000",
+                    "--samples", "1200", "--results-dir", str(tmp_path)])
+    cfg = build_config(a)
+    assert (cfg["max_steps"], cfg["training"]["epochs"]) == (19, 1)  # 31 steps an epoch
+    a.samples = 5000
+    cfg = build_config(a)
+    assert (cfg["max_steps"], cfg["training"]["epochs"]) == (79, 3)
+    with pytest.raises(ConfigError, match="max_steps"):
+        from_dict(PeerConfig, {"run_id": "r", "results_dir": str(tmp_path), "kind": "gloo", "max_steps": 3})
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")

@@ -1,6 +1,6 @@
 """The Flower FedAvg peer (docs/peers.md): a short run on loopback writes the FL tables, and with the
-same seeds it trains what the DDS fl-fp32 run trains; the FL peer benchmark's smoke mode computes
-its ratios. Skipped when flwr (an optional extra) is not installed."""
+same seeds it trains what the DDS fl-fp32 run trains (the FL peer benchmark's smoke mode:
+tests/test_bench_peers_smoke.py). Skipped when flwr (a test dependency, pyproject.toml) is not installed."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ import pytest
 from commlab.report.runs import load_run
 from commlab.tables import COLUMNS
 
-pytest.importorskip("flwr", reason="flwr not installed (optional extra: make peer-flower installs it)",
+pytest.importorskip("flwr", reason="flwr not installed (pyproject.toml [test]: pip install -e '.[test]')",
                     exc_type=ImportError)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,19 +39,3 @@ def test_flower_two_clients_on_loopback(tmp_path):
         clients = pd.read_csv(run / f"clients-{i}.csv")
         assert set(clients.columns) <= set(COLUMNS["clients"]) and list(clients["num_samples"]) == [300, 300]
     load_run(run)  # `make plots` reads it beside the DDS runs
-
-
-def test_bench_smoke_flower_matches_dds_fp32(tmp_path):
-    """Same model, partitions, subsets and SGD: after 2 rounds the same test accuracy and loss (float noise
-    only: Flower averages weights in float32, the DDS controller deltas in float64)."""
-    out_csv = tmp_path / "peers-fl.csv"
-    out = subprocess.run([sys.executable, "benchmarks/bench_peers_fl.py", "--smoke", "--profile", "lan",
-                          "--only", "dds-fp32,flower", "--results-dir", str(tmp_path), "--out", str(out_csv)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    table = pd.read_csv(out_csv).set_index("case")
-    assert list(table.index) == ["dds-fp32", "flower"] and (table["status"] == "ok").all()
-    assert table.loc["flower", "bytes_up_vs_flower"] == 1.0 and table.loc["dds-fp32", "bytes_up_vs_flower"] > 0
-    assert table.loc["dds-fp32", "acc_delta_vs_flower_pts"] == 0.0
-    losses = [pd.read_csv(tmp_path / run_id / "rounds.csv")["test_loss"] for run_id in table["run_id"]]
-    assert (abs(losses[0] - losses[1]) < 1e-4).all(), losses

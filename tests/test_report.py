@@ -233,3 +233,15 @@ def test_compressor_matrix_is_drawn_and_tabled(tmp_path):
     assert "## Compressor matrix" in text and "| fl | int8 |" in text and "![matrix](matrix.png)" in text
     image = matplotlib.image.imread(tmp_path / "out" / "matrix.png")
     assert image.std() > 0.01  # something was drawn
+
+
+def test_adaptive_runs_get_bits_and_uplink_share_figures(tmp_path):
+    from commlab.report.figures import ADAPTIVE_FIGURES, adaptive_figures
+    clients = pd.DataFrame({"run_id": "r", "series": "qsgd15", "round": [1, 1, 2, 2], "client_id": [0, 1, 0, 1],
+                            "bits": [4, 8, 2, 6], "rate_bps": [2e6, 6e6, 1e6, 3e6]})
+    paths = adaptive_figures(clients, "test", "g", tmp_path)
+    assert [p.name for p in paths] == [f"g-{n}.png" for n in ADAPTIVE_FIGURES]
+    for p in paths:
+        assert matplotlib.image.imread(p).std() > 0
+    # Runs without allocations (bits empty) draw nothing.
+    assert adaptive_figures(clients.assign(bits=np.nan), "test", "g", tmp_path / "none") == []

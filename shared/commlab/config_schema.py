@@ -164,6 +164,8 @@ class DdsSection:
     loopback_tuned: bool | None = None
     # off | discovery | data (commlab.dds.settings.MULTICAST); None: off with peers, discovery without.
     multicast: str | None = None
+    # The link's MTU when below 1500 (a swarm overlay: 1450); None keeps 1500.
+    link_mtu: int | None = None
     # This node's keyring (commlab.dds.auth): messages are authenticated when set. A path, never the key.
     key_file: str | None = None
 
@@ -172,6 +174,8 @@ class DdsSection:
             raise ConfigError(f"{where}domain_id: must be in 0..232, got {self.domain_id}")
         if self.multicast not in (None, "off", "discovery", "data"):
             raise ConfigError(f"{where}multicast: must be off, discovery or data, got {self.multicast!r}")
+        if self.link_mtu is not None and not 1280 <= self.link_mtu <= 9000:
+            raise ConfigError(f"{where}link_mtu: must be in 1280..9000, got {self.link_mtu}")
 
     def check_host(self, where: str = "dds.") -> None:
         """What only the machine the node runs on can tell: does `interface` exist here? Called at

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import resource
 import subprocess
 import time
 import uuid
@@ -69,8 +70,25 @@ def write_atomic(path: Path, data: bytes | Callable[[BinaryIO], None], mode: int
 
 def write_transport_totals(results_dir: Path | str, run_id: str, node: str, totals: Mapping[str, Any]) -> None:
     """results/<run-id>/transport-<node>.json: a node's CommStats at its end (bytes, messages,
-    and what it dropped: malformed, expired, evicted, and by authentication reason)."""
-    write_json_atomic(Path(results_dir) / run_id / f"transport-{node}.json", totals)
+    and what it dropped: malformed, expired, evicted, and by authentication reason), and the
+    node's peak resident memory."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    write_json_atomic(Path(results_dir) / run_id / f"transport-{node}.json", {**totals, "peak_rss_bytes": peak})
+
+
+def peak_memory_line(run_dir: Path) -> str | None:
+    """One line naming each node's peak resident memory and their sum (an upper bound on what
+    the nodes held at once), from the transport-<node>.json files; None when there are none."""
+    peaks = {}
+    for path in sorted(run_dir.glob("transport-*.json")):
+        try:
+            peaks[path.stem.removeprefix("transport-")] = int(json.loads(path.read_text())["peak_rss_bytes"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a node that died before writing it, or a run from before this field
+    if not peaks:
+        return None
+    nodes = ", ".join(f"{name} {peak / 2**20:.0f} MiB" for name, peak in peaks.items())
+    return f"peak memory (max RSS): {nodes}; all {len(peaks)} nodes together at most {sum(peaks.values()) / 2**30:.2f} GiB"
 
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:

@@ -94,9 +94,13 @@ class DgcMemory:
         if grad.shape != self.velocities.shape:
             raise CodecError(f"dgc memory: vector has shape {grad.shape}, memory {self.velocities.shape}")
         if self.clip_norm is not None:
-            # Local clipping (3.4): the aggregate of `world` gradients has about sqrt(world) times
-            # the norm of one, so each is clipped at clip_norm / sqrt(world).
-            norm, limit = float(np.linalg.norm(grad)), self.clip_norm / math.sqrt(self.world)
+            # Local clipping (3.4): clip_norm is the threshold of vanilla clipping of the update,
+            # here the *mean* of the `world` gradients. The paper clips each node's share G_k =
+            # g_k / world of a sum at clip_norm / sqrt(world) (the sum of N noise-dominated shares
+            # has about sqrt(N) times the norm of one); on the node's own mean gradient g_k, which
+            # is what this memory gets, that is clip_norm * world / sqrt(world) = clip_norm *
+            # sqrt(world). (Clipping g_k at clip_norm / sqrt(world) clipped world times harder.)
+            norm, limit = float(np.linalg.norm(grad)), self.clip_norm * math.sqrt(self.world)
             if norm > limit:
                 grad = grad * np.float32(limit / (norm + 1e-6))
         if self.nesterov:

@@ -1,9 +1,19 @@
 """powersgd<r>: low-rank gradient compression (Vogels et al., NeurIPS 2019; PyTorch's powerSGD_hook).
 
 Each matrix-shaped tensor M (n x m: the first dimension by the rest) is approximated by P Q^T of
-rank r with one power iteration from the previous step's Q (warm start): P = M Q, orthogonalise P,
-Q = M^T P. Tensors with one dimension, and matrices too small to gain `min_compression_rate`,
-travel whole. The residual M - P Q^T is the error-feedback memory around this codec.
+rank r by power iteration from the previous frame's Q (warm start): P = M Q, orthogonalise P,
+Q = M^T P, `power_iters` times per frame. Tensors with one dimension, and matrices too small to gain
+`min_compression_rate`, travel whole. The residual M - P Q^T is the error-feedback memory around
+this codec.
+
+Why several iterations per frame: in DDP one warm-started iteration per step is enough (the paper,
+the hook), because consecutive gradients are alike and the iterations add up across steps; every
+iteration there costs an allreduce, so DDP (ddp/lowrank.py, which does not use `encode`) keeps one.
+A frame (an FL upload: one per round) is computed by one sender alone, so more iterations cost no
+bytes, and the previous frame's Q is a round of training old: one iteration from it left the
+rank-2 approximation of an MNIST CNN round delta well short of the best one (fc1 27 % of its
+energy from a random start against 39 % for the best rank 2, conv2 36 % against 52 %; 4
+iterations: 38.6 % and 51.9 %), and FL powersgd2 at 81 % after 10 rounds (fp32 98.6 %).
 
 As a frame (FL uploads): per matrix its offset, n and m, then P (n x r) and Q (m x r) as float32;
 then the dense positions (indices coded as fp32_sparse codes them) and their float32 values. The
@@ -26,6 +36,7 @@ from commlab.codecs.topk import split_sparse
 
 ENTRY = struct.Struct("<QII")  # offset in the flat vector, n, m
 Layout = Sequence[tuple[str, tuple[int, ...]]]
+POWER_ITERS = 4  # per frame; see the module docstring
 
 
 @dataclass(frozen=True)
@@ -70,12 +81,15 @@ class PowerSgd(Codec):
     needs_layout = True
 
     def __init__(self, layout: Layout | None = None, rank: int = 2, min_compression_rate: float = 2.0,
-                 start_iter: int = 0, seed: int = 0, **kw) -> None:
+                 start_iter: int = 0, seed: int = 0, power_iters: int = POWER_ITERS, **kw) -> None:
         super().__init__(**kw)
-        if not 1 <= rank <= 1024 or start_iter < 0:
-            raise CodecError(f"powersgd: need 1 <= rank <= 1024 and start_iter >= 0, got {rank}, {start_iter}")
+        if not 1 <= rank <= 1024 or start_iter < 0 or not 1 <= power_iters <= 64:
+            raise CodecError(f"powersgd: need 1 <= rank <= 1024, start_iter >= 0 and 1 <= power_iters <= 64, "
+                             f"got {rank}, {start_iter}, {power_iters}")
         # start_iter: DDP steps exchanged dense before PowerSGD starts (the hook's start_powerSGD_iter).
+        # power_iters: power iterations per encoded frame (FL uploads); DDP's exchange runs one per step.
         self.rank, self.start_iter, self.rng = rank, start_iter, np.random.default_rng(seed)
+        self.power_iters = power_iters
         self.numel: int | None = None
         self.matrices: list[Matrix] = []
         self.dense_idx = np.zeros(0, np.int64)
@@ -98,8 +112,9 @@ class PowerSgd(Codec):
         parts = []
         for k, mat in enumerate(self.matrices):
             m = self.view(vec, mat)
-            p = orthogonalize(m @ self.qs[k])
-            self.qs[k] = m.T @ p
+            for _ in range(self.power_iters):
+                p = orthogonalize(m @ self.qs[k])
+                self.qs[k] = m.T @ p
             parts += [ENTRY.pack(mat.offset, mat.n, mat.m), p, self.qs[k]]
         mode, idx_bytes = self.dense_code
         parts += [idx_bytes, vec[self.dense_idx]]

@@ -57,7 +57,7 @@ class DgcSection:
     # density: during warm-up coordinates are resent within a few steps, staleness is small, and
     # masking would discard most of their momentum (docs/ddp.md: 95.1% vs 97.4% after epoch 0).
     momentum_masking: str = "after_warmup"
-    clip_norm: float | None = 10.0  # local clipping at clip_norm/sqrt(world); None: off
+    clip_norm: float | None = 10.0  # clipping of the averaged gradient, done locally (each rank at clip_norm*sqrt(world)); None: off
 
     def check(self, where: str) -> None:
         if self.warmup_unit not in ("steps", "epochs"):

@@ -1,4 +1,4 @@
-"""`python -m commlab.ddp.run --method dense|dgc --world N --epochs E --backend local|docker|auto`
+"""`python -m commlab.ddp.run --method dense|dgc --world N --epochs E --backend local|docker|swarm|auto`
 
 Builds the WORLD identical worker configs of one DDP run (unique run id and DDS domain), then
 starts the workers through commlab.testbed.backend.run_nodes: local processes (WORLD/RANK in their
@@ -14,7 +14,7 @@ from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec
 from commlab.ddp.config import WorkerConfig, steps_per_epoch
 from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, random_domain, write_node_config
-from commlab.metrics import new_run_id
+from commlab.metrics import new_run_id, peak_memory_line
 from commlab.progress import watch_csv
 from commlab.roster import ddp_roster
 from commlab.run_keys import run_keys, with_key_file
@@ -34,7 +34,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="codec parameter, e.g. ratio=0.05 (repeatable)")
     p.add_argument("--world", type=int, default=3)
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--backend", choices=("local", "docker", "auto"), default="local")
+    p.add_argument("--backend", choices=("local", "docker", "swarm", "auto"), default="local")
     p.add_argument("--multicast", choices=("off", "discovery", "data"),
                    help="what DDS may multicast (default: data on the private networks of namespaces and "
                    "containers, off on loopback, where multicast is refused)")
@@ -121,12 +121,16 @@ def main(argv: list[str] | None = None) -> int:
         # Every message is authenticated; ranks are equals, so each holds the run key (one file).
         with run_keys(cfg["run_id"], names, trusted=set(names)) as key_files:
             cfg = with_key_file(cfg, key_files[names[0]])
-            return run_nodes("commlab.ddp.run", backend, a.profile, run_dir, names,
+            code = run_nodes("commlab.ddp.run", backend, a.profile, run_dir, names,
                              local=lambda: run_local(cfg, a.world),
                              netns=lambda: run_ddp_netns([cfg] * a.world, a.profile),
-                             docker=lambda: run_ddp([cfg] * a.world, a.profile, Path(cfg["results_dir"])))
+                             docker=lambda: run_ddp([cfg] * a.world, a.profile, Path(cfg["results_dir"]),
+                                                    swarm=backend == "swarm"))
     finally:
         stop_progress()
+    if memory := peak_memory_line(run_dir):
+        print(f"[run] {memory}", flush=True)
+    return code
 
 
 if __name__ == "__main__":

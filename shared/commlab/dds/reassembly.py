@@ -135,8 +135,8 @@ class Reassembler:
             return None
         if h.payload_len:
             copy_payload(p.buffer, offset)
-            if p.opened is not None:  # hashed while the chunk is still in cache
-                p.opened.hasher.update(memoryview(p.buffer)[offset:offset + h.payload_len])
+            if p.opened is not None:  # authenticated while the chunk is still in cache
+                p.opened.update(memoryview(p.buffer)[offset:offset + h.payload_len])
         p.received.add(h.index)
         if h.index == 0:
             p.meta = h.meta

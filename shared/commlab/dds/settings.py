@@ -17,6 +17,7 @@ from .auth import Keyring
 # the wire-byte estimate in stats.py exact (see docs/transport.md).
 LOOPBACK_FRAGMENT = 60000
 LOOPBACK_MESSAGE = 65000
+MTU = 1500  # of a shaped link; dds.link_mtu says when it is smaller (a swarm overlay: 1450, VXLAN)
 MTU_FRAGMENT = 1344
 MTU_MESSAGE = 1456  # 1344 payload + 112 bytes of RTPS/UDP/IP headers <= MTU 1500
 # Default chunk sizes. Shaped links: <= 256 KB chunks avoid drop storms, 64 KiB is safe. Loopback:
@@ -72,6 +73,7 @@ class DdsSettings:
     reassembly_total_bytes: int | None = None
     max_participants: int = 64
     multicast: str | None = None  # None: "off" with unicast peers, "discovery" without
+    link_mtu: int = MTU  # shaped links: fragments shrink with it, so no datagram is split by IP
     keyring: Keyring | None = field(default=None, compare=False, repr=False)  # set: messages are authenticated
     extra_xml: str = field(default="", compare=False)  # appended inside <Domain>, e.g. loss injection in tests
 
@@ -94,6 +96,8 @@ class DdsSettings:
             raise ValueError(f"dds.multicast must be one of {', '.join(MULTICAST)}, got {self.multicast!r}")
         if self.multicast == "off" and not self.peers:
             raise ValueError("dds.multicast off needs unicast peers: with none, nothing could be discovered")
+        if not 1280 <= self.link_mtu <= 9000:
+            raise ValueError(f"dds.link_mtu must be in 1280..9000, got {self.link_mtu}")
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> "DdsSettings":
@@ -113,11 +117,11 @@ class DdsSettings:
 
     @property
     def fragment_bytes(self) -> int:
-        return LOOPBACK_FRAGMENT if self.loopback_tuned else MTU_FRAGMENT
+        return LOOPBACK_FRAGMENT if self.loopback_tuned else MTU_FRAGMENT - (MTU - self.link_mtu)
 
     @property
     def message_bytes(self) -> int:
-        return LOOPBACK_MESSAGE if self.loopback_tuned else MTU_MESSAGE
+        return LOOPBACK_MESSAGE if self.loopback_tuned else MTU_MESSAGE - (MTU - self.link_mtu)
 
     def to_xml(self) -> str:
         """The Cyclone configuration for one participant of this domain."""

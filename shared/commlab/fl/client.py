@@ -86,12 +86,17 @@ class Client:
             progress = Progress(self.node.stats)
 
     def _accepts(self, cmd: TrainCmd) -> bool:
-        """False, with one log line, for a command of another run or an invalid one."""
+        """False, with one log line, for a command of another run, an invalid one, or one that does
+        not name this client (sampled out; silent for fedbuff, which sends one per dispatch)."""
         if cmd.run_id != self.cfg.run_id:  # another run sharing the DDS domain: not ours to obey
             self.log(f"ignoring TrainCmd of run {cmd.run_id!r} (this is run {self.cfg.run_id!r})")
             return False
         if (problem := cmd.problem()) is not None:
             self.log(f"rejected TrainCmd for round {cmd.round}: {problem}")
+            return False
+        if not cmd.names(self.cfg.name):  # sampled out; fedbuff's many small commands pass silently
+            if not cmd.newer_base_ok:
+                self.log(f"round {cmd.round}: not selected, waiting for the next command")
             return False
         return True
 
@@ -188,7 +193,14 @@ class Client:
         if self.weights is None and rnd > cmd.first_round:
             # Started after the controller's whole-model broadcast (a restart): no delta can apply.
             self._request_model(rnd - 1)
+        if cmd.newer_base_ok and self.weights_round is not None:
+            # fedbuff: a replica already past round-1 is a fresher start, not a reason to skip; the
+            # update's round then names the version it was trained from (+ 1).
+            rnd = max(rnd, self.weights_round + 1)
         comm_s = self._wait_for_model(rnd, max(cmd.deadline_s, 1.0))
+        if comm_s is None and cmd.newer_base_ok:  # the replica moved on while waiting: start from there
+            rnd = self.weights_round + 1
+            comm_s = self._wait_for_model(rnd, max(cmd.deadline_s, 1.0))
         if comm_s is None:
             return
         fit = FitIns(round=rnd, epochs=cmd.epochs, lr=cmd.lr, batch_size=cmd.batch_size,

@@ -1,7 +1,8 @@
 """Gathering one round's ClientUpdates: deadline, min_clients, hard limit, and rejection of bad ones.
 
 Every update is checked before it can reach the strategy: wrong round (stale or future), unknown
-or repeated client, bad sample count, undecodable or non-finite payload. Rejections are counted
+or repeated client, sent by another node than the client it names (a stolen key signs only as its
+own client), bad sample count, undecodable or non-finite payload. Rejections are counted
 and logged with the reason, and never stop the round.
 """
 from __future__ import annotations
@@ -41,8 +42,9 @@ class UpdateCollector:
     log: Callable[[str], None]
     replies: RoundReplies = field(default_factory=RoundReplies)
 
-    def offer(self, msg: Any) -> None:
-        reason = self._check(msg)
+    def offer(self, msg: Any, sender: str | None = None) -> None:
+        """`sender`: the node the transport authenticated the message as (None: not known)."""
+        reason = self._check(msg, sender)
         if reason is None:
             start = time.perf_counter()
             try:
@@ -59,11 +61,13 @@ class UpdateCollector:
             self.replies.failures.append((str(msg.client_id), reason))
             self.log(f"round {self.rnd}: rejected update from {msg.client_id!r} (round {msg.round}): {reason}")
 
-    def _check(self, msg: Any) -> str | None:
+    def _check(self, msg: Any, sender: str | None) -> str | None:
         if msg.round != self.rnd:
             return f"update is for round {msg.round}, not {self.rnd}"
         if msg.client_id not in self.expected:
             return "unknown client"
+        if sender is not None and sender != msg.client_id:
+            return f"sent by {sender!r}, not by the client it names"
         if msg.client_id in self.answered():
             return "second update in this round"
         if msg.num_samples <= 0:
@@ -76,7 +80,8 @@ class UpdateCollector:
     def collect(self, receive: Callable[[float], Any], started: float, deadline_s: float,
                 hard_limit_s: float, min_clients: int, idle_s: Callable[[], float] | None = None,
                 alive: Callable[[], set[str]] | None = None, lost_grace_s: float = 30.0,
-                clock: Callable[[], float] = time.perf_counter) -> RoundReplies:
+                clock: Callable[[], float] = time.perf_counter,
+                sender: Callable[[], str] | None = None) -> RoundReplies:
         """Offer received updates until every expected client answered, or the deadline passed
         with >= min_clients answers; raise RoundFailed at the hard limit.
 
@@ -84,7 +89,8 @@ class UpdateCollector:
         limits count from the later of `started` and that chunk: an update still arriving over a
         slow link is waited for, a stalled one is not. alive() (names of the peers alive now)
         ends the round early, with RoundFailed, once answered plus alive expected clients stay
-        below min_clients for lost_grace_s (a restarted client may come back within it)."""
+        below min_clients for lost_grace_s (a restarted client may come back within it).
+        sender() names the node the last received message came from (Subscriber.last_sender)."""
         lost_since: float | None = None
         while len(self.answered()) < len(self.expected):
             now = clock()
@@ -109,7 +115,7 @@ class UpdateCollector:
             limit = deadline_s if enough else hard_limit_s
             msg = receive(max(0.0, min(limit - waited, 0.5)))
             if msg is not None:
-                self.offer(msg)
+                self.offer(msg, None if sender is None else sender())
         missing = sorted(set(self.expected) - self.answered())
         self.replies.failures += [(c, "no valid update by the deadline") for c in missing]
         return self.replies

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, existing, load_config,
-                                   positive)
+                                   positive, to_dict)
+from commlab.dds.messages import MAX_TEXT
 from commlab.fl.adaptive import AdaptiveSection
-from commlab.fl.strategy import STRATEGIES
+from commlab.fl.sampling import Availability, load_availability, per_round_count
+from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES
 from commlab.roster import client_name
 from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
@@ -59,15 +61,15 @@ class TrainingSection:
 
 @dataclass(frozen=True)
 class StrategySection:
-    name: str = "fedavg"                 # fedavg | median | trimmed_mean | norm_clip (commlab.fl.strategy)
+    name: str = "fedavg"                 # fedavg | median | trimmed_mean | norm_clip | fedbuff (commlab.fl.strategy)
     server_lr: float = 1.0
     server_momentum: float = 0.0
     trim_fraction: float | None = None   # trimmed_mean only: share cut at each end per coordinate (default 0.25)
     clip_norm: float | None = None       # norm_clip only: L2 bound of a delta (default: the round's median norm)
 
     def check(self, where: str) -> None:
-        if self.name not in STRATEGIES:
-            raise ConfigError(f"{where}name: unknown strategy {self.name!r} (known: {', '.join(STRATEGIES)})")
+        if self.name not in STRATEGIES and self.name not in ASYNC_STRATEGIES:
+            raise ConfigError(f"{where}name: unknown strategy {self.name!r} (known: {', '.join([*STRATEGIES, *ASYNC_STRATEGIES])})")
         positive(where, server_lr=self.server_lr)
         if not 0 <= self.server_momentum < 1:
             raise ConfigError(f"{where}server_momentum: must be in [0, 1), got {self.server_momentum}")
@@ -83,6 +85,33 @@ class StrategySection:
         """Keyword arguments of this strategy's class beyond FedAvg's."""
         return {"trimmed_mean": {"trim_fraction": 0.25 if self.trim_fraction is None else self.trim_fraction},
                 "norm_clip": {"clip_norm": self.clip_norm}}.get(self.name, {})
+
+
+@dataclass(frozen=True)
+class SamplingSection:
+    """Who trains each round (docs/scale.md). clients_per_round: an int is a count, a float in
+    (0, 1] a share of expected_clients, None every client; with fedbuff, how many clients train at
+    the same time. availability: a CSV trace client_id,first_round,last_round (commlab.fl.sampling)."""
+    clients_per_round: int | float | None = None
+    availability: str | None = None
+
+    def check(self, where: str) -> None:
+        if isinstance(self.clients_per_round, float) and not 0 < self.clients_per_round <= 1:
+            raise ConfigError(f"{where}clients_per_round: a fraction must be in (0, 1], got {self.clients_per_round}")
+        existing(where, "availability", self.availability)
+
+
+@dataclass(frozen=True)
+class FedBuffSection:
+    """strategy fedbuff only (commlab.fl.strategy.FedBuff): updates per server step, and the
+    staleness (server versions) beyond which an update is rejected."""
+    buffer_size: int = 2
+    max_staleness: int = 10
+
+    def check(self, where: str) -> None:
+        positive(where, buffer_size=self.buffer_size)
+        if self.max_staleness < 0:
+            raise ConfigError(f"{where}max_staleness: must be >= 0, got {self.max_staleness}")
 
 
 @dataclass(frozen=True)
@@ -115,6 +144,8 @@ class ControllerConfig:
     threads: int = 1                    # torch intra-op threads (cores are shared)
     train_step: str = DEFAULT_TRAIN_STEP  # recorded only: each client runs the step of its own config
     adaptive: AdaptiveSection | None = None  # per-client qsgd bits and uplink rates (docs/adaptive.md)
+    sampling: SamplingSection = SamplingSection()  # clients per round, availability trace (docs/scale.md)
+    fedbuff: FedBuffSection | None = None    # strategy fedbuff only; None: its defaults
 
     def check(self, where: str) -> None:
         load_train_step(self.train_step, f"{where}train_step")
@@ -130,6 +161,42 @@ class ControllerConfig:
         existing(where, "init_path", self.init_path)
         if self.adaptive is not None and not self.codec.name.startswith("qsgd"):
             raise ConfigError(f"{where}codec.name: adaptive needs a qsgd codec (the decoder), got {self.codec.name!r}")
+        if self.fedbuff is not None and self.strategy.name != "fedbuff":
+            raise ConfigError(f"{where}fedbuff: only for strategy fedbuff, not {self.strategy.name}")
+        self._check_sampling(f"{where}sampling.")
+
+    def _check_sampling(self, where: str) -> None:
+        """Sampling against the run's clients; the availability trace is read here, so a bad row
+        stops the launcher and the node before anything starts."""
+        k = self.per_round()
+        if not 1 <= k <= self.expected_clients:
+            raise ConfigError(f"{where}clients_per_round: must be in 1..{self.expected_clients}, got {k}")
+        if self.min_clients > k:
+            raise ConfigError(f"{where}clients_per_round: {k} is below min_clients {self.min_clients}")
+        if len(";".join(self.client_ids()[-k:])) > MAX_TEXT:
+            raise ConfigError(f"{where}clients_per_round: {k} names do not fit in one TrainCmd ({MAX_TEXT} characters)")
+        if self.adaptive is not None and (k < self.expected_clients or self.strategy.name == "fedbuff"
+                                          or self.sampling.availability is not None):
+            raise ConfigError(f"{where}clients_per_round: adaptive allocates for every client each round; "
+                              "not with sampling, availability or fedbuff")
+        if self.strategy.name == "fedbuff" and self.strategy_params()["buffer_size"] > k:
+            raise ConfigError(f"{where}clients_per_round: {k} clients training at once cannot fill fedbuff.buffer_size "
+                              f"{self.strategy_params()['buffer_size']}")
+        self.availability_trace()
+
+    def per_round(self) -> int:
+        """Clients sampled each round (fedbuff: training at the same time)."""
+        return per_round_count(self.sampling.clients_per_round, self.expected_clients)
+
+    def availability_trace(self) -> Availability | None:
+        path = self.sampling.availability
+        return None if path is None else load_availability(path, self.client_ids())
+
+    def strategy_params(self) -> dict[str, Any]:
+        """Keyword arguments of the strategy's class beyond FedAvg's (fedbuff's from its own section)."""
+        if self.strategy.name == "fedbuff":
+            return to_dict(self.fedbuff or FedBuffSection())
+        return self.strategy.params()
 
     def client_ids(self) -> list[str]:
         return [client_name(i) for i in range(self.expected_clients)]

@@ -1,5 +1,7 @@
 """The FL controller: match barrier, then per round TrainCmd -> collect updates -> aggregate ->
-ModelBlob -> evaluate -> checkpoint -> one rounds.csv row; after the last round, Stop.
+ModelBlob -> evaluate -> checkpoint -> one rounds.csv row; after the last round, Stop. With
+fedbuff, a round is one server model version: work goes to idle clients as they return, and the
+version ends when the buffer is full (run_version).
 
 Transport-facing code only; the round logic is the Strategy, validation of updates the
 UpdateCollector, persistence the checkpoint module.
@@ -10,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from commlab.builders import build_dataset, build_node_model, dds_settings
@@ -19,14 +22,16 @@ from commlab.fl.broadcast import ModelSender
 from commlab.config_schema import to_dict
 from commlab.data import Dataset
 from commlab.dds import DdsError
-from commlab.dds.stats import Progress
+from commlab.dds.stats import Progress, delta
 from commlab.fault_points import halt_at
 from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from commlab.fl.collect import UpdateCollector
+from commlab.fl.collect import RoundFailed, RoundReplies, UpdateCollector
 from commlab.fl.config import ControllerConfig, load_controller_config
 from commlab.fl.entry import as_config_error, check_codec, log_to
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
-from commlab.fl.strategy import STRATEGIES, Strategy
+from commlab.fl.fedbuff import Dispatch
+from commlab.fl.sampling import select_round
+from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES, FedBuff, Strategy
 from commlab.metrics import RunWriter, backend_name, write_transport_totals
 from commlab.models import evaluate, flatten_params, layout_of, load_params, weights_digest
 from commlab.roster import CONTROLLER
@@ -42,6 +47,7 @@ class Controller:
         self.codec: Codec = get_codec(cfg.codec.name)
         self.sender = ModelSender(cfg.downlink.name, dict(cfg.downlink.params), layout_of(model), cfg.run_id)
         self.resyncs = 0  # whole models sent on request since the last row
+        self.row_end: dict[str, float] = {}  # transport counters when the last row was taken
         self.cmd_pub = node.publisher(TrainCmd)
         self.blob_pub = node.publisher(ModelBlob)
         self.stop_pub = node.publisher(Stop)
@@ -51,6 +57,11 @@ class Controller:
         # Per-client qsgd bits and uplink rates from the clients' reports (docs/adaptive.md).
         self.planner = None if cfg.adaptive is None else Planner(
             cfg.adaptive, cfg.client_ids(), strategy.weights.size, cfg.codec.params.get("bucket", 512), log)
+        # Who trains (docs/scale.md): a seeded sample of the available clients each round, or for
+        # fedbuff up to per_round clients at a time, each from the newest model version.
+        self.per_round, self.availability = cfg.per_round(), cfg.availability_trace()
+        self.dispatch = None if not isinstance(strategy, FedBuff) else Dispatch(
+            cfg.client_ids(), self.per_round, cfg.training.seed, self.availability)
 
     def run(self) -> None:
         cfg = self.cfg
@@ -64,9 +75,10 @@ class Controller:
         self.writer.update_manifest(initial_model_bytes=int(initial["bytes_sent"]))
         self.log(f"sent the model of round {self.start_round - 1} ({initial['bytes_sent'] / 1e6:.2f} MB on the wire)")
         before = self.node.stats.snapshot()
+        step = self.run_version if self.dispatch is not None else self.run_round
         for rnd in range(self.start_round, cfg.rounds + 1):
-            self.run_round(rnd, before)
-            before = self.node.stats.snapshot()
+            step(rnd, before)
+            before = self.row_end if self.dispatch is not None else self.node.stats.snapshot()
         try:
             self.stop_pub.publish(Stop(run_id=cfg.run_id, last_round=cfg.rounds, reason="completed"))
         except DdsError as e:  # every round is done and saved; clients that miss this time out
@@ -76,13 +88,15 @@ class Controller:
                 self.log("not every client acknowledged the final model and Stop; leaving anyway")
         self.log(f"finished {cfg.rounds} rounds; final model {weights_digest(self.strategy.weights)}")
 
-    def command(self, rnd: int) -> TrainCmd:
+    def command(self, rnd: int, clients: list[str], newer_base_ok: bool = False) -> TrainCmd:
+        """TrainCmd for `clients` (named only when they are not every client of the run)."""
         fit = self.strategy.configure_round(rnd)
         bits, rates = ({}, {}) if self.planner is None else self.planner.plan(rnd, fit.subset_size)
+        named = "" if sorted(clients) == sorted(self.cfg.client_ids()) else ";".join(clients)
         return TrainCmd(client_bits=bits, client_rates_Bps=rates, round=rnd, epochs=fit.epochs, lr=fit.lr, seed=fit.seed,
                         subset_size=fit.subset_size, codec=self.cfg.codec.name, codec_params=dict(self.cfg.codec.params),
                         deadline_s=self.cfg.round_deadline_s, batch_size=fit.batch_size, run_id=self.cfg.run_id,
-                        first_round=self.start_round)
+                        first_round=self.start_round, clients=named, newer_base_ok=newer_base_ok)
 
     def receive_update(self, timeout_s: float) -> ClientUpdate | None:
         """The next update, serving requests for the whole model while waiting for it."""
@@ -103,34 +117,113 @@ class Controller:
             self.blob_pub.publish(self.sender.full(self.sender.round))
             self.resyncs += 1
 
+    def alive(self) -> set[str]:
+        peers = self.node.announcer.directory.peers  # updated by the reader thread: copied under the GIL
+        return {name for name, p in list(peers.items()) if p.alive}
+
     def run_round(self, rnd: int, before: dict[str, float]) -> None:
         cfg = self.cfg
         started = time.perf_counter()
         self.serve_model_requests()
-        self.cmd_pub.publish(self.command(rnd))
-        collector = UpdateCollector(rnd, cfg.client_ids(), self.codec, self.strategy.weights.size, self.log)
-        peers = self.node.announcer.directory.peers  # updated by the reader thread: copied under the GIL
-        replies = collector.collect(self.receive_update, started, cfg.round_deadline_s,
-                                    cfg.round_hard_limit_s, cfg.min_clients, idle_s=Progress(self.node.stats).idle_s,
-                                    alive=lambda: {name for name, p in list(peers.items()) if p.alive},
-                                    lost_grace_s=cfg.lost_client_grace_s)
+        sample = select_round(rnd, cfg.client_ids(), self.per_round, cfg.training.seed, self.availability,
+                              cfg.min_clients, self.log)
+        if not sample:  # nobody may train: the model stays, every replica still moves to round rnd
+            self.finish_round(rnd, started, before, self.strategy.weights, RoundReplies(), 0.0)
+            return
+        self.cmd_pub.publish(self.command(rnd, sample))
+        collector = UpdateCollector(rnd, sample, self.codec, self.strategy.weights.size, self.log)
+        replies = collector.collect(self.receive_update, started, cfg.round_deadline_s, cfg.round_hard_limit_s,
+                                    min(cfg.min_clients, len(sample)), idle_s=Progress(self.node.stats).idle_s,
+                                    alive=self.alive, lost_grace_s=cfg.lost_client_grace_s,
+                                    sender=lambda: self.update_sub.last_sender)
         if self.planner is not None:
             self.planner.observe(rnd, replies.participants())
         agg_start = time.perf_counter()
         # In client order, not arrival order: float sums depend on order, and a run must not.
         results = sorted(replies.results, key=lambda r: r.client_id)
         weights = self.strategy.aggregate(rnd, results, replies.failures)
-        aggregate_s = time.perf_counter() - agg_start
+        self.finish_round(rnd, started, before, weights, replies, time.perf_counter() - agg_start)
+
+    def run_version(self, rnd: int, before: dict[str, float]) -> None:
+        """fedbuff: server model version rnd = version rnd-1 plus one buffer of updates. Idle
+        clients get work on the current version whenever they return; the version ends once
+        buffer_size updates are in (or, when nobody is left training, with what the buffer holds)."""
+        cfg, version, dispatch = self.cfg, rnd - 1, self.dispatch
+        strategy: FedBuff = self.strategy  # type: ignore[assignment]  # run() calls this for fedbuff only
+        started, replies, lost_since = time.perf_counter(), RoundReplies(), None
+        progress = Progress(self.node.stats)
+        while not strategy.full():
+            self.serve_model_requests()
+            alive = self.alive()
+            if gone := dispatch.lost(alive):
+                self.log(f"round {rnd}: {', '.join(gone)} gone while training; their places are free")
+            if chosen := dispatch.assign(version, alive):
+                self.cmd_pub.publish(self.command(rnd, chosen, newer_base_ok=True))
+            if dispatch.busy:
+                lost_since = None
+                if progress.idle_s() >= cfg.round_hard_limit_s:
+                    raise RoundFailed(f"round {rnd}: nothing arrived for {cfg.round_hard_limit_s:.0f}s while "
+                                      f"{', '.join(sorted(dispatch.busy))} were training")
+            elif strategy.buffer:
+                self.log(f"round {rnd}: nobody left to train; applying the {len(strategy.buffer)} buffered "
+                         f"update(s) of buffer_size {strategy.buffer_size}")
+                break
+            elif not (absent := dispatch.candidates(version)):
+                self.log(f"round {rnd}: no client can train from version {version} (availability); the model stays")
+                break
+            elif lost_since is None:
+                lost_since = time.perf_counter()
+            elif time.perf_counter() - lost_since >= cfg.lost_client_grace_s:
+                raise RoundFailed(f"round {rnd}: every client that could train is gone ({', '.join(absent)}) "
+                                  f"for {cfg.lost_client_grace_s:.0f}s")
+            msg = self.receive_update(0.5)
+            if msg is not None:
+                self.buffer_update(msg, version, replies)
+        results, stale = strategy.take()
+        replies.results, replies.failures = results, replies.failures + stale
+        agg_start = time.perf_counter()
+        weights = strategy.aggregate(rnd, results, replies.failures) if results else strategy.weights
+        self.finish_round(rnd, started, before, weights, replies, time.perf_counter() - agg_start)
+
+    def buffer_update(self, msg: ClientUpdate, version: int, replies: RoundReplies) -> None:
+        """Check, decode and buffer one fedbuff update; a refusal is counted in `replies` and logged."""
+        sender = self.update_sub.last_sender
+        if sender != msg.client_id:  # before the dispatch sees it: a forged update frees no place
+            reason: str | None = f"sent by {sender!r}, not by the client it names"
+        else:
+            reason = self.dispatch.returned(msg.client_id, msg.round, version)
+        if reason is None:
+            one = UpdateCollector(msg.round, [msg.client_id], self.codec, self.strategy.weights.size, self.log)
+            one.offer(msg, sender)  # logs its own rejections
+            replies.decode_s += one.replies.decode_s
+            replies.rejected += one.replies.rejected
+            replies.failures += one.replies.failures
+            if one.replies.results:
+                reason = self.strategy.offer(one.replies.results[0], version, msg.round - 1)  # type: ignore[attr-defined]
+                if reason is not None:
+                    replies.rejected += 1  # the failure itself comes with strategy.take()
+        else:
+            replies.rejected += 1
+            replies.failures.append((str(msg.client_id), reason))
+        if reason is not None:
+            self.log(f"round {version + 1}: rejected update from {msg.client_id!r} (round {msg.round}): {reason}")
+
+    def finish_round(self, rnd: int, started: float, before: dict[str, float], weights: np.ndarray,
+                     replies: RoundReplies, aggregate_s: float) -> None:
+        """Broadcast, evaluate and checkpoint the model of round rnd; one rounds.csv row and log line."""
+        cfg = self.cfg
         broadcast_start = time.perf_counter()
         self.blob_pub.publish(self.sender.next(rnd, weights))
         broadcast_s = time.perf_counter() - broadcast_start
         round_time = time.perf_counter() - started
-        comm = self.node.stats.since(before)
+        # fedbuff's next row counts from here: its uploads keep arriving while this one is evaluated.
+        self.row_end = self.node.stats.snapshot()
+        comm = delta(before, self.row_end)
         load_params(self.model, weights)
         accuracy, loss = evaluate(self.model, self.data.test_x, self.data.test_y, cfg.eval_batch_size)
         save_checkpoint(Path(cfg.checkpoint_dir),
                         Checkpoint(rnd, weights, self.strategy.state_dict(), to_dict(cfg)), cfg.keep_checkpoints)
-        participants = replies.participants()
+        participants = sorted(r.client_id for r in replies.results)  # fedbuff: a client may appear twice
         self.rounds_table.append({
             "round": rnd, "round_time_s": round(round_time, 4), "participants": ";".join(participants),
             "n_participants": len(participants), "bytes_up": int(comm["bytes_received"]),
@@ -164,10 +257,10 @@ def run_controller(config_path: str) -> None:
         weights, start_round, strategy_state = ckpt.weights, ckpt.round + 1, ckpt.strategy_state
     data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
     t = cfg.training
-    strategy = STRATEGIES[cfg.strategy.name](
+    strategy = {**STRATEGIES, **ASYNC_STRATEGIES}[cfg.strategy.name](
         weights, epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size, subset_size=t.samples_per_round,
         seed=t.seed, server_lr=cfg.strategy.server_lr, server_momentum=cfg.strategy.server_momentum,
-        **cfg.strategy.params())
+        **cfg.strategy_params())
     if strategy_state is not None:
         as_config_error("init_path", lambda: strategy.load_state_dict(strategy_state))
     settings = as_config_error("dds", lambda: dds_settings(cfg.dds, weights.size, cfg.expected_clients))

@@ -4,6 +4,9 @@ JSON meta, `payload` as chunked bytes). Controller and clients both import this 
 controller's node name from commlab.roster), never each other.
 
 Round r: TrainCmd(r) -> one ClientUpdate(r) per client -> ModelBlob(r), the aggregated model.
+With sampling, TrainCmd names the clients that train; with fedbuff, round r is server model
+version r, commands go out to idle clients whenever they return, and ClientUpdate.round - 1 says
+which version a client trained from (docs/scale.md).
 After the last round the controller publishes Stop; a client ends on it.
 
 A ModelBlob is the whole model (fp32) or, with a compressed downlink, a delta that moves every
@@ -34,6 +37,20 @@ class TrainCmd:
     # and the uplink rate in payload bytes/s (a client missing from client_rates_Bps uses its own link).
     client_bits: dict[str, Any] = field(default_factory=dict)
     client_rates_Bps: dict[str, Any] = field(default_factory=dict)
+    # Sampling (docs/scale.md): the names of the clients that run this command, ";"-joined ("": every
+    # client); the others skip it and wait for the next one. A string, not a list: messages carry
+    # JSON scalars, and one string field holds a few hundred names.
+    clients: str = ""
+    # fedbuff: a client whose replica is already past round-1 trains from that newer model (and
+    # says so in ClientUpdate.round) instead of skipping the command.
+    newer_base_ok: bool = False
+
+    def selected(self) -> list[str]:
+        """The clients this command names ([] for every client)."""
+        return self.clients.split(";") if self.clients else []
+
+    def names(self, client: str) -> bool:
+        return not self.clients or client in self.selected()
 
     def problem(self) -> str | None:
         """Why a client must not run this command, or None (types were checked on arrival)."""
@@ -45,6 +62,9 @@ class TrainCmd:
                 return f"{name} must be in {low}..{high}, got {getattr(self, name)}"
         if not 0 < self.lr <= 100 or not 0 < self.deadline_s <= 10**6:
             return f"lr {self.lr} and deadline_s {self.deadline_s} must be positive and sane"
+        names = self.selected()
+        if any(not n.strip() or n != n.strip() for n in names) or len(set(names)) != len(names):
+            return f"clients must be distinct non-empty names joined by ';', got {self.clients[:60]!r}"
         return None
 
 

@@ -1,4 +1,4 @@
-"""`python -m commlab.fl.run --codec C --clients N --rounds R --backend local|docker|auto`
+"""`python -m commlab.fl.run --codec C --clients N --rounds R --backend local|docker|swarm|auto`
 
 Builds the controller and client configs of one FL run (unique DDS domain, run id, results
 folder), then starts the nodes through commlab.testbed.backend.run_nodes: local processes (in
@@ -15,7 +15,7 @@ from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.fl.config import ClientConfig, ControllerConfig
 from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, random_domain, write_node_config
 from commlab.fl.adaptive import record_heterogeneity, speed_factors
-from commlab.metrics import new_run_id
+from commlab.metrics import new_run_id, peak_memory_line
 from commlab.progress import watch_csv
 from commlab.roster import CONTROLLER, fl_roster
 from commlab.run_keys import run_keys, with_key_file
@@ -52,6 +52,14 @@ def add_experiment_args(p: argparse.ArgumentParser) -> None:
                    "(default %(default)s; docs/fl.md)")
 
 
+def per_round_arg(text: str) -> int | float:
+    """--per-round: "10" is a count, "0.1" a share of the clients (config sampling.clients_per_round)."""
+    try:
+        return float(text) if "." in text else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a count or a fraction, got {text!r}") from None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m commlab.fl.run", description=__doc__.split("\n\n")[0])
     add_experiment_args(p)
@@ -64,11 +72,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--multicast", choices=("off", "discovery", "data"),
                    help="what DDS may multicast (default: data on the private networks of namespaces and "
                    "containers, off on loopback, where multicast is refused)")
-    p.add_argument("--backend", choices=("local", "docker", "auto"), default="local")
+    p.add_argument("--backend", choices=("local", "docker", "swarm", "auto"), default="local")
     p.add_argument("--profile", default="lan", help="link profile (commlab.netem): applied in containers, or "
                    "with --backend local in network namespaces (root; without root the run is unshaped)")
     p.add_argument("--strategy", default="fedavg", help="aggregation: fedavg, median, trimmed_mean, norm_clip "
-                   "(docs/security.md)")
+                   "(docs/security.md), or fedbuff: asynchronous, buffered (docs/scale.md)")
+    p.add_argument("--per-round", type=per_round_arg, metavar="N|FRACTION",
+                   help="clients sampled each round (seeded by --seed and the round): a count, or a share in (0, 1] "
+                   "such as 0.1; fedbuff: clients training at the same time (default: all)")
+    p.add_argument("--availability", help="CSV trace client_id,first_round,last_round: clients train only in "
+                   "those rounds (make fl-trace writes a diurnal one)")
+    p.add_argument("--buffer-size", type=int, default=2, help="fedbuff: updates per server step")
+    p.add_argument("--max-staleness", type=int, default=10, help="fedbuff: older updates are rejected")
     p.add_argument("--trim-fraction", type=float, help="trimmed_mean: share cut at each end (default 0.25)")
     p.add_argument("--clip-norm", type=float, help="norm_clip: L2 bound (default: the round's median norm)")
     p.add_argument("--attack", choices=("sign_flip",), help="TEST ONLY: the last --attackers clients forge "
@@ -114,6 +129,10 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
                   "init_path": a.init_path, "seed": a.seed}
     clients = [{**common, "client_id": i, "num_clients": a.clients, "optimizer": {"momentum": a.momentum}}
                for i in range(a.clients)]
+    controller["sampling"] = {"clients_per_round": a.per_round,
+                              "availability": None if a.availability is None else str(Path(a.availability).resolve())}
+    if a.strategy == "fedbuff":
+        controller["fedbuff"] = {"buffer_size": a.buffer_size, "max_staleness": a.max_staleness}
     if a.adaptive is not None:
         controller["adaptive"] = {"policy": a.adaptive, "total_uplink_mbit": a.total_uplink_mbit,
                                   "probe_bits": a.probe_bits, "fixed_bits": a.fixed_bits, "beta": a.beta}
@@ -169,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             code = run_nodes("commlab.fl.run", backend, a.profile, run_dir, names,
                              local=lambda: run_local(controller, clients),
                              netns=lambda: run_fl_netns(controller, clients, a.profile),
-                             docker=lambda: run_fl(controller, clients, a.profile, Path(controller["results_dir"])))
+                             docker=lambda: run_fl(controller, clients, a.profile, Path(controller["results_dir"]),
+                                                    swarm=backend == "swarm"))
     finally:
         stop_progress()
     summarize(run_dir)
@@ -187,6 +207,8 @@ def summarize(run_dir: Path) -> None:
             print(f"[run] round {r['round']}: accuracy {float(r['test_accuracy']):.4f}, "
                   f"up {int(r['bytes_up']) / 1e6:.2f} MB, down {int(r['bytes_down']) / 1e6:.2f} MB, "
                   f"round time {float(r['round_time_s']):.1f}s, participants {r['participants']}", flush=True)
+    if memory := peak_memory_line(run_dir):
+        print(f"[run] {memory}", flush=True)
 
 
 if __name__ == "__main__":

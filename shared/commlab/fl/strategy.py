@@ -4,14 +4,16 @@ The strategy never touches the transport: the controller hands it decoded result
 failures (clients that did not answer or whose update was rejected), and publishes what it returns.
 
 FedAvg is the reference; Median, TrimmedMean and NormClip change only how a round's deltas are
-combined (`combine`), so server lr/momentum and checkpoints work the same for all of them.
+combined (`combine`), so server lr/momentum and checkpoints work the same for all of them. FedBuff
+adds a buffer of asynchronous, staleness-weighted updates (the controller runs its own loop for it).
 Every strategy weighs a reply by at most the subset_size it asked for: a client cannot buy
 influence by reporting more samples than it was told to train on.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,6 +35,7 @@ class FitRes:
     client_id: str
     num_samples: int
     delta: np.ndarray
+    staleness: int = 0  # fedbuff: server versions between the model it trained from and the one it updates
 
 
 class Strategy(ABC):
@@ -77,7 +80,7 @@ class FedAvg(Strategy):
             if r.delta.shape != self.weights.shape:
                 raise ValueError(f"round {rnd}: {r.client_id} sent {r.delta.shape}, model is {self.weights.shape}")
         # Capped at what was asked: more reported samples than subset_size buy no extra weight.
-        capped = [FitRes(r.client_id, min(r.num_samples, self.subset_size), r.delta) for r in results]
+        capped = [replace(r, num_samples=min(r.num_samples, self.subset_size)) for r in results]
         if sum(r.num_samples for r in capped) <= 0:
             raise ValueError(f"round {rnd}: results report {sum(r.num_samples for r in capped)} samples")
         mean = self.combine(capped)
@@ -153,6 +156,63 @@ class NormClip(FedAvg):
         return super().combine(clipped)
 
 
+def staleness_weight(staleness: int) -> float:
+    """FedBuff's polynomial staleness scaling s(tau) = 1/sqrt(1 + tau) (Nguyen et al. 2022, a = 0.5):
+    an update computed on an older model still helps, but less."""
+    return 1.0 / math.sqrt(1.0 + staleness)
+
+
+class FedBuff(FedAvg):
+    """Buffered asynchronous aggregation (FedBuff, Nguyen et al. 2022). Updates arrive one at a
+    time against whatever server version their client trained from; `offer` buffers them, refusing
+    any staler than max_staleness, and once buffer_size are in, the controller aggregates them as
+    one server step (a "round" is one server model version). Each delta counts with FedAvg's sample
+    weight times staleness_weight, not renormalised: stale updates move the model less, as in the
+    paper's sum of s(tau) * delta. All staleness 0 is exactly FedAvg. Buffered updates live in
+    memory only: a restarted controller starts with an empty buffer (clients retrain)."""
+
+    def __init__(self, weights: np.ndarray, *, buffer_size: int = 2, max_staleness: int = 10, **kw):
+        if buffer_size < 1 or max_staleness < 0:
+            raise ValueError(f"need buffer_size >= 1 and max_staleness >= 0, got {buffer_size}, {max_staleness}")
+        super().__init__(weights, **kw)
+        self.buffer_size, self.max_staleness = buffer_size, max_staleness
+        self.buffer: list[FitRes] = []
+        self.failures: list[tuple[str, str]] = []  # (client, reason) refused since the last take()
+
+    def offer(self, res: FitRes, version: int, base: int) -> str | None:
+        """Buffer `res`, trained from server version `base` while the server is at `version`;
+        returns why it was refused (and records it in failures), or None."""
+        staleness = version - base
+        if staleness < 0:
+            reason = f"trained from version {base}, newer than the server's {version}"
+        elif staleness > self.max_staleness:
+            reason = f"staleness {staleness} > max_staleness {self.max_staleness} (trained from version {base})"
+        else:
+            self.buffer.append(replace(res, staleness=staleness))
+            return None
+        self.failures.append((res.client_id, reason))
+        return reason
+
+    def full(self) -> bool:
+        return len(self.buffer) >= self.buffer_size
+
+    def take(self) -> tuple[list[FitRes], list[tuple[str, str]]]:
+        """The buffered results (client order, then staleness: sums must not depend on arrival
+        order) and the refusals since the last take; both start empty again."""
+        results = sorted(self.buffer, key=lambda r: (r.client_id, r.staleness))
+        failures, self.buffer, self.failures = self.failures, [], []
+        return results, failures
+
+    def combine(self, results: list[FitRes]) -> np.ndarray:
+        total = sum(r.num_samples for r in results)
+        step = np.zeros_like(self.weights, dtype=np.float64)
+        for r in results:
+            step += (r.num_samples / total) * staleness_weight(r.staleness) * r.delta.astype(np.float64)
+        return step
+
+
 # Config `strategy.name` -> class; every one takes FedAvg's arguments plus its own (StrategySection.params).
 STRATEGIES: dict[str, type[FedAvg]] = {"fedavg": FedAvg, "median": Median, "trimmed_mean": TrimmedMean,
                                        "norm_clip": NormClip}
+# The same for strategies the controller runs asynchronously (Controller.run_version).
+ASYNC_STRATEGIES: dict[str, type[FedAvg]] = {"fedbuff": FedBuff}

@@ -1,7 +1,8 @@
 """The centralized peer: one process trains on the union of the WORLD workers' IID shards with the
 same budget as the DDP run (same steps per epoch, each step one batch of WORLD x batch_size samples,
 so the same number of samples is seen), same model init, optimizer and test set: the accuracy
-ceiling that dense allreduce (and FL on the same data) is measured against. Nothing is sent; the
+ceiling that dense allreduce (and FL on the same data) is measured against; beside FL (max_steps,
+`--samples`) WORLD 1 with the clients' batch and lr and the FL run's number of samples. Nothing is sent; the
 steps table is written anyway (zero bytes) so the report draws it beside the DDP runs."""
 from __future__ import annotations
 
@@ -41,14 +42,17 @@ def run_centralized(cfg: PeerConfig) -> float:
     steps = CsvTable(out / "steps-rank0.csv", COLUMNS["steps"])
     epochs = CsvTable(out / "epochs-rank0.csv", COLUMNS["epochs"])
     status, acc, step = "failed", float("nan"), 0
+    budget = f", stops after step {cfg.max_steps} ({cfg.max_steps * batch_size} samples)" if cfg.max_steps else ""
     print(f"[centralized] {len(union)} samples (union of {world} shards), {steps_per_epoch} steps/epoch "
-          f"of {batch_size}", flush=True)
+          f"of {batch_size}{budget}", flush=True)
     try:
         for epoch in range(tr.epochs):
             t_epoch = time.perf_counter()
             order = np.random.default_rng([tr.seed, epoch]).permutation(union)
             model.train()
             for b in range(steps_per_epoch):
+                if cfg.max_steps and step >= cfg.max_steps:  # a sample budget ends inside an epoch
+                    break
                 batch = order[b * batch_size:(b + 1) * batch_size]
                 t0 = time.perf_counter()
                 optimizer.zero_grad()
@@ -66,6 +70,8 @@ def run_centralized(cfg: PeerConfig) -> float:
             epochs.append({"epoch": epoch, "rank": 0, "step": step, "test_accuracy": acc, "test_loss": test_loss,
                            "epoch_time_s": time.perf_counter() - t_epoch})
             print(f"[centralized] epoch {epoch}: test accuracy {100 * acc:.2f}% loss {test_loss:.4f}", flush=True)
+            if cfg.max_steps and step >= cfg.max_steps:
+                break
         status = "completed"
     finally:
         steps.close()

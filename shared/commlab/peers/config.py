@@ -45,6 +45,9 @@ class PeerConfig:
     eval_batch_size: int = 1000
     threads: int = 1
     train_step: str = DEFAULT_TRAIN_STEP
+    # centralized only: stop after this many steps (0: every step of training.epochs), a sample budget
+    # (an FL run's rounds x clients x samples) that need not fill whole epochs; evaluated at the end.
+    max_steps: int = 0
 
     def check(self, where: str) -> None:
         if self.kind not in KINDS:
@@ -56,6 +59,8 @@ class PeerConfig:
         if self.hook == "powersgd" and self.start_iter < 2:
             raise ConfigError(f"{where}start_iter: torch's PowerSGD needs >= 2 (error feedback, warm start), "
                               f"got {self.start_iter}")
+        if self.max_steps < 0 or (self.max_steps and self.kind != "centralized"):
+            raise ConfigError(f"{where}max_steps: >= 0 and for kind centralized only, got {self.max_steps}")
         if not 0 < self.master_port < 65536:
             raise ConfigError(f"{where}master_port: must be in 1..65535, got {self.master_port}")
         load_train_step(self.train_step, f"{where}train_step")

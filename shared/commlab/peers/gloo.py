@@ -72,6 +72,21 @@ def evaluate_together(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, rank
     return float(t[0] / t[1]), float(t[2] / t[1])
 
 
+def leave(store: dist.TCPStore, rank: int, world: int, timeout_s: float) -> None:
+    """End the group in order: all ranks done (barrier), each tears its group down, then tells the store;
+    rank 0, whose process hosts the store, exits only after every rank did. Without it a rank still
+    tearing down when rank 0 was gone could abort (`terminate called without an active exception`)."""
+    dist.barrier()
+    dist.destroy_process_group()
+    store.add("left", 1)
+    if rank == 0:
+        deadline = time.monotonic() + timeout_s
+        while store.add("left", 0) < world:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"gloo: not every rank left within {timeout_s:g} s")
+            time.sleep(0.05)
+
+
 def run_gloo(cfg: PeerConfig, rank: int) -> None:
     """Train to the end or raise (RuntimeError from gloo when a peer is lost); tables stay readable."""
     world, tr = cfg.world, cfg.training
@@ -89,8 +104,11 @@ def run_gloo(cfg: PeerConfig, rank: int) -> None:
         os.environ["GLOO_SOCKET_IFNAME"] = cfg.interface
         log(rank, f"{cfg.method}: {len(shards[rank])} samples, {steps_per_epoch} steps/epoch; joining "
                   f"{cfg.master_addr}:{cfg.master_port} on {cfg.interface}")
-        dist.init_process_group("gloo", init_method=f"tcp://{cfg.master_addr}:{cfg.master_port}", rank=rank,
-                                world_size=world, timeout=timedelta(seconds=cfg.timeout_s))
+        # The store init_method tcp:// would make, kept here: rank 0 hosts it, so it must leave last (leave())
+        store = dist.TCPStore(cfg.master_addr, cfg.master_port, world, is_master=rank == 0,
+                              timeout=timedelta(seconds=cfg.timeout_s))
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=cfg.timeout_s))
         ddp = DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_cap_mb)
         state = register_hook(ddp, cfg)
         optimizer = torch.optim.SGD(model.parameters(), lr=tr.lr, momentum=tr.momentum, nesterov=tr.nesterov,
@@ -127,6 +145,7 @@ def run_gloo(cfg: PeerConfig, rank: int) -> None:
             epochs.append({"epoch": epoch, "rank": rank, "step": step, "test_accuracy": acc, "test_loss": loss_mean,
                            "epoch_time_s": time.perf_counter() - t_epoch})
             log(rank, f"epoch {epoch}: test accuracy {100 * acc:.2f}% loss {loss_mean:.4f}")
+        leave(store, rank, world, cfg.timeout_s)
         status = "completed"
     finally:
         steps.close()

@@ -44,6 +44,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--test-subset", type=int, help="random test subset (default: all)")
     p.add_argument("--batch-size", type=int, default=32, help="per worker (centralized: world x this per step)")
     p.add_argument("--lr", type=float, default=0.02)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--weight-decay", type=float, default=1e-4)
+    p.add_argument("--samples", type=int, default=0,
+                   help="centralized: a sample budget instead of --epochs (e.g. an FL run's rounds x clients x "
+                   "samples per round): ceil(N / (world x batch)) steps, ending inside an epoch if need be")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--powersgd-rank", type=int, default=2)
     p.add_argument("--start-iter", type=int, default=2, help="dense steps before PowerSGD (torch needs >= 2)")
@@ -62,9 +67,18 @@ def build_config(a: argparse.Namespace) -> dict:
            "powersgd_rank": a.powersgd_rank, "start_iter": a.start_iter, "link_profile": a.profile,
            "master_port": free_port(), "timeout_s": a.timeout, "train_step": resolve_spec_path(a.train_step),
            "dataset": {"name": "mnist", "train_subset": a.train_subset or None, "test_subset": a.test_subset},
-           "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed}}
+           "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "momentum": a.momentum,
+                        "weight_decay": a.weight_decay, "seed": a.seed}}
     if a.kind == "gloo" and a.hook not in HOOKS:  # before anything else: one line naming the choices
         raise ConfigError(f"--hook: must be one of {', '.join(HOOKS)}, got {a.hook!r}")
+    if a.samples:
+        if a.kind != "centralized" or a.samples < 0:
+            raise ConfigError(f"--samples: a positive budget of the centralized peer only, got {a.samples}")
+        steps = -(-a.samples // (a.world * a.batch_size))
+        per_epoch = total_steps({**cfg, "training": {**cfg["training"], "epochs": 1}})
+        if per_epoch > 0:
+            cfg["training"]["epochs"] = -(-steps // per_epoch)
+        cfg["max_steps"] = steps
     return to_dict(from_dict(PeerConfig, cfg))
 
 
@@ -120,7 +134,8 @@ def total_steps(cfg: dict) -> int:
     n = dataset_spec(cfg["dataset"]["name"]).train_size
     if cfg["dataset"]["train_subset"]:
         n = min(n, cfg["dataset"]["train_subset"])
-    return cfg["training"]["epochs"] * steps_per_epoch(n, cfg["world"], cfg["training"]["batch_size"])
+    steps = cfg["training"]["epochs"] * steps_per_epoch(n, cfg["world"], cfg["training"]["batch_size"])
+    return min(steps, cfg["max_steps"]) if cfg.get("max_steps") else steps
 
 
 def main(argv: list[str] | None = None) -> int:

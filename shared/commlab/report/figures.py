@@ -12,7 +12,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-FL_FIGURES = ("bytes", "comm-time", "round-time", "accuracy", "time-split")
+FL_FIGURES = ("bytes", "comm-time", "round-time", "accuracy", "accuracy-time", "time-split")
+ADAPTIVE_FIGURES = ("bits", "rate-share")  # only for runs that allocated bits per client (docs/adaptive.md)
 DDP_FIGURES = ("bytes", "accuracy", "comm-time-max", "comm-time-mean")
 
 
@@ -59,7 +60,8 @@ def _accuracy(df: pd.DataFrame, x: str, ylabel: str, colors: dict, target: float
 
 def fl_figures(frames: dict[str, pd.DataFrame], settings: dict, group: str, out: Path,
                target: float) -> list[Path]:
-    """FL: bytes per round, DDS comm time per client, round time, test accuracy."""
+    """FL: bytes per round, DDS comm time per client, round time, test accuracy per round and
+    over wall time, where a round's time goes; with adaptive runs, their bits and uplink shares."""
     rounds, clients = frames["rounds"], frames["clients"]
     colors, sub, paths = _colors(list(rounds["series"].unique())), subtitle(settings), []
 
@@ -92,6 +94,9 @@ def fl_figures(frames: dict[str, pd.DataFrame], settings: dict, group: str, out:
 
     paths.append(_accuracy(rounds, "round", "test accuracy", colors, target,
                            "FL: test accuracy", sub, out / f"{group}-accuracy.png"))
+    paths.append(_accuracy(rounds.rename(columns={"elapsed_s": "wall time (s)"}), "wall time (s)", "test accuracy",
+                           colors, target, "FL: test accuracy over wall time (sum of round times)", sub,
+                           out / f"{group}-accuracy-time.png"))
 
     split = round_time_split(rounds, clients)
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -101,6 +106,43 @@ def fl_figures(frames: dict[str, pd.DataFrame], settings: dict, group: str, out:
         bottom += split[phase].to_numpy()
     ax.set(xlabel="codec", ylabel="mean time per round (s)")
     paths.append(_save(fig, ax, "FL: where a round's time goes", sub, out / f"{group}-time-split.png"))
+    return paths + adaptive_figures(clients, sub, group, out)
+
+
+def adaptive_figures(clients: pd.DataFrame, sub: str, group: str, out: Path) -> list[Path]:
+    """Per client and round: the qsgd bits and the share of the round's allocated uplink that the
+    controller gave it; one panel per run (policy), one line per client; nothing for runs without
+    allocations."""
+    d = clients.dropna(subset=["bits"])
+    if d.empty:
+        return []
+    d = d.assign(share=d["rate_bps"] / d.groupby(["run_id", "round"])["rate_bps"].transform("sum"))
+    series = sorted(d["series"].unique())
+    cols = min(len(series), 2)
+    rows = -(-len(series) // cols)
+    client_colors = _colors([str(c) for c in d["client_id"].unique()])
+    paths = []
+    for name, column, ylabel in (("bits", "bits", "qsgd bits"),
+                                 ("rate-share", "share", "share of the round's allocated uplink")):
+        fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows + 1), sharex=True, sharey=True,
+                                 squeeze=False)
+        for ax, s in zip(axes.flat, series):
+            for client, part in d[d["series"] == s].dropna(subset=[column]).groupby("client_id", sort=True):
+                ax.plot(part["round"], part[column], "-o", markersize=3, color=client_colors[str(client)],
+                        label=str(client))
+            ax.set_title(s, fontsize=9)
+            ax.set(xlabel="round", ylabel=ylabel)
+            ax.grid(True, alpha=0.3)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        for ax in list(axes.flat)[len(series):]:
+            ax.set_visible(False)
+        axes.flat[0].legend(fontsize=7)
+        fig.suptitle(f"FL adaptive: {ylabel} per client\n{sub}", fontsize=9)
+        fig.tight_layout()
+        path = out / f"{group}-{name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
     return paths
 
 

@@ -43,8 +43,15 @@ class Run:
 
     @property
     def series(self) -> str:
-        """The codec (FL) or method (DDP) this run compares."""
-        return str(self.manifest[KINDS[self.kind]["series"]])
+        """The codec (FL) or method (DDP) this run compares; with adaptive bits (docs/adaptive.md)
+        also the allocation policy, which is what such runs compare (their codec is the same)."""
+        series = str(self.manifest[KINDS[self.kind]["series"]])
+        adaptive = (self.manifest.get("config") or {}).get("adaptive") if self.kind == "fl" else None
+        if isinstance(adaptive, dict):
+            policy = adaptive.get("policy")
+            detail = f"{adaptive.get('fixed_bits')} bits" if policy == "equal" else f"beta {adaptive.get('beta')}"
+            series += f" {policy} {detail}"
+        return series
 
     @property
     def settings(self) -> dict:

@@ -1,6 +1,6 @@
 """Which backend runs an experiment, and running one experiment's nodes on it.
 
-docker: one container per node. local: plain processes on loopback for the `lan` profile; for any
+docker: one container per node (compose); swarm: the same as a Docker Swarm stack. local: plain processes on loopback for the `lan` profile; for any
 other profile each node in its own network namespace with the profile applied (root), or, without
 root, plain processes that say (on the console and in the manifest) that the run is unshaped.
 """
@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..metrics import write_json_atomic
+from ..metrics import git_commit, write_json_atomic
 from ..progress import echo
 from .engine import BOOTSTRAP, compose_answers, engine_answers
+from .images import build_images, images_current
 
-BACKENDS = ("auto", "docker", "local")
+BACKENDS = ("auto", "docker", "swarm", "local")
 
 
 class RunFailed(RuntimeError):
@@ -33,11 +34,13 @@ def choose_backend(requested: str) -> str:
     ok, detail = engine_answers()
     if ok and not compose_answers():
         ok, detail = False, "the engine answers but `docker compose` (v2) is missing"
-    if requested == "docker":
+    if requested in ("docker", "swarm"):
         if not ok:
-            raise RuntimeError(f"backend docker requested but unusable: {detail}; start one with {BOOTSTRAP}")
-        print(f"backend: docker (requested; engine {detail})", flush=True)
-        return "docker"
+            raise RuntimeError(f"backend {requested} requested but unusable: {detail}; start one with {BOOTSTRAP}")
+        if requested == "swarm" and os.geteuid() != 0:
+            raise RuntimeError("backend swarm needs root (it makes the swarm and its advertise link)")
+        print(f"backend: {requested} (requested; engine {detail})", flush=True)
+        return requested
     choice = "docker" if ok else "local"
     why = f"Docker engine {detail} answers" if ok else f"no usable Docker engine: {detail}"
     print(f"backend: {choice} (auto: {why})", flush=True)
@@ -51,7 +54,7 @@ def run_nodes(prog: str, backend: str, profile: str, run_dir: Path, nodes: list[
     from ..netem import LinkError
     from .netns import NetnsError
     try:
-        if backend == "docker":
+        if backend in ("docker", "swarm"):
             docker()
             return 0
         if profile == "lan":
@@ -78,3 +81,37 @@ def record_links(run_dir: Path, links: dict[str, Any]) -> None:
     manifest_path = run_dir / "manifest.json"
     if manifest_path.exists():
         write_json_atomic(manifest_path, {**json.loads(manifest_path.read_text()), "link_applied": links})
+
+
+def prepare_container_run(cfgs: list[dict[str, Any]], results_dir: Path, backend: str) -> tuple[str, Path]:
+    """The run's id and host folder (with configs/ made), once the node images are current."""
+    run_ids = {c["run_id"] for c in cfgs}
+    if len(run_ids) != 1:
+        raise ValueError(f"node configs disagree on run_id: {sorted(run_ids)}")
+    run_id = run_ids.pop()
+    run_dir = results_dir / run_id
+    (run_dir / "configs").mkdir(parents=True, exist_ok=True)
+    if not images_current():
+        print(f"{backend} backend: node images missing or older than the sources: building them", flush=True)
+        build_images()
+    return run_id, run_dir
+
+
+def write_container_spec(spec: dict[str, Any], path: Path) -> None:
+    """Write a compose or stack spec (JSON, which both read), every node told the commit it runs."""
+    for svc in spec["services"].values():
+        svc["environment"]["COMMLAB_GIT_COMMIT"] = git_commit()
+    path.write_text(json.dumps(spec, indent=2))
+
+
+def record_container_links(run_dir: Path) -> None:
+    """What each container's tc really applied (link-<node>.json from its entry point) -> manifest."""
+    record_links(run_dir, {p.stem.removeprefix("link-"): json.loads(p.read_text())
+                           for p in sorted(run_dir.glob("link-*.json"))})
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

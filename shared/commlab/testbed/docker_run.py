@@ -12,56 +12,36 @@ import selectors
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
-from ..metrics import git_commit, write_json_atomic
+from ..metrics import write_json_atomic
 from ..progress import echo
 from ..roster import Node, ddp_roster, fl_roster
-from .backend import RunFailed, record_links
+from .backend import RunFailed, log_tail, prepare_container_run, record_container_links, write_container_spec
 from .compose_file import CONTAINER_RESULTS, addresses, compose_spec, container_config, project_name
-from .engine import EngineError, docker
-from .images import build_images, images_current
+from .engine import free_net
+from .swarm import run_stack
 
 NETS = range(128, 250)  # 198.19.<net>.0/24 for run networks; below 128 stays free for the engine
 CONTROLLER_GRACE_S = 60.0  # clients get this long to leave after the controller has finished
 
 
 def run_fl(controller_cfg: dict[str, Any], client_cfgs: list[dict[str, Any]], link_profile: str,
-           results_dir: Path) -> Path:
-    return _run(fl_roster(len(client_cfgs)), [controller_cfg, *client_cfgs], link_profile, Path(results_dir))
+           results_dir: Path, swarm: bool = False) -> Path:
+    """On compose, or with `swarm` as a Docker Swarm stack (commlab.testbed.swarm)."""
+    return (run_stack if swarm else _run)(fl_roster(len(client_cfgs)), [controller_cfg, *client_cfgs], link_profile,
+                                          Path(results_dir))
 
 
-def run_ddp(worker_cfgs: list[dict[str, Any]], link_profile: str, results_dir: Path) -> Path:
-    return _run(ddp_roster(len(worker_cfgs)), worker_cfgs, link_profile, Path(results_dir))
-
-
-def free_net(run_id: str) -> int:
-    """A 198.19.<net>.0/24 no engine network uses yet, picked by the run id to spread parallel runs."""
-    ids = docker("network", "ls", "-q").stdout.decode().split()
-    used = docker("network", "inspect", "--format", "{{range .IPAM.Config}}{{.Subnet}} {{end}}", *ids).stdout.decode()
-    start = zlib.crc32(run_id.encode()) % len(NETS)
-    for k in range(len(NETS)):
-        net = NETS[(start + k) % len(NETS)]
-        if f"198.19.{net}.0/24" not in used:
-            return net
-    raise EngineError("every 198.19.128-249.0/24 network is taken: remove stale ones (docker network prune)")
+def run_ddp(worker_cfgs: list[dict[str, Any]], link_profile: str, results_dir: Path, swarm: bool = False) -> Path:
+    return (run_stack if swarm else _run)(ddp_roster(len(worker_cfgs)), worker_cfgs, link_profile, Path(results_dir))
 
 
 def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, results_dir: Path) -> Path:
     """The first node is the primary one (controller, rank 0): once it has exited, the run ends."""
-    run_ids = {c["run_id"] for c in cfgs}
-    if len(run_ids) != 1:
-        raise ValueError(f"node configs disagree on run_id: {sorted(run_ids)}")
-    run_id = run_ids.pop()
-    results_dir.mkdir(parents=True, exist_ok=True)
-    run_dir = results_dir / run_id
-    (run_dir / "configs").mkdir(parents=True, exist_ok=True)
-    if not images_current():
-        print("docker backend: node images missing or older than the sources: building them", flush=True)
-        build_images()
-    net = free_net(run_id)
+    run_id, run_dir = prepare_container_run(cfgs, results_dir, "docker")
+    net = free_net(run_id, NETS)
     addrs = addresses(nodes, net)
     for node, cfg in zip(nodes, cfgs):
         write_json_atomic(run_dir / "configs" / f"{node.name}.json",
@@ -69,10 +49,8 @@ def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, resul
     spec = compose_spec(nodes, run_id=run_id, host_results=results_dir, net=net,
                         config_dir=f"{CONTAINER_RESULTS}/{run_id}/configs",
                         key_files={n.name: c["dds"]["key_file"] for n, c in zip(nodes, cfgs) if c["dds"].get("key_file")})
-    for svc in spec["services"].values():
-        svc["environment"]["COMMLAB_GIT_COMMIT"] = git_commit()
     compose_file = run_dir / "compose.yaml"
-    compose_file.write_text(json.dumps(spec, indent=2))
+    write_container_spec(spec, compose_file)
     project = project_name(run_id)
     print(f"docker backend: {len(nodes)} containers on 198.19.{net}.0/24, link profile {link_profile}, "
           f"compose file {compose_file}", flush=True)
@@ -81,12 +59,12 @@ def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, resul
     finally:
         subprocess.run(["docker", "compose", "-f", str(compose_file), "-p", project, "down", "-t", "5",
                         "--remove-orphans"], capture_output=True)
-    _record_links(run_dir)
+    record_container_links(run_dir)
     failed = {name: code for name, code in codes.items() if code != 0}
     if failed:
         # First line: what failed (the launchers print only that); then the log's tail.
         raise RunFailed(f"run {run_id}: containers exited with errors {failed} (log: {run_dir / 'compose.log'})"
-                        f"\n{_tail(run_dir / 'compose.log')}")
+                        f"\n{log_tail(run_dir / 'compose.log')}")
     return run_dir
 
 
@@ -133,16 +111,3 @@ def _states(base: list[str]) -> dict[str, tuple[str, int]]:
             parsed = json.loads(line)
             rows.extend(parsed if isinstance(parsed, list) else [parsed])
     return {r["Service"]: (r.get("State", ""), int(r.get("ExitCode", 0))) for r in rows}
-
-
-def _record_links(run_dir: Path) -> None:
-    """What each container's tc really applied (link-<node>.json from its entry point) -> manifest."""
-    record_links(run_dir, {p.stem.removeprefix("link-"): json.loads(p.read_text())
-                           for p in sorted(run_dir.glob("link-*.json"))})
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import zlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]  # shared/commlab/testbed/engine.py -> repo root
@@ -65,3 +66,17 @@ def docker(*args: str, check: bool = True, timeout_s: float | None = None,
 
 def image_exists(name: str) -> bool:
     return docker("image", "inspect", name, check=False).returncode == 0
+
+
+def free_net(run_id: str, nets: range) -> int:
+    """A 198.19.<net>.0/24 (net in `nets`) that no engine network uses yet, picked by the run id to
+    spread parallel runs."""
+    ids = docker("network", "ls", "-q").stdout.decode().split()
+    used = docker("network", "inspect", "--format", "{{range .IPAM.Config}}{{.Subnet}} {{end}}", *ids).stdout.decode()
+    start = zlib.crc32(run_id.encode()) % len(nets)
+    for k in range(len(nets)):
+        net = nets[(start + k) % len(nets)]
+        if f"198.19.{net}.0/24" not in used:
+            return net
+    raise EngineError(f"every 198.19.{nets[0]}-{nets[-1]}.0/24 network is taken: remove stale ones "
+                      "(docker network prune; swarm stacks: make stack-down)")

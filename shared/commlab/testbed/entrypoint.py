@@ -1,4 +1,5 @@
-"""Container entry point: shape eth0 with the run's link profile, record it, then become the node.
+"""Container entry point: shape eth0 with the run's link profile, record it, resolve the DDS peers
+when they are names (swarm), then become the node.
 
     python -m commlab.testbed.entrypoint -- python nodes/client.py CONFIG.json
 
@@ -10,10 +11,15 @@ shaping, so result files belong to the host user).
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import socket
 import sys
+import tempfile
+import time
 from pathlib import Path
+from typing import Callable
 
 from ..metrics import write_json_atomic
 from ..netem import LinkError, apply_link, describe, link_for
@@ -41,6 +47,52 @@ def shape(config_path: str) -> None:
                 os.chown(path, int(os.environ["COMMLAB_UID"]), int(os.environ.get("COMMLAB_GID", "-1")))
 
 
+class PeersUnresolved(RuntimeError):
+    """Peer names that did not resolve in time; the message names them."""
+
+
+def resolved_config(config_path: str, timeout_s: float = 120.0,
+                    resolve: Callable[[str], str] = socket.gethostbyname) -> str:
+    """A config whose DDS peers are addresses: `config_path` itself when they are already, else a
+    copy with every name resolved. Swarm nodes name their peers (tasks.<node>): an overlay has no
+    fixed addresses, and a name resolves only once that node's task is attached, so this waits
+    for all of them."""
+    cfg = json.loads(Path(config_path).read_text())
+    peers = cfg.get("dds", {}).get("peers") or []
+    names = [p for p in peers if not _is_address(p)]
+    if not names:
+        return config_path
+    addresses: dict[str, str] = {}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for name in names:
+            if name not in addresses:
+                try:
+                    addresses[name] = resolve(name)
+                except OSError:
+                    pass
+        missing = [n for n in names if n not in addresses]
+        if not missing:
+            break
+        if time.monotonic() > deadline:
+            raise PeersUnresolved(f"DDS peers {', '.join(missing)} did not resolve within {timeout_s:.0f} s")
+        time.sleep(1.0)
+    cfg["dds"]["peers"] = [addresses.get(p, p) for p in peers]
+    fd, path = tempfile.mkstemp(prefix="commlab-node-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(cfg, f)
+    os.chmod(path, 0o644)  # the node may run as the host user (COMMLAB_UID)
+    return path
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
+
+
 def drop_privileges() -> None:
     uid, gid = os.environ.get("COMMLAB_UID"), os.environ.get("COMMLAB_GID")
     if gid:
@@ -60,6 +112,11 @@ def main(argv: list[str]) -> int:
         shape(argv[-1])
     except LinkError as e:
         print(f"link shaping failed: {e}", file=sys.stderr)
+        return 2
+    try:
+        argv = [*argv[:-1], resolved_config(argv[-1])]
+    except PeersUnresolved as e:
+        print(f"[{os.environ.get('COMMLAB_NODE', 'node')}] {e}", file=sys.stderr)
         return 2
     drop_privileges()
     os.execvp(argv[0], argv)
