@@ -8,10 +8,12 @@ FL_ARGS ?=
 # Sampling (docs/scale.md): PER_ROUND=2 (or 0.1) clients per round; AVAILABILITY=trace.csv (make fl-trace).
 PER_ROUND ?=
 AVAILABILITY ?=
-FL_SAMPLING = $(if $(PER_ROUND),--per-round $(PER_ROUND)) $(if $(AVAILABILITY),--availability $(AVAILABILITY))
+# Logical clients (docs/scale.md): PROCS=4 processes host the CLIENTS clients.
+PROCS ?=
+FL_SAMPLING = $(if $(PER_ROUND),--per-round $(PER_ROUND)) $(if $(AVAILABILITY),--availability $(AVAILABILITY)) $(if $(PROCS),--procs $(PROCS))
 
 .PHONY: test-fl test-fl-slow
-fl-%: $(STAMP) ## FL run with compressor % (fp32, int8, int8_sparse, qsgd16, dgc, powersgd, signsgd, ...): CLIENTS ROUNDS BACKEND PROFILE SAMPLES PER_ROUND AVAILABILITY FL_ARGS
+fl-%: $(STAMP) ## FL run with compressor % (fp32, int8, int8_sparse, qsgd16, dgc, powersgd, signsgd, ...): CLIENTS ROUNDS BACKEND PROFILE SAMPLES PER_ROUND AVAILABILITY PROCS FL_ARGS
 	$(PYTHON) -m commlab.fl.run --codec $* --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --downlink-codec $(DOWNLINK) --backend $(BACKEND) --profile $(PROFILE) $(FL_SAMPLING) $(FL_ARGS)
 
 TRACE ?= results/traces/diurnal-$(CLIENTS)x$(ROUNDS).csv

@@ -52,7 +52,7 @@ def test_train_cmd_without_epochs_is_rejected_and_the_client_runs_on_until_stop(
     inbox = {TrainCmd: [_cmd(1, 0), _cmd(1, -2), _cmd(1, 1, run_id="other"), _cmd(1, 1)],
              Stop: [Stop(run_id="other", last_round=9), Stop(run_id="run", last_round=1)]}
     lines: list[str] = []
-    client = Client(cfg, Node(inbox), torch.nn.Linear(2, 2), None, np.arange(8), lines.append)
+    client = Client(cfg, Node(inbox), torch.nn.Linear(2, 2), None, {0: np.arange(8)}, lines.append)
     ran: list[TrainCmd] = []
     client.run_round = ran.append
     client.run()
@@ -79,7 +79,7 @@ def test_an_update_the_codec_refuses_is_one_line_and_the_client_goes_on(tmp_path
     diverged = np.full(6, np.inf, np.float32)  # what a diverged error-feedback residual looks like
     monkeypatch.setattr(client_module, "local_update", lambda *a, **k: (diverged, 0.0))
     lines: list[str] = []
-    client = Client(cfg, Node({}), model, None, np.arange(8), lines.append)
+    client = Client(cfg, Node({}), model, None, {0: np.arange(8)}, lines.append)
     client._wait_for_model = lambda rnd, deadline_s: 0.0
     client.replica.weights, client.replica.round = np.zeros(6, np.float32), 0
     sent = client.update_pub.messages

@@ -20,7 +20,7 @@ from commlab.fault_points import HALT_ENV
 from commlab.fl.checkpoint import load_checkpoint
 from commlab.fl.run import build_configs, parse_args
 from commlab.models import weights_digest
-from commlab.roster import fl_roster
+from commlab.roster import fl_roster_of
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,21 +71,23 @@ class Proc:
 
 
 def start_run(tmp_path: Path, domain: int, rounds: int, deadline: float = 6.0, clients: int = 2,
-              halt: dict[str, str] | None = None, downlink: str = "fp32"):
-    """Controller and clients as processes; `halt` maps a node name to its fault point."""
+              halt: dict[str, str] | None = None, downlink: str = "fp32", extra: tuple[str, ...] = (),
+              run_id: str = "fault"):
+    """Controller and client processes; `halt` maps a node name to its fault point, `extra` are
+    more launcher flags."""
     ctl, cls = build_configs(parse_args([
         "--codec", "int8_sparse", "--clients", str(clients), "--rounds", str(rounds), "--deadline", str(deadline),
         "--samples-per-round", "128", "--batch-size", "32", "--train-subset", "2000", "--test-subset", "300",
-        "--results-dir", str(tmp_path / "results"), "--run-id", "fault", "--domain-id", str(domain),
-        "--downlink-codec", downlink]))
+        "--results-dir", str(tmp_path / "results"), "--run-id", run_id, "--domain-id", str(domain),
+        "--downlink-codec", downlink, *extra]))
     ctl["round_hard_limit_s"] = 60.0
     paths, procs = {}, {}
-    for node, cfg in zip(fl_roster(clients), [ctl, *cls]):  # the controller first
+    for node, cfg in zip(fl_roster_of(cls), [ctl, *cls]):  # the controller first
         paths[node.name] = tmp_path / f"{node.name}.json"
         paths[node.name].write_text(json.dumps(cfg))
         procs[node.name] = Proc(tmp_path, node.name, [sys.executable, str(ROOT / "nodes" / node.script),
                                                       str(paths[node.name])], (halt or {}).get(node.name))
-    return procs, paths, tmp_path / "results" / "fault"
+    return procs, paths, tmp_path / "results" / run_id
 
 
 def rounds_rows(run_dir: Path) -> list[dict]:
@@ -184,7 +186,7 @@ with DdsNode("rogue", DdsSettings(domain_id=int(sys.argv[1]))) as node:
 """
 
 
-def test_malformed_update_is_rejected_and_counted(tmp_path):
+def test_forged_updates_are_rejected_and_counted(tmp_path):
     # The real clients wait before uploading round 1 until the forgeries were rejected, so the
     # forged client-0 update is judged on its payload, not as a second update.
     # The rogue is announced before the controller exists, so the first command waits for it too.
@@ -204,7 +206,9 @@ def test_malformed_update_is_rejected_and_counted(tmp_path):
         for p in procs.values():
             p.stop()
     log = procs["controller"].text()
-    assert "rejected update from 'client-0'" in log and "malformed payload" in log
+    # Named as client-0 but sent by another node: refused before its payload is even decoded
+    # (a malformed payload from the right node: test_fl_strategy's collector test).
+    assert "rejected update from 'client-0' (round 1): sent by 'rogue', not by the node of the client it names" in log
     rows = rounds_rows(run_dir)
     assert sum(int(r["rejected_updates"]) for r in rows) == 2
     assert all(r["participants"] == "client-0;client-1" for r in rows)  # the real updates still counted

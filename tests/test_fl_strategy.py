@@ -72,7 +72,7 @@ def test_collector_rejects_and_counts_bad_updates():
     c.offer(ClientUpdate(round=2, client_id="client-0", num_samples=5, payload=good), sender="client-0")
     c.offer(ClientUpdate(round=2, client_id="client-0", num_samples=5, payload=good))          # duplicate
     assert c.replies.rejected == 6 and c.answered() == {"client-0"}
-    assert any("sent by 'client-1', not by the client it names" in line for line in log)
+    assert any("sent by 'client-1', not by the node of the client it names" in line for line in log)
     assert any("malformed payload" in line for line in log)
     assert any("for round 1, not 2" in line for line in log)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from commlab.dds.auth import make_keyrings, write_keyring
 from commlab.metrics import write_json_atomic
-from commlab.roster import CONTROLLER, Node, ddp_roster, fl_roster
+from commlab.roster import CONTROLLER, Node, ddp_roster, fl_roster_of
 from commlab.run_keys import with_key_file
 from commlab.testbed.compose_file import CONTAINER_RESULTS, addresses, container_config
 
@@ -28,7 +28,7 @@ LAB = Path("/lab")
 def fl_configs(flags: list[str]) -> tuple[list[Node], list[dict[str, Any]]]:
     from commlab.fl.run import build_configs, parse_args
     controller, clients = build_configs(parse_args([*flags, "--results-dir", CONTAINER_RESULTS]))
-    return fl_roster(len(clients)), [controller, *clients]
+    return fl_roster_of(clients), [controller, *clients]
 
 
 def ddp_configs(flags: list[str]) -> tuple[list[Node], list[dict[str, Any]]]:

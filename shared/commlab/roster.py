@@ -1,6 +1,8 @@
 """The nodes of one run: their names, which node program each runs and its extra environment.
 
-An FL run is `controller` plus `client-0` .. `client-<N-1>`; a DDP run is `worker-0` ..
+An FL run is `controller` plus `client-0` .. `client-<N-1>`, or, with P processes hosting the N
+clients (logical clients), `controller` plus `clients-0` .. `clients-<P-1>`, process k hosting
+clients k, k+P, k+2P, ...; a DDP run is `worker-0` ..
 `worker-<W-1>`, each with RANK and WORLD in its environment. The launchers, every backend (local
 processes, network namespaces, containers) and the compose setup take their nodes from here, and
 the nodes name themselves (DDS participant, barrier peers) with the same functions.
@@ -30,13 +32,36 @@ def client_name(index: int) -> str:
     return f"client-{index}"
 
 
+def client_host_name(index: int) -> str:
+    """DDS participant / barrier name of client process `index` when processes host several clients."""
+    return f"clients-{index}"
+
+
+def hosted_clients(host: int, clients: int, procs: int) -> list[int]:
+    """The client indices process `host` of `procs` hosts (round robin: every process within one)."""
+    return list(range(host, clients, procs))
+
+
+def client_node(index: int, procs: int | None) -> str:
+    """The node client `index` speaks through: itself, or the process hosting it."""
+    return client_name(index) if procs is None else client_host_name(index % procs)
+
+
 def worker_name(rank: int) -> str:
     return f"worker-{rank}"
 
 
-def fl_roster(clients: int) -> list[Node]:
-    """The controller first (the node whose end ends the run), then the clients by index."""
-    return [Node(CONTROLLER, "controller")] + [Node(client_name(i), "client") for i in range(clients)]
+def fl_roster(clients: int, procs: int | None = None) -> list[Node]:
+    """The controller first (the node whose end ends the run), then the client processes by index:
+    one per client, or `procs` hosting them all."""
+    names = [client_name(i) for i in range(clients)] if procs is None else [client_host_name(k) for k in range(procs)]
+    return [Node(CONTROLLER, "controller")] + [Node(name, "client") for name in names]
+
+
+def fl_roster_of(client_cfgs: list[dict]) -> list[Node]:
+    """fl_roster for these client process configs (each names its client, or its host index and procs)."""
+    procs = client_cfgs[0].get("procs") if client_cfgs else None
+    return fl_roster(len(client_cfgs)) if procs is None else fl_roster(client_cfgs[0]["num_clients"], procs)
 
 
 def ddp_roster(world: int) -> list[Node]:

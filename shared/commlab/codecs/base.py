@@ -89,6 +89,19 @@ class Codec(ABC):
         return f"<codec {self.name}>"
 
 
+class RandomCodec(Codec):
+    """A codec that draws from its own Generator (`self.rng`): its state is the generator's, so a
+    codec rebuilt from it (a resumed run, a host swapping its logical clients) draws on where the
+    old one stopped instead of repeating its draws."""
+    rng: np.random.Generator
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+
 def register(cls: type[Codec]) -> type[Codec]:
     """Class decorator adding a codec to the registry under its name and id."""
     assert cls.codec_id not in _BY_ID, f"duplicate codec id {cls.codec_id}"

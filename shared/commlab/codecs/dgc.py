@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 
 from commlab.codecs import indices
-from commlab.codecs.base import Codec, register
+from commlab.codecs.base import RandomCodec, register
 from commlab.codecs.errors import CodecError
 from commlab.codecs.topk import split_sparse
 
@@ -74,7 +74,7 @@ def sparse_mask(layout: Layout, min_sparse_numel: int) -> np.ndarray:
 
 
 @register
-class Dgc(Codec):
+class Dgc(RandomCodec):
     name = "dgc"
     codec_id = 10
     lossy = True
@@ -133,12 +133,6 @@ class Dgc(Codec):
         out[s_idx] = np.frombuffer(s_values, dtype)
         out[d_idx] = np.frombuffer(rest, "<f4")
         return out
-
-    def state_dict(self) -> dict:
-        return {"rng": self.rng.bit_generator.state}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.rng.bit_generator.state = state["rng"]
 
     def payload_size(self, numel: int) -> int:
         """Upper bound: the sampled threshold may keep up to 1.3x the target count per tensor."""

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from commlab.codecs import bitpack
-from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
+from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
 from commlab.codecs.errors import CodecError
 
 
@@ -34,7 +34,7 @@ def _spans(n: int, bucket: int) -> Iterator[tuple[int, int, int]]:
 
 
 @register
-class QSGD(Codec):
+class QSGD(RandomCodec):
     name = "qsgd"
     codec_id = 6
     lossy = True

@@ -32,7 +32,7 @@ import struct
 import numpy as np
 
 from commlab.codecs import topk
-from commlab.codecs.base import Codec, register
+from commlab.codecs.base import RandomCodec, register
 from commlab.codecs.errors import CodecError
 
 
@@ -58,7 +58,7 @@ def positions(seed: int, numel: int, k: int) -> np.ndarray:
 
 
 @register
-class RandomK(Codec):
+class RandomK(RandomCodec):
     name = "randomk"
     codec_id = 9
     lossy = True

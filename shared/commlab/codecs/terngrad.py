@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
+from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
 from commlab.codecs.errors import CodecError
 from commlab.codecs.signsgd import (BLOCK, bitmap, bitmap_size, block_reduce, check_block, expand, num_blocks,
                                     read_bitmap, read_scales)
 
 
 @register
-class TernGrad(Codec):
+class TernGrad(RandomCodec):
     name = "terngrad"
     codec_id = 8
     lossy = True

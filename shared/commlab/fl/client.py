@@ -1,11 +1,14 @@
 """The FL client: wait for TrainCmd, train on its own partition, send the encoded delta, apply
 the ModelBlob; end on Stop. Survives controller restarts: it keeps listening and runs whatever
-round the controller announces, from the model of the previous round.
+round the controller announces, from the model of the previous round. One process is one client,
+or hosts several (logical clients, config `procs`): it trains the ones a command names one after
+another from the same replica, each with its own partition, compression memory and table, and
+uploads each update as its own message.
 """
 from __future__ import annotations
 
-import copy
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -14,13 +17,14 @@ import torch
 
 from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import CodecError
-from commlab.codecs.compression import Compression, build_compression
+from commlab.codecs.compression import build_compression
 from commlab.data import Dataset, label_histogram, partition
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress
 from commlab.fault_points import halt_at
 from commlab.fl.adaptive import ClientSide
 from commlab.fl.broadcast import ModelReplica
+from commlab.fl.client_memory import ClientMemory
 from commlab.fl.config import ClientConfig, load_client_config
 from commlab.fl.entry import as_config_error, log_to
 from commlab.fl.local_training import local_update, round_subset
@@ -28,7 +32,7 @@ from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, Tra
 from commlab.fl.strategy import FitIns
 from commlab.metrics import CsvTable, write_transport_totals
 from commlab.models import flatten_params, layout_of, weights_digest
-from commlab.roster import CONTROLLER
+from commlab.roster import CONTROLLER, client_name
 from commlab.tables import COLUMNS
 from commlab.train_step import load_train_step
 
@@ -39,10 +43,19 @@ class ClientIdle(RuntimeError):
     """No command from the controller for idle_timeout_s."""
 
 
+@dataclass
+class HostedClient:
+    """One client this process trains: its index, partition and table (its memory: ClientMemory)."""
+    index: int
+    name: str
+    part: np.ndarray
+    table: CsvTable
+
+
 class Client:
     def __init__(self, cfg: ClientConfig, node: Any, model: torch.nn.Module, data: Dataset,
-                 part: np.ndarray, log: Callable[[str], None] = print):
-        self.cfg, self.node, self.model, self.data, self.part, self.log = cfg, node, model, data, part, log
+                 parts: dict[int, np.ndarray], log: Callable[[str], None] = print):
+        self.cfg, self.node, self.model, self.data, self.log = cfg, node, model, data, log
         self.cmd_sub = node.subscriber(TrainCmd)
         self.blob_sub = node.subscriber(ModelBlob)
         self.update_pub = node.publisher(ClientUpdate)
@@ -53,13 +66,12 @@ class Client:
         self.requested_after: int | None = None  # the controller round after which the whole model was asked for
         self.decode_s = 0.0  # ModelBlob decoding since the last row
         self._codec_key: tuple | None = None
-        self.compression: Compression | None = None
-        # The compression memory before each round: a round rerun after a controller restart
-        # starts from the same memory, so the lost first attempt leaves no trace.
-        self._memory_before: dict[int, dict] = {}
         run_dir = Path(cfg.results_dir) / cfg.run_id
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.table = CsvTable(run_dir / f"clients-{cfg.client_id}.csv", COLUMNS["clients"])
+        self.clients = [HostedClient(i, client_name(i), parts[i], CsvTable(run_dir / f"clients-{i}.csv", COLUMNS["clients"]))
+                        for i in cfg.hosted()]
+        # A host of many keeps each client's memory in a file, holding one at a time.
+        self.memory = ClientMemory(None if cfg.procs is None else run_dir / "client-memory" / cfg.name)
         self._row_start = node.stats.snapshot()
         # Per-client bits and uplink rate (docs/adaptive.md), and the emulated compute speed.
         self.adaptive = ClientSide(cfg.name, cfg.link_profile, cfg.dds.interface, cfg.speed_factor, log)
@@ -75,6 +87,7 @@ class Client:
             if cmd is None:
                 # Only with no command waiting: every TrainCmd published before the Stop is run.
                 if self._stopped():
+                    self.memory.discard()  # the run is over: no round will be run again
                     return
                 if progress.idle_s() > self.cfg.idle_timeout_s:
                     raise ClientIdle(f"{self.cfg.name}: no TrainCmd from the controller, and nothing else arrived, "
@@ -94,7 +107,7 @@ class Client:
         if (problem := cmd.problem()) is not None:
             self.log(f"rejected TrainCmd for round {cmd.round}: {problem}")
             return False
-        if not cmd.names(self.cfg.name):  # sampled out; fedbuff's many small commands pass silently
+        if not any(cmd.names(c.name) for c in self.clients):  # sampled out; fedbuff's many small commands pass silently
             if not cmd.newer_base_ok:
                 self.log(f"round {cmd.round}: not selected, waiting for the next command")
             return False
@@ -177,16 +190,15 @@ class Client:
             self._apply_blobs(POLL_S)
         return time.perf_counter() - start
 
-    def _compression_for(self, cmd: TrainCmd) -> Compression:
-        """The codec the controller asked for, with its memory (error feedback; DGC's accumulation),
-        kept across rounds while the codec stays the same."""
+    def _codec_for(self, cmd: TrainCmd) -> str:
+        """The codec the controller asked for; the clients' memories (error feedback, DGC's
+        accumulation) are kept across rounds while it stays the same."""
         name = self.adaptive.codec(cmd)  # qsgd at this client's bits when the command allocates them
         key = (name, tuple(sorted(cmd.codec_params.items())))
         if key != self._codec_key:
-            self.compression = build_compression(name, cmd.codec_params, layout_of(self.model),
-                                                 seed=self.cfg.client_id)
-            self._codec_key, self._memory_before = key, {}
-        return self.compression
+            self._codec_key = key
+            self.memory.reset()
+        return name
 
     def run_round(self, cmd: TrainCmd) -> None:
         rnd = cmd.round
@@ -205,8 +217,15 @@ class Client:
             return
         fit = FitIns(round=rnd, epochs=cmd.epochs, lr=cmd.lr, batch_size=cmd.batch_size,
                      subset_size=cmd.subset_size, seed=cmd.seed)
-        indices = round_subset(self.part, fit, self.cfg.client_id)
-        self.log(f"round {rnd}: training on {len(indices)} samples from model {weights_digest(self.weights)} "
+        for client in [c for c in self.clients if cmd.names(c.name)]:
+            self._train(client, cmd, rnd, fit, comm_s)
+            comm_s = 0.0  # the model was waited for once, before the first
+
+    def _train(self, client: HostedClient, cmd: TrainCmd, rnd: int, fit: FitIns, comm_s: float) -> None:
+        """Train one client from the replica, encode through its memory, upload, one table row."""
+        who = "" if self.cfg.procs is None else f"{client.name} "
+        indices = round_subset(client.part, fit, client.index)
+        self.log(f"{who}round {rnd}: training on {len(indices)} samples from model {weights_digest(self.weights)} "
                  f"(round {self.weights_round})")
         start = time.perf_counter()
         delta, loss = local_update(self.model, self.weights, self.data, indices, fit,
@@ -216,11 +235,13 @@ class Client:
         stretch_s = self.adaptive.stretch(train_s)
         if self.cfg.attack is not None:  # test only (config `attack`): a forged update under a valid identity
             delta = self.cfg.attack.apply(delta)
-        start = time.perf_counter()
         try:
-            payload = self._encode(rnd, delta, self._compression_for(cmd))
+            compression = build_compression(self._codec_for(cmd), cmd.codec_params, layout_of(self.model),
+                                            seed=client.index)
+            start = time.perf_counter()  # a host's encode time includes swapping the client's memory in and out
+            payload = self.memory.encode(client.index, rnd, delta, compression)
         except CodecError as e:  # e.g. a diverged update the codec cannot represent: the round goes on without it
-            self.log(f"round {rnd}: no update sent, the codec refused it: {e}")
+            self.log(f"{who}round {rnd}: no update sent, the codec refused it: {e}")
             return
         encode_s = time.perf_counter() - start
         waited = self.node.stats.wait_s
@@ -228,30 +249,22 @@ class Client:
         self.adaptive.before_upload(cmd)
         upload_start = time.perf_counter()
         try:
-            self.update_pub.publish(ClientUpdate(round=rnd, client_id=self.cfg.name, num_samples=len(indices),
+            self.update_pub.publish(ClientUpdate(round=rnd, client_id=client.name, num_samples=len(indices),
                                                  payload=payload, **self.adaptive.report(train_s + stretch_s)))
             self.adaptive.after_upload(cmd, len(payload), upload_start, self.update_pub, cmd.deadline_s)
         except DdsError as e:  # controller gone: keep listening, a restarted one re-announces the round
-            self.log(f"round {rnd}: update not delivered ({e}); waiting for the controller")
+            self.log(f"{who}round {rnd}: update not delivered ({e}); waiting for the controller")
         comm_s += self.node.stats.wait_s - waited
         comm = self.node.stats.since(self._row_start)
         self._row_start = self.node.stats.snapshot()
-        self.table.append({"round": rnd, "client_id": self.cfg.name, "num_samples": len(indices),
-                           "bytes_up": int(comm["bytes_sent"]), "bytes_down": int(comm["bytes_received"]),
-                           "comm_time_s": round(comm_s, 4), "train_time_s": round(train_s, 4),
-                           "encode_time_s": round(encode_s, 4), "decode_time_s": round(self.decode_s, 4),
-                           **self.adaptive.row(stretch_s)})
+        client.table.append({"round": rnd, "client_id": client.name, "num_samples": len(indices),
+                             "bytes_up": int(comm["bytes_sent"]), "bytes_down": int(comm["bytes_received"]),
+                             "comm_time_s": round(comm_s, 4), "train_time_s": round(train_s, 4),
+                             "encode_time_s": round(encode_s, 4), "decode_time_s": round(self.decode_s, 4),
+                             **self.adaptive.row(stretch_s)})
         self.decode_s = 0.0
-        self.log(f"round {rnd}: sent {len(payload)} B update, loss {loss:.4f}, train {train_s:.1f}s, "
+        self.log(f"{who}round {rnd}: sent {len(payload)} B update, loss {loss:.4f}, train {train_s:.1f}s, "
                  f"encode {encode_s:.3f}s")
-
-    def _encode(self, rnd: int, delta: np.ndarray, compression: Compression) -> bytes:
-        """Encode the delta through the codec's memory, so that what a lossy codec drops now is
-        added to a later update instead of being lost."""
-        if rnd in self._memory_before:
-            compression.load_state_dict(copy.deepcopy(self._memory_before[rnd]))
-        self._memory_before = {rnd: copy.deepcopy(compression.state_dict())}
-        return compression.encode(delta)
 
 
 def run_client(config_path: str) -> None:
@@ -265,11 +278,17 @@ def run_client(config_path: str) -> None:
     parts = as_config_error("partition", lambda: partition(data.train_y, cfg.num_clients, p.scheme, p.seed, **p.params()))
     settings = as_config_error("dds", lambda: dds_settings(cfg.dds, flatten_params(model).size))
     log = log_to(cfg.name)
-    log(f"partition {p.scheme}: {len(parts[cfg.client_id])} samples, labels "
-        f"{label_histogram(data.train_y, [parts[cfg.client_id]], data.num_classes)[0].tolist()}")
+    hosted = {i: parts[i] for i in cfg.hosted()}
+    if cfg.procs is None:
+        log(f"partition {p.scheme}: {len(parts[cfg.client_id])} samples, labels "
+            f"{label_histogram(data.train_y, [parts[cfg.client_id]], data.num_classes)[0].tolist()}")
+    else:
+        sizes = [len(part) for part in hosted.values()]
+        log(f"partition {p.scheme}: hosting {len(hosted)} clients ({client_name(min(hosted))} ... "
+            f"{client_name(max(hosted))}), {min(sizes)}-{max(sizes)} samples each")
     node = DdsNode(cfg.name, settings)
     try:
-        Client(cfg, node, model, data, parts[cfg.client_id], log).run()
+        Client(cfg, node, model, data, hosted, log).run()
     finally:
         write_transport_totals(cfg.results_dir, cfg.run_id, cfg.name, node.stats.snapshot())
         node.close()

@@ -40,6 +40,7 @@ class UpdateCollector:
     codec: Codec
     numel: int
     log: Callable[[str], None]
+    node_of: Callable[[str], str | None] = lambda client: client  # the node that may speak for a client
     replies: RoundReplies = field(default_factory=RoundReplies)
 
     def offer(self, msg: Any, sender: str | None = None) -> None:
@@ -66,8 +67,8 @@ class UpdateCollector:
             return f"update is for round {msg.round}, not {self.rnd}"
         if msg.client_id not in self.expected:
             return "unknown client"
-        if sender is not None and sender != msg.client_id:
-            return f"sent by {sender!r}, not by the client it names"
+        if sender is not None and sender != self.node_of(msg.client_id):
+            return f"sent by {sender!r}, not by the node of the client it names"
         if msg.client_id in self.answered():
             return "second update in this round"
         if msg.num_samples <= 0:

@@ -6,6 +6,7 @@ raise ConfigError (naming the key or file) before anything is trained or written
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from commlab.dds.messages import MAX_TEXT
 from commlab.fl.adaptive import AdaptiveSection
 from commlab.fl.sampling import Availability, load_availability, per_round_count
 from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES
-from commlab.roster import client_name
+from commlab.roster import client_host_name, client_name, client_node, fl_roster, hosted_clients
 from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
 PARTITION_SCHEMES = ("iid", "dirichlet", "shards")
@@ -146,9 +147,15 @@ class ControllerConfig:
     adaptive: AdaptiveSection | None = None  # per-client qsgd bits and uplink rates (docs/adaptive.md)
     sampling: SamplingSection = SamplingSection()  # clients per round, availability trace (docs/scale.md)
     fedbuff: FedBuffSection | None = None    # strategy fedbuff only; None: its defaults
+    # Client processes hosting the clients (logical clients, docs/scale.md); None: one each.
+    procs: int | None = None
 
     def check(self, where: str) -> None:
         load_train_step(self.train_step, f"{where}train_step")
+        if self.procs is not None and not 1 <= self.procs <= self.expected_clients:
+            raise ConfigError(f"{where}procs: must be in 1..expected_clients ({self.expected_clients}), got {self.procs}")
+        if self.procs is not None and self.adaptive is not None:
+            raise ConfigError(f"{where}procs: adaptive shapes each client's own link; not with logical clients")
         positive(where, rounds=self.rounds, expected_clients=self.expected_clients,
                   min_clients=self.min_clients, round_deadline_s=self.round_deadline_s,
                   lost_client_grace_s=self.lost_client_grace_s,
@@ -173,7 +180,7 @@ class ControllerConfig:
             raise ConfigError(f"{where}clients_per_round: must be in 1..{self.expected_clients}, got {k}")
         if self.min_clients > k:
             raise ConfigError(f"{where}clients_per_round: {k} is below min_clients {self.min_clients}")
-        if len(";".join(self.client_ids()[-k:])) > MAX_TEXT:
+        if k < self.expected_clients and len(";".join(self.client_ids()[-k:])) > MAX_TEXT:
             raise ConfigError(f"{where}clients_per_round: {k} names do not fit in one TrainCmd ({MAX_TEXT} characters)")
         if self.adaptive is not None and (k < self.expected_clients or self.strategy.name == "fedbuff"
                                           or self.sampling.availability is not None):
@@ -200,6 +207,18 @@ class ControllerConfig:
 
     def client_ids(self) -> list[str]:
         return [client_name(i) for i in range(self.expected_clients)]
+
+    def node_names(self) -> list[str]:
+        """The client processes the controller waits for and hears from."""
+        return [node.name for node in fl_roster(self.expected_clients, self.procs)[1:]]
+
+    @cached_property
+    def _nodes(self) -> dict[str, str]:
+        return {client_name(i): client_node(i, self.procs) for i in range(self.expected_clients)}
+
+    def node_of(self, client: str) -> str | None:
+        """The node that speaks for `client` (itself, or the process hosting it); None: no client of this run."""
+        return self._nodes.get(client)
 
 
 @dataclass(frozen=True)
@@ -245,6 +264,9 @@ class ClientConfig:
     train_step: str = DEFAULT_TRAIN_STEP  # "module:function" or "file.py:function": the loss of one batch
     attack: AttackSection | None = None   # test only: forge this client's updates
     speed_factor: float = 1.0       # compute heterogeneity: local training stretched to 1/speed_factor of its time
+    # Logical clients (docs/scale.md): this process is host `client_id` of `procs` and trains
+    # clients client_id, client_id + procs, ... one after another; None: it is client `client_id`.
+    procs: int | None = None
 
     def check(self, where: str) -> None:
         load_train_step(self.train_step, f"{where}train_step")
@@ -253,10 +275,19 @@ class ClientConfig:
             raise ConfigError(f"{where}speed_factor: must be in (0, 1], got {self.speed_factor}")
         if not 0 <= self.client_id < self.num_clients:
             raise ConfigError(f"{where}client_id: must be in 0..{self.num_clients - 1}, got {self.client_id}")
+        if self.procs is not None and not 1 <= self.procs <= self.num_clients:
+            raise ConfigError(f"{where}procs: must be in 1..num_clients ({self.num_clients}), got {self.procs}")
+        if self.procs is not None and self.client_id >= self.procs:
+            raise ConfigError(f"{where}client_id: a host index must be below procs ({self.procs}), got {self.client_id}")
 
     @property
     def name(self) -> str:
-        return client_name(self.client_id)
+        """This process's node name."""
+        return client_name(self.client_id) if self.procs is None else client_host_name(self.client_id)
+
+    def hosted(self) -> list[int]:
+        """The clients this process trains."""
+        return [self.client_id] if self.procs is None else hosted_clients(self.client_id, self.num_clients, self.procs)
 
 
 def load_controller_config(path: str | Path) -> ControllerConfig:

@@ -65,8 +65,9 @@ class Controller:
 
     def run(self) -> None:
         cfg = self.cfg
-        self.log(f"waiting for {cfg.expected_clients} client(s) (timeout {cfg.match_timeout_s:.0f}s)")
-        self.node.barrier(set(cfg.client_ids()), cfg.match_timeout_s)
+        hosts = "" if cfg.procs is None else f" in {cfg.procs} process(es)"
+        self.log(f"waiting for {cfg.expected_clients} client(s){hosts} (timeout {cfg.match_timeout_s:.0f}s)")
+        self.node.barrier(set(cfg.node_names()), cfg.match_timeout_s)
         # Clients need the model of round r-1 for TrainCmd r, also after a controller restart. Sent
         # before round 1 is timed, and recorded on its own, so every round's row is that round's traffic.
         before = self.node.stats.snapshot()
@@ -110,7 +111,7 @@ class Controller:
         """One whole-model broadcast for every client of this run whose replica is out of sync."""
         wanted = []
         while (req := self.request_sub.receive(0.0)) is not None:
-            if req.run_id == self.cfg.run_id and req.client_id in self.cfg.client_ids() and req.have != self.sender.digest:
+            if req.run_id == self.cfg.run_id and req.client_id in self.cfg.node_names() and req.have != self.sender.digest:
                 wanted.append(req.client_id)
         if wanted:
             self.log(f"sending the whole model (round {self.sender.round}) to resync {', '.join(sorted(set(wanted)))}")
@@ -118,8 +119,10 @@ class Controller:
             self.resyncs += 1
 
     def alive(self) -> set[str]:
+        """The clients whose process is alive."""
         peers = self.node.announcer.directory.peers  # updated by the reader thread: copied under the GIL
-        return {name for name, p in list(peers.items()) if p.alive}
+        nodes = {name for name, p in list(peers.items()) if p.alive}
+        return {c for c in self.cfg.client_ids() if self.cfg.node_of(c) in nodes}
 
     def run_round(self, rnd: int, before: dict[str, float]) -> None:
         cfg = self.cfg
@@ -131,7 +134,7 @@ class Controller:
             self.finish_round(rnd, started, before, self.strategy.weights, RoundReplies(), 0.0)
             return
         self.cmd_pub.publish(self.command(rnd, sample))
-        collector = UpdateCollector(rnd, sample, self.codec, self.strategy.weights.size, self.log)
+        collector = UpdateCollector(rnd, sample, self.codec, self.strategy.weights.size, self.log, self.cfg.node_of)
         replies = collector.collect(self.receive_update, started, cfg.round_deadline_s, cfg.round_hard_limit_s,
                                     min(cfg.min_clients, len(sample)), idle_s=Progress(self.node.stats).idle_s,
                                     alive=self.alive, lost_grace_s=cfg.lost_client_grace_s,
@@ -188,12 +191,13 @@ class Controller:
     def buffer_update(self, msg: ClientUpdate, version: int, replies: RoundReplies) -> None:
         """Check, decode and buffer one fedbuff update; a refusal is counted in `replies` and logged."""
         sender = self.update_sub.last_sender
-        if sender != msg.client_id:  # before the dispatch sees it: a forged update frees no place
-            reason: str | None = f"sent by {sender!r}, not by the client it names"
+        if sender != self.cfg.node_of(msg.client_id):  # before the dispatch sees it: a forged update frees no place
+            reason: str | None = f"sent by {sender!r}, not by the node of the client it names"
         else:
             reason = self.dispatch.returned(msg.client_id, msg.round, version)
         if reason is None:
-            one = UpdateCollector(msg.round, [msg.client_id], self.codec, self.strategy.weights.size, self.log)
+            one = UpdateCollector(msg.round, [msg.client_id], self.codec, self.strategy.weights.size, self.log,
+                                  self.cfg.node_of)
             one.offer(msg, sender)  # logs its own rejections
             replies.decode_s += one.replies.decode_s
             replies.rejected += one.replies.rejected

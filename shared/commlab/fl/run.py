@@ -17,7 +17,7 @@ from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, ra
 from commlab.fl.adaptive import record_heterogeneity, speed_factors
 from commlab.metrics import new_run_id, peak_memory_line
 from commlab.progress import watch_csv
-from commlab.roster import CONTROLLER, fl_roster
+from commlab.roster import CONTROLLER, fl_roster_of
 from commlab.run_keys import run_keys, with_key_file
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_fl
@@ -82,6 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "such as 0.1; fedbuff: clients training at the same time (default: all)")
     p.add_argument("--availability", help="CSV trace client_id,first_round,last_round: clients train only in "
                    "those rounds (make fl-trace writes a diurnal one)")
+    p.add_argument("--procs", type=int, help="client processes hosting the --clients clients (logical clients: "
+                   "each process trains its clients one after another; docs/scale.md); default: one per client")
     p.add_argument("--buffer-size", type=int, default=2, help="fedbuff: updates per server step")
     p.add_argument("--max-staleness", type=int, default=10, help="fedbuff: older updates are rejected")
     p.add_argument("--trim-fraction", type=float, help="trimmed_mean: share cut at each end (default 0.25)")
@@ -127,8 +129,13 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
                   "strategy": {"name": a.strategy, "trim_fraction": a.trim_fraction, "clip_norm": a.clip_norm},
                   "round_deadline_s": a.deadline, "round_hard_limit_s": max(600.0, 2 * a.deadline),
                   "init_path": a.init_path, "seed": a.seed}
-    clients = [{**common, "client_id": i, "num_clients": a.clients, "optimizer": {"momentum": a.momentum}}
-               for i in range(a.clients)]
+    # One process per client, or --procs processes hosting them all (logical clients, docs/scale.md).
+    hosts = {} if a.procs is None else {"procs": a.procs}
+    clients = [{**common, "client_id": i, "num_clients": a.clients, "optimizer": {"momentum": a.momentum}, **hosts}
+               for i in range(a.clients if a.procs is None else a.procs)]
+    controller.update(hosts)
+    if a.procs is not None and (a.attack is not None or a.speed_factors is not None):
+        raise ConfigError("--procs: attackers and speed factors are per client process; not with logical clients")
     controller["sampling"] = {"clients_per_round": a.per_round,
                               "availability": None if a.availability is None else str(Path(a.availability).resolve())}
     if a.strategy == "fedbuff":
@@ -136,7 +143,7 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
     if a.adaptive is not None:
         controller["adaptive"] = {"policy": a.adaptive, "total_uplink_mbit": a.total_uplink_mbit,
                                   "probe_bits": a.probe_bits, "fixed_bits": a.fixed_bits, "beta": a.beta}
-    for c, speed in zip(clients, speed_factors(a.speed_factors, a.clients)):
+    for c, speed in zip(clients, speed_factors(a.speed_factors, len(clients))):
         c["speed_factor"] = speed
     if a.attack is not None:
         if not 0 < a.attackers <= a.clients:
@@ -153,7 +160,7 @@ def run_local(controller_cfg: dict, client_cfgs: list[dict]) -> int:
     run_dir = Path(controller_cfg["results_dir"]) / controller_cfg["run_id"]
     with NodeProcesses() as procs:
         controller, *clients = [procs.start(node, write_node_config(run_dir, node.name, cfg))
-                                for node, cfg in zip(fl_roster(len(client_cfgs)), [controller_cfg, *client_cfgs])]
+                                for node, cfg in zip(fl_roster_of(client_cfgs), [controller_cfg, *client_cfgs])]
         # The controller decides the run; stop early only when no client is left to train.
         procs.wait_while(lambda: controller.poll() is None and any(c.poll() in (None, 0) for c in clients))
         if controller.poll() == 0:
@@ -180,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     # Every backend writes rounds.csv into this host folder: one row per round, whoever runs the nodes.
     stop_progress = watch_csv(run_dir / "rounds.csv", a.rounds, "round", note_column="test_accuracy",
                               note_label="acc")
-    names = [node.name for node in fl_roster(len(clients))]
+    names = [node.name for node in fl_roster_of(clients)]
     try:
         # Every message is authenticated: the controller holds the run key, each client its pair key.
         with run_keys(controller["run_id"], names, trusted={CONTROLLER}) as key_files:
@@ -197,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def shorten(participants: str, most: int = 8) -> str:
+    """The participants of a round, or with many (sampling, logical clients) their count and the first few."""
+    names = participants.split(";") if participants else []
+    return participants if len(names) <= most else f"{len(names)} ({';'.join(names[:3])};...)"
+
+
 def summarize(run_dir: Path) -> None:
     """One line per round from rounds.csv: what the run measured, whichever backend ran it."""
     path = run_dir / "rounds.csv"
@@ -206,7 +219,7 @@ def summarize(run_dir: Path) -> None:
         for r in csv.DictReader(f):
             print(f"[run] round {r['round']}: accuracy {float(r['test_accuracy']):.4f}, "
                   f"up {int(r['bytes_up']) / 1e6:.2f} MB, down {int(r['bytes_down']) / 1e6:.2f} MB, "
-                  f"round time {float(r['round_time_s']):.1f}s, participants {r['participants']}", flush=True)
+                  f"round time {float(r['round_time_s']):.1f}s, participants {shorten(r['participants'])}", flush=True)
     if memory := peak_memory_line(run_dir):
         print(f"[run] {memory}", flush=True)
 

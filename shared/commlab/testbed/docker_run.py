@@ -17,7 +17,7 @@ from typing import Any
 
 from ..metrics import write_json_atomic
 from ..progress import echo
-from ..roster import Node, ddp_roster, fl_roster
+from ..roster import Node, ddp_roster, fl_roster_of
 from .backend import RunFailed, log_tail, prepare_container_run, record_container_links, write_container_spec
 from .compose_file import CONTAINER_RESULTS, addresses, compose_spec, container_config, project_name
 from .engine import free_net
@@ -30,7 +30,7 @@ CONTROLLER_GRACE_S = 60.0  # clients get this long to leave after the controller
 def run_fl(controller_cfg: dict[str, Any], client_cfgs: list[dict[str, Any]], link_profile: str,
            results_dir: Path, swarm: bool = False) -> Path:
     """On compose, or with `swarm` as a Docker Swarm stack (commlab.testbed.swarm)."""
-    return (run_stack if swarm else _run)(fl_roster(len(client_cfgs)), [controller_cfg, *client_cfgs], link_profile,
+    return (run_stack if swarm else _run)(fl_roster_of(client_cfgs), [controller_cfg, *client_cfgs], link_profile,
                                           Path(results_dir))
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from ..launch import NodeProcesses, write_node_config
 from ..metrics import write_json_atomic
 from ..netem import link_for
-from ..roster import Node, ddp_roster, fl_roster
+from ..roster import Node, ddp_roster, fl_roster_of
 from .backend import RunFailed, record_links
 from .compose_file import networked_dds
 from .netns import NetnsLab
@@ -23,7 +23,7 @@ GRACE_S = 60.0  # the others get this long to finish after the primary (first) n
 
 def run_fl_netns(controller_cfg: dict[str, Any], client_cfgs: list[dict[str, Any]], link_profile: str,
                  net: int = 251) -> Path:
-    return _run(fl_roster(len(client_cfgs)), [controller_cfg, *client_cfgs], link_profile, net)
+    return _run(fl_roster_of(client_cfgs), [controller_cfg, *client_cfgs], link_profile, net)
 
 
 def run_ddp_netns(worker_cfgs: list[dict[str, Any]], link_profile: str, net: int = 252) -> Path:
