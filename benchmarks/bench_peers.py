@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench_peers_common import JOBS_NOTE, ROOT, add_ratios, check_cases, run_cases, write_table
+from bench_peers_common import (JOBS_NOTE, add_ratios, add_run_args, apply_smoke, check_cases, run_cases,
+                                write_table)
 
 CASES = ("dds-dense-ring", "dds-dense-naive", "dds-int8", "dds-dgc", "dds-powersgd2",
          "gloo-none", "gloo-fp16", "gloo-powersgd", "centralized")
@@ -72,18 +73,10 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip", type=int, default=4, help="steps left out of bytes and time: DGC warm-up length (steps)")
     p.add_argument("--start-iter", type=int, default=2, help="dense steps before PowerSGD, DDS and gloo alike")
-    p.add_argument("--smoke", action="store_true", help="world 2, 1 epoch of 640 samples (10 steps), 200 test (CI)")
-    p.add_argument("--only", default=",".join(CASES), help=f"comma-separated cases of {', '.join(KNOWN)}")
-    p.add_argument("--jobs", type=int, help="cases run at once (default 1; --smoke: 2, its times and loopback "
-                   "counters then include the other run's: it checks the pipeline, it measures nothing)")
-    p.add_argument("--results-dir", type=Path, default=ROOT / "results")
-    p.add_argument("--out", type=Path)
+    add_run_args(p, "world 2, 1 epoch of 640 samples (10 steps), 200 test (CI)",
+                 f"comma-separated cases of {', '.join(KNOWN)}", CASES)
     a = p.parse_args()
-    if a.smoke:
-        for k, v in SMOKE.items():
-            setattr(a, k, v)
-    a.jobs = a.jobs or (2 if a.smoke else 1)
-    a.out = a.out or ROOT / "results" / "bench" / f"peers{'-smoke' if a.smoke else ''}.csv"
+    apply_smoke(a, SMOKE, "peers")
     cases = check_cases("bench_peers", a.only, KNOWN, a.profile)
     if cases is None:
         return 2

@@ -3,6 +3,7 @@ after another (smoke: two at a time), measure each from its run's tables, add th
 reference peer, write the CSV, print it with the centralized peer's accuracy beside it."""
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 import os
@@ -18,6 +19,25 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 JOBS_NOTE = ("\n(cases ran concurrently: times and loopback byte counters (gloo, Flower) include the other runs'; "
              "a check of the pipeline, not a measurement)")
+
+
+def add_run_args(p: argparse.ArgumentParser, smoke_help: str, only_help: str, default_cases: tuple[str, ...]) -> None:
+    """The flags both benchmarks take: --smoke, --only, --jobs, --results-dir, --out."""
+    p.add_argument("--smoke", action="store_true", help=smoke_help)
+    p.add_argument("--only", default=",".join(default_cases), help=only_help)
+    p.add_argument("--jobs", type=int, help="cases run at once (default 1; --smoke: 2, its times and loopback "
+                   "counters then include the other run's: it checks the pipeline, it measures nothing)")
+    p.add_argument("--results-dir", type=Path, default=ROOT / "results")
+    p.add_argument("--out", type=Path)
+
+
+def apply_smoke(a: argparse.Namespace, smoke: dict, table: str) -> None:
+    """With --smoke, its settings and two jobs; the CSV defaults to results/bench/<table>[-smoke].csv."""
+    if a.smoke:
+        for k, v in smoke.items():
+            setattr(a, k, v)
+    a.jobs = a.jobs or (2 if a.smoke else 1)
+    a.out = a.out or ROOT / "results" / "bench" / f"{table}{'-smoke' if a.smoke else ''}.csv"
 
 
 def check_cases(prog: str, only: str, known: tuple[str, ...], profile: str) -> list[str] | None:

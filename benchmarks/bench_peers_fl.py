@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench_peers_common import JOBS_NOTE, ROOT, add_ratios, check_cases, run_cases, write_table
+from bench_peers_common import (JOBS_NOTE, add_ratios, add_run_args, apply_smoke, check_cases, run_cases,
+                                write_table)
 from commlab.fl.config import OptimizerSection, TrainingSection
 
 CASES = ("dds-fp32", "dds-int8_sparse", "flower", "centralized")
@@ -81,18 +82,9 @@ def main() -> int:
     p.add_argument("--train-subset", type=int, help="random training subset (default: all 60000)")
     p.add_argument("--test-subset", type=int)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--smoke", action="store_true", help="2 rounds of 300 samples, 2000/500 sample subsets (CI)")
-    p.add_argument("--only", default=",".join(CASES), help="comma-separated cases")
-    p.add_argument("--jobs", type=int, help="cases run at once (default 1; --smoke: 2, its times and loopback "
-                   "counters then include the other run's: it checks the pipeline, it measures nothing)")
-    p.add_argument("--results-dir", type=Path, default=ROOT / "results")
-    p.add_argument("--out", type=Path)
+    add_run_args(p, "2 rounds of 300 samples, 2000/500 sample subsets (CI)", "comma-separated cases", CASES)
     a = p.parse_args()
-    if a.smoke:
-        for k, v in SMOKE.items():
-            setattr(a, k, v)
-    a.jobs = a.jobs or (2 if a.smoke else 1)
-    a.out = a.out or ROOT / "results" / "bench" / f"peers-fl{'-smoke' if a.smoke else ''}.csv"
+    apply_smoke(a, SMOKE, "peers-fl")
     cases = check_cases("bench_peers_fl", a.only, CASES, a.profile)
     if cases is None:
         return 2

@@ -56,10 +56,11 @@ class ClientMemory:
         """Encode client `client`'s delta of round `rnd` through its own memory; `compression` is
         freshly built (its state is the client's first) and is left holding the client's new state."""
         entry = self._get(client)
-        start = compression.state_dict() if entry is None else entry.before if entry.round == rnd else entry.after
-        compression.load_state_dict(_copy(start))
+        if entry is not None:
+            compression.load_state_dict(_copy(entry.before if entry.round == rnd else entry.after))
+        before = compression.state_dict()  # state_dict() returns copies
         payload = compression.encode(delta)
-        self._put(client, Entry(rnd, _copy(start), _copy(compression.state_dict())))
+        self._put(client, Entry(rnd, before, compression.state_dict()))
         return payload
 
     def _path(self, client: int) -> Path:
