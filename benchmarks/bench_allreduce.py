@@ -2,12 +2,14 @@
 
     python benchmarks/bench_allreduce.py [--world 3] [--numel 1663370] [--reps 3] [--profile 10mbit]
                                          [--multicast off|data] [--chunk-bytes N] [--no-netns]
+                                         [--datagram-frames K] [--send-window BYTES]
 
 Runs WORLD processes once on loopback and (as root) once in network namespaces on a private
 bridge, every uplink shaped by the link profile (commlab.testbed.netns, commlab.netem), and in
 each does `reps` allreduces of a numel-float vector (default: the MNIST CNN's gradient) with each
 schedule. Prints, per schedule: bytes each rank sent per allreduce over the payload (CommStats
-wire estimate; ideal ring 2(W-1)/W, naive W-1), seconds per allreduce (slowest rank, median of
+wire estimate, IP level; on the shaped links also the interface's counters, Ethernet headers and
+acknowledgements included; ideal ring 2(W-1)/W, naive W-1), seconds per allreduce (slowest rank, median of
 the reps), the naive/ring time ratio, and whether every rank ended with the same bytes.
 With --multicast data the naive schedule sends each vector once (what collective "auto" uses).
 """
@@ -42,7 +44,8 @@ def worker(spec: dict) -> dict:
                 g.barrier(120)
                 before, t = node.stats.snapshot(), time.perf_counter()
                 result = g.allreduce(f"{collective}/{i}", vec, "sum", collective)
-                runs.append((time.perf_counter() - t, node.stats.since(before)["bytes_sent"]))
+                sent = node.stats.since(before)
+                runs.append((time.perf_counter() - t, sent["bytes_sent"], sent.get("iface_bytes_sent")))
                 digest = hashlib.sha256(result.tobytes()).hexdigest()
             out[collective] = {"runs": runs, "digest": digest}
         g.barrier(120)
@@ -63,8 +66,7 @@ def loopback(world: int, spec: dict, domain: int) -> list[dict]:
     return run_ranks(world, spec, [[]] * world, [{"domain_id": domain}] * world)
 
 
-def shaped(world: int, spec: dict, profile: str, net: int, chunk_bytes: int | None, multicast: str | None
-           ) -> list[dict]:
+def shaped(world: int, spec: dict, profile: str, net: int, transport: dict) -> list[dict]:
     from commlab.netem import link_for
     from commlab.testbed.netns import NetnsLab
     names = [f"worker-{r}" for r in range(world)]
@@ -72,8 +74,7 @@ def shaped(world: int, spec: dict, profile: str, net: int, chunk_bytes: int | No
         for n in names:
             lab.shape(n, link_for(profile, n))
         settings = [{"domain_id": 0, "interface": "eth0", "loopback_tuned": False, "write_timeout_s": 120.0,
-                     **({"chunk_bytes": chunk_bytes} if chunk_bytes else {}),
-                     **({"multicast": multicast} if multicast else {}),
+                     **transport,
                      "peers": [a for m, a in lab.addresses.items() if m != n]} for n in names]
         return run_ranks(world, spec, [lab.prefix(n) for n in names], settings)
 
@@ -84,10 +85,12 @@ def report(title: str, ranks: list[dict], world: int, numel: int) -> None:
     secs = {}
     for c in COLLECTIVES:
         per_rep = [max(r[c]["runs"][i][0] for r in ranks) for i in range(len(ranks[0][c]["runs"]))]
-        sent = statistics.mean(b for r in ranks for _, b in r[c]["runs"])
+        sent = statistics.mean(b for r in ranks for _, b, _ in r[c]["runs"])
+        iface = [i for r in ranks for _, _, i in r[c]["runs"] if i is not None]
         secs[c] = statistics.median(per_rep)
         same = len({r[c]["digest"] for r in ranks}) == 1
-        print(f"  {c:6s} sent/rank/allreduce {sent:13,.0f} B = {sent / payload:.3f} x payload   "
+        on_iface = f" (interface: {statistics.mean(iface) / payload:.3f} x)" if iface else ""
+        print(f"  {c:6s} sent/rank/allreduce {sent:13,.0f} B = {sent / payload:.3f} x payload{on_iface}   "
               f"time {secs[c]:7.3f} s (reps: {', '.join(f'{s:.2f}' for s in per_rep)})   "
               f"identical on all ranks: {same}")
     print(f"  ideal: ring {2 * (world - 1) / world:.3f} x, naive {world - 1:.3f} x;  "
@@ -106,6 +109,8 @@ def main() -> int:
     p.add_argument("--chunk-bytes", type=int, help="dds.chunk_bytes on the shaped links (default 64 KiB)")
     p.add_argument("--multicast", choices=("off", "discovery", "data"),
                    help="dds.multicast on the shaped links (default off: unicast peers)")
+    p.add_argument("--datagram-frames", type=int, help="dds.datagram_frames on the shaped links (default 6)")
+    p.add_argument("--send-window", type=int, help="dds.send_window_bytes on the shaped links (default 32 KiB)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
@@ -117,7 +122,12 @@ def main() -> int:
         if os.geteuid() != 0:
             print("\nshaped links skipped: network namespaces need root")
         else:
-            report(f"network namespaces, every uplink {a.profile}, multicast {a.multicast or 'off'}", shaped(a.world, spec, a.profile, a.net, a.chunk_bytes, a.multicast),
+            chosen = {"chunk_bytes": a.chunk_bytes, "multicast": a.multicast, "datagram_frames": a.datagram_frames,
+                      "send_window_bytes": a.send_window}
+            transport = {k: v for k, v in chosen.items() if v is not None}
+            report(f"network namespaces, every uplink {a.profile}, "
+                   + (", ".join(f"{k} {v}" for k, v in transport.items()) or "transport defaults"),
+                   shaped(a.world, spec, a.profile, a.net, transport),
                    a.world, a.numel)
     return 0
 

@@ -5,8 +5,13 @@ For each compressor x mode it prints and writes (results/bench/matrix.csv, matri
   bytes a node sends per round (FL, per client) or per step and peer (DDP, after DGC's warm-up),
   as a share of the fp32 / dense payload; test accuracy and its delta to fp32 / dense at equal
   rounds / steps; communication time per round / step.
+With several seeds (--seeds 0 1 2) every compressor and its reference run once per seed: the delta
+is the median of the per-seed deltas (each against the reference of the same seed), with their
+min and max; accuracy is the median, bytes and comm time the mean. The per-run rows go to
+<name>-runs.csv, which --update merges with.
 
     python benchmarks/bench_matrix.py                       # short runs (make bench-matrix)
+    python benchmarks/bench_matrix.py --only dgc --modes ddp --seeds 0 1 2 --name matrix-seeds [settings]
     python benchmarks/bench_matrix.py --only int8 dgc --modes ddp --ddp-epochs 2 --ddp-train-subset 20000
     python benchmarks/bench_matrix.py --update --only minmax2 [same settings]   # re-run rows of the last matrix
 """
@@ -30,6 +35,8 @@ from commlab.report.markdown import table as markdown_table
 COLUMNS = {"mode": "mode", "compressor": "compressor", "status": "status",
            "bytes_per_node": "bytes per node per round (FL) / step and peer (DDP)", "bytes_vs_fp32": "vs fp32/dense",
            "test_accuracy": "test accuracy", "accuracy_delta_pp": "delta (pp)", "comm_time_s": "comm time (s)"}
+SEED_COLUMNS = {"seeds": "seeds", "delta_min_pp": "delta min (pp)", "delta_max_pp": "delta max (pp)"}
+MEASURED = ["bytes_per_node", "comm_time_s", "test_accuracy"]
 
 # One concrete name per registered family: "minmax<bits>" -> minmax2/4/8 and so on.
 FAMILIES = {"minmax": ["minmax2", "minmax4", "minmax8"], "qsgd": ["qsgd4", "qsgd16"], "powersgd": ["powersgd2"]}
@@ -48,18 +55,18 @@ def run(cmd: list[str], log: Path) -> int:
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
 
 
-def fl_run(name: str, a: argparse.Namespace, run_id: str) -> int:
+def fl_run(name: str, a: argparse.Namespace, seed: int, run_id: str) -> int:
     return run([sys.executable, "-m", "commlab.fl.run", "--codec", name, "--clients", str(a.clients),
                 "--rounds", str(a.fl_rounds), "--samples-per-round", str(a.fl_samples), "--backend", "local",
-                "--seed", str(a.seed), "--results-dir", str(a.results_dir), "--run-id", run_id],
+                "--seed", str(seed), "--results-dir", str(a.results_dir), "--run-id", run_id],
                a.results_dir / f"{run_id}.log")
 
 
-def ddp_run(name: str, a: argparse.Namespace, run_id: str) -> int:
+def ddp_run(name: str, a: argparse.Namespace, seed: int, run_id: str) -> int:
     method = "dense" if name == "fp32" else name
     return run([sys.executable, "-m", "commlab.ddp.run", "--method", method, "--world", str(a.world),
                 "--epochs", str(a.ddp_epochs), "--train-subset", str(a.ddp_train_subset), "--backend", "local",
-                "--warmup", str(a.dgc_warmup), "--seed", str(a.seed), "--results-dir", str(a.results_dir),
+                "--warmup", str(a.dgc_warmup), "--seed", str(seed), "--results-dir", str(a.results_dir),
                 "--run-id", run_id], a.results_dir / f"{run_id}.log")
 
 
@@ -81,7 +88,36 @@ def summarise(mode: str, run_dir: Path, world: int) -> dict:
 
 def settings_argv(a: argparse.Namespace) -> dict:
     """The settings every row of one matrix must share."""
-    return {k: v for k, v in vars(a).items() if k not in ("only", "modes", "update", "results_dir")}
+    return {k: v for k, v in vars(a).items() if k not in ("only", "modes", "update", "results_dir", "name")}
+
+
+def combine(runs: pd.DataFrame, payload: int) -> pd.DataFrame:
+    """One row per mode and compressor from the per-seed runs: the accuracy delta of each seed
+    against the fp32/dense run of the same seed (paired, so the seed's own luck cancels), then the
+    median and range over seeds; bytes and comm time averaged, accuracy the median."""
+    runs = runs.copy()
+    ref = runs[runs["compressor"] == "fp32"].set_index(["mode", "seed"])
+    key = pd.MultiIndex.from_frame(runs[["mode", "seed"]])
+    runs["ref_bytes"] = ref["bytes_per_node"].reindex(key).to_numpy()
+    runs["delta_pp"] = 100 * (runs["test_accuracy"] - ref["test_accuracy"].reindex(key).to_numpy())
+    rows = []
+    for (mode, name), g in runs.groupby(["mode", "compressor"], sort=False):
+        ok = g[g["status"] == "ok"]
+        failed = g[g["status"] != "ok"]
+        row = {"mode": mode, "compressor": name, "run_id": ";".join(g["run_id"]),
+               "status": "ok" if failed.empty else ";".join(failed["status"]), "seeds": len(ok)}
+        if not ok.empty:
+            row.update({"bytes_per_node": ok["bytes_per_node"].mean(), "comm_time_s": ok["comm_time_s"].mean(),
+                        "test_accuracy": ok["test_accuracy"].median(),
+                        "bytes_vs_fp32": ok["bytes_per_node"].mean() / ok["ref_bytes"].mean(),
+                        "payload_share": ok["bytes_per_node"].mean() / payload,
+                        "accuracy_delta_pp": ok["delta_pp"].median(),
+                        "delta_min_pp": ok["delta_pp"].min(), "delta_max_pp": ok["delta_pp"].max()})
+        rows.append(row)
+    order = {name: k for k, name in reversed(list(enumerate(["fp32", *compressors()])))}  # first wins
+    table = pd.DataFrame(rows)
+    return table.sort_values(["mode", "compressor"], key=lambda c: c.map(order) if c.name == "compressor"
+                             else c.map({"fl": 0, "ddp": 1}), ignore_index=True)
 
 
 def main() -> int:
@@ -95,7 +131,8 @@ def main() -> int:
     p.add_argument("--ddp-epochs", type=int, default=1)
     p.add_argument("--ddp-train-subset", type=int, default=6000)
     p.add_argument("--dgc-warmup", type=float, default=0.25, help="DGC warm-up in epochs")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="one run per seed of every row (default: 0)")
+    p.add_argument("--name", default="matrix", help="file stem under results/bench (default: matrix)")
     p.add_argument("--results-dir", type=Path, default=Path("results"))
     p.add_argument("--update", action="store_true", help="replace only these compressors' rows of the last "
                    "matrix (run with the same settings); its fp32/dense rows stay the reference")
@@ -103,50 +140,45 @@ def main() -> int:
     a.results_dir = a.results_dir.resolve()
     a.results_dir.mkdir(parents=True, exist_ok=True)
     out = a.results_dir / "bench"
-    previous = pd.read_csv(out / "matrix.csv") if a.update else None
-    if previous is not None and json.loads((out / "matrix.json").read_text())["argv"] != settings_argv(a):
-        sys.exit("bench_matrix: --update needs the settings of the last matrix: "
-                 f"{json.loads((out / 'matrix.json').read_text())['argv']}")
+    out.mkdir(parents=True, exist_ok=True)
+    runs_csv, meta = out / f"{a.name}-runs.csv", out / f"{a.name}.json"
+    previous = None
+    if a.update:
+        if not runs_csv.exists():
+            sys.exit(f"bench_matrix: --update needs {runs_csv} (the per-run rows of a matrix run with --name {a.name})")
+        if json.loads(meta.read_text())["argv"] != settings_argv(a):
+            sys.exit(f"bench_matrix: --update needs the settings of the last matrix: {json.loads(meta.read_text())['argv']}")
+        previous = pd.read_csv(runs_csv)
     chosen = ([] if previous is not None else ["fp32"]) + [n for n in (a.only or compressors()) if n != "fp32"]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     payload = 4 * num_params(build_model("mnist_cnn"))
-    rows, jobs = [], [(mode, name) for mode in a.modes for name in chosen]
+    rows, jobs = [], [(mode, name, seed) for mode in a.modes for name in chosen for seed in a.seeds]
     with Progress(len(jobs), "run", in_place=False) as progress:
-        for k, (mode, name) in enumerate(jobs):
-            run_id = f"bench-matrix-{stamp}-{mode}-{name}"
-            code = (fl_run if mode == "fl" else ddp_run)(name, a, run_id)
-            row = {"mode": mode, "compressor": name, "run_id": run_id, "status": "ok" if code == 0 else f"exit {code}"}
+        for k, (mode, name, seed) in enumerate(jobs):
+            run_id = f"bench-matrix-{stamp}-{mode}-{name}" + (f"-seed{seed}" if len(a.seeds) > 1 else "")
+            code = (fl_run if mode == "fl" else ddp_run)(name, a, seed, run_id)
+            row = {"mode": mode, "compressor": name, "seed": seed, "run_id": run_id,
+                   "status": "ok" if code == 0 else f"exit {code}"}
             if code == 0:
                 row.update(summarise(mode, a.results_dir / run_id, a.world))
             rows.append(row)
-            progress.update(k + 1, f"{mode} {name} {row['status']}")
-    columns = dict.fromkeys([*rows[0], "bytes_per_node", "comm_time_s", "test_accuracy"])  # failed runs lack some
-    table = pd.DataFrame(rows).reindex(columns=list(columns))
-    if previous is not None:
-        kept = previous[~previous.set_index(["mode", "compressor"]).index.isin(
-            table.set_index(["mode", "compressor"]).index)][list(columns)]
-        table = pd.concat([kept, table], ignore_index=True)
-        order = {name: k for k, name in reversed(list(enumerate(["fp32", *compressors()])))}  # first wins
-        table = table.sort_values(["mode", "compressor"], key=lambda c: c.map(order) if c.name == "compressor"
-                                  else c.map({"fl": 0, "ddp": 1}), ignore_index=True)
-    # Every mode in the table, not only those run now: --update keeps the other mode's rows, and
-    # their ratios and deltas must be recomputed against their own fp32/dense row, not dropped.
-    for mode in [m for m in ("fl", "ddp") if ((table["mode"] == m) & (table["compressor"] == "fp32")).any()]:
-        ref = table[(table["mode"] == mode) & (table["compressor"] == "fp32")].iloc[0]
-        here = table["mode"] == mode
-        table.loc[here, "bytes_vs_fp32"] = table.loc[here, "bytes_per_node"] / ref["bytes_per_node"]
-        table.loc[here, "payload_share"] = table.loc[here, "bytes_per_node"] / payload
-        table.loc[here, "accuracy_delta_pp"] = 100 * (table.loc[here, "test_accuracy"] - ref["test_accuracy"])
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "matrix.csv", index=False)
+            progress.update(k + 1, f"{mode} {name} seed {seed} {row['status']}")
+    runs = pd.DataFrame(rows).reindex(columns=["mode", "compressor", "seed", "run_id", "status", *MEASURED])
+    if previous is not None:  # the rows re-run now replace their earlier runs; the rest stay
+        redone = previous.set_index(["mode", "compressor"]).index.isin(runs.set_index(["mode", "compressor"]).index)
+        runs = pd.concat([previous[~redone], runs], ignore_index=True)
+    runs.to_csv(runs_csv, index=False)
+    table = combine(runs, payload)
+    table.to_csv(out / f"{a.name}.csv", index=False)
     settings = {"fl": f"FL: {a.clients} clients, {a.fl_rounds} rounds, {a.fl_samples} samples/client/round",
                 "ddp": f"DDP: WORLD={a.world}, {a.ddp_epochs} epoch(s), {a.ddp_train_subset} training samples, "
                        f"DGC warm-up {a.dgc_warmup} epochs"}
-    text = "\n".join(settings[m] for m in ("fl", "ddp") if (table["mode"] == m).any()) + "\n\n" \
-        + markdown_table(table, COLUMNS) + "\n"
-    (out / "matrix.md").write_text(text)
-    (out / "matrix.json").write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": settings_argv(a)},
-                                                indent=2))
+    columns = {**COLUMNS, **(SEED_COLUMNS if len(a.seeds) > 1 else {})}
+    seeds = f"seeds {', '.join(map(str, a.seeds))}: delta = median of the per-seed deltas\n" if len(a.seeds) > 1 else ""
+    text = "\n".join(settings[m] for m in ("fl", "ddp") if (table["mode"] == m).any()) + "\n" + seeds + "\n" \
+        + markdown_table(table, columns) + "\n"
+    (out / f"{a.name}.md").write_text(text)
+    meta.write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": settings_argv(a)}, indent=2))
     print(text)
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 

@@ -295,3 +295,39 @@ def test_blocked_write_raises_write_timeout_naming_topic_and_peer():
         os.kill(p.pid, signal.SIGCONT)
         p.terminate()
         p.join(10)
+
+
+def _late_controller(domain: int, got) -> None:
+    time.sleep(2.0)  # the sender publishes before this node exists
+    with DdsNode("controller", _settings(domain)) as node:
+        sub = node.subscriber(Blob)
+        node.barrier({"client-0"}, 20)
+        msg = sub.receive(20)
+        got.value = -1 if msg is None else msg.seq
+        node.barrier({"client-0"}, 20)  # stay until the sender is done
+
+
+def test_a_message_for_a_named_node_waits_until_that_node_is_alive():
+    # Without `to` the write goes to the readers matched now (none) and is lost without a word:
+    # what a client did when the controller's lease lapsed under load.
+    got = CTX.Value("i", 0)
+    p = CTX.Process(target=_late_controller, args=(188, got))
+    p.start()
+    try:
+        with DdsNode("client-0", _settings(188)) as node:
+            blobs = node.publisher(Blob)
+            blobs.publish(Blob(seq=7, index=0, payload=b"update"), to={"controller"})
+            node.barrier({"controller"}, 20)
+            p.join(30)
+        assert got.value == 7
+    finally:
+        p.terminate()
+        p.join(10)
+
+
+def test_a_message_for_a_node_that_never_comes_names_it():
+    with DdsNode("client-0", DdsSettings(domain_id=189, write_timeout_s=1.0)) as node:
+        t = time.monotonic()
+        with pytest.raises(DdsWriteTimeout, match="not alive within 1.0s") as e:
+            node.publisher(Blob).publish(Blob(seq=1, index=0, payload=b"x"), to={"controller"})
+        assert e.value.peers == ["controller"] and time.monotonic() - t < 5

@@ -37,10 +37,17 @@ def test_socket_buffers_never_exceed_rmem_max():
 
 
 def test_netns_xml_uses_own_interface_and_mtu_fragments():
-    s = DdsSettings(domain_id=3, interface="veth1", peers=("198.18.0.1", "198.18.0.2"), loopback_tuned=False)
+    s = DdsSettings(domain_id=3, interface="veth1", peers=("198.18.0.1", "198.18.0.2"), loopback_tuned=False,
+                    datagram_frames=1)
     xml = s.to_xml()
     assert '<NetworkInterface name="veth1"/>' in xml and '<Peer address="198.18.0.2"/>' in xml
     assert "<FragmentSize>1344B</FragmentSize>" in xml and "<MaxMessageSize>1456B</MaxMessageSize>" in xml
+    # The default: datagrams of 6 whole frames of 1480 IP payload bytes, and a fixed send window.
+    xml = DdsSettings(domain_id=3, interface="veth1", loopback_tuned=False).to_xml()
+    assert "<MaxMessageSize>8856B</MaxMessageSize>" in xml and "<FragmentSize>8744B</FragmentSize>" in xml
+    assert "<WhcHigh>32768B</WhcHigh>" in xml and "<WhcAdaptive>false</WhcAdaptive>" in xml
+    with pytest.raises(ValueError, match="datagram_frames"):
+        DdsSettings(domain_id=3, loopback_tuned=False, datagram_frames=45)
     assert "<AllowMulticast>spdp</AllowMulticast>" in DdsSettings(domain_id=3, interface="eth0", peers=()).to_xml()
 
 
@@ -162,6 +169,10 @@ def test_a_message_type_is_a_dataclass_class():
 def test_wire_bytes_formula_and_stats_deltas():
     assert wire_bytes(1000, 1344) == 1000 + 100
     assert wire_bytes(2689, 1344) == 2692 + 3 * 112  # padded to 4, three fragments
+    assert wire_bytes(2689, 1344, mtu=1500) == 2692 + 3 * 112  # every datagram fits one frame
+    # 8744-byte fragments fill 6 frames of 1480 bytes; the 1000-byte rest fits one.
+    assert wire_bytes(8744 + 1000, 8744, mtu=1500) == 9744 + 2 * 112 + 5 * 20
+    assert wire_bytes(3000, 8744, mtu=1500) == 3000 + 100 + 2 * 20  # 3076 bytes of IP payload: 3 frames
     s = CommStats()
     before = s.snapshot()
     s.add(bytes_sent=10, wait_s=0.5)

@@ -128,6 +128,30 @@ def test_state_round_trip_through_compression():
     assert a.encode(x) == b.encode(x)
 
 
+def test_fl_rounds_before_start_iter_send_the_whole_vector_then_low_rank():
+    comp = build_compression("powersgd2", {"start_iter": 2}, LAYOUT, seed=3)
+    x = np.random.default_rng(2).standard_normal(NUMEL).astype(np.float32)
+    whole = [comp.encode(x) for _ in range(2)]
+    assert all(np.array_equal(decode_any(f, NUMEL), x) for f in whole)  # exact, so no residual either
+    assert len(whole[0]) - get_codec("fp32").wire_size(NUMEL) <= comp.codec.params_struct.size  # no index bytes
+    low_rank = comp.encode(x)
+    assert len(low_rank) < 0.15 * len(whole[0]) and len(low_rank) == comp.codec.wire_size(NUMEL)
+    resumed = build_compression("powersgd2", {"start_iter": 2}, LAYOUT, seed=3)
+    resumed.load_state_dict(build_compression("powersgd2", {"start_iter": 2}, LAYOUT, seed=3).state_dict())
+    assert resumed.encode(x) == whole[0]  # a fresh state is round 0 again
+
+
+def test_a_whole_frame_with_index_bytes_is_rejected():
+    codec = get_codec("powersgd2", layout=LAYOUT, start_iter=1)
+    codec.at_step(0)
+    frame = bytearray(codec.encode(np.ones(NUMEL, np.float32)))
+    params = codec.params_struct.pack(0, 2, NUMEL, 0, 8)  # claims 8 index bytes that are not there
+    start = frame.index(codec.params_struct.pack(0, 2, NUMEL, 0, 0))
+    frame[start:start + len(params)] = params
+    with pytest.raises(CodecError):
+        codec.decode(bytes(frame), NUMEL)
+
+
 class InProcessGroup:
     """A world of one: allreduce returns its input, so the exchange's maths can be checked alone."""
     world, rank = 1, 0

@@ -166,6 +166,9 @@ class DdsSection:
     multicast: str | None = None
     # The link's MTU when below 1500 (a swarm overlay: 1450); None keeps 1500.
     link_mtu: int | None = None
+    # Shaped links: IP frames per DDS datagram and a writer's send window (commlab.dds.settings).
+    datagram_frames: int | None = None
+    send_window_bytes: int | None = None
     # This node's keyring (commlab.dds.auth): messages are authenticated when set. A path, never the key.
     key_file: str | None = None
 
@@ -176,6 +179,10 @@ class DdsSection:
             raise ConfigError(f"{where}multicast: must be off, discovery or data, got {self.multicast!r}")
         if self.link_mtu is not None and not 1280 <= self.link_mtu <= 9000:
             raise ConfigError(f"{where}link_mtu: must be in 1280..9000, got {self.link_mtu}")
+        if self.datagram_frames is not None and not 1 <= self.datagram_frames <= 44:
+            raise ConfigError(f"{where}datagram_frames: must be in 1..44, got {self.datagram_frames}")
+        if self.send_window_bytes is not None and not 4096 <= self.send_window_bytes <= 1 << 24:
+            raise ConfigError(f"{where}send_window_bytes: must be in 4096..16777216, got {self.send_window_bytes}")
 
     def check_host(self, where: str = "dds.") -> None:
         """What only the machine the node runs on can tell: does `interface` exist here? Called at

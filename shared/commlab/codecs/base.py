@@ -81,6 +81,9 @@ class Codec(ABC):
     def payload_size(self, numel: int) -> int:
         """Exact (or, for data-dependent index coding, upper bound) payload bytes."""
 
+    def at_step(self, step: int) -> None:
+        """Set what changes over time for the frame of `step` (FL: the round); most codecs have nothing."""
+
     def wire_size(self, numel: int) -> int:
         """Frame bytes for a vector of ``numel`` elements (upper bound for sparse index coding)."""
         return wire.overhead(self.params_struct.size) + self.payload_size(numel)

@@ -42,6 +42,7 @@ class Compression:
 
     def at_step(self, step: int, steps_per_epoch: int) -> None:
         """Set the codec's scheduled parameters (and DGC's masking) for global step `step`."""
+        self.codec.at_step(step)
         if self.schedule is not None:
             self.codec.density = self.schedule.density(step, steps_per_epoch)
             if self.masking_after_warmup:

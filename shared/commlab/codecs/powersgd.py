@@ -15,8 +15,12 @@ rank-2 approximation of an MNIST CNN round delta well short of the best one (fc1
 energy from a random start against 39 % for the best rank 2, conv2 36 % against 52 %; 4
 iterations: 38.6 % and 51.9 %), and FL powersgd2 at 81 % after 10 rounds (fp32 98.6 %).
 
+Before `start_iter` (the hook's start_powerSGD_iter, default 0; DDP counts steps, FL rounds:
+Compression.at_step sets `whole`) the whole vector travels, in FL as a frame with no matrices.
+
 As a frame (FL uploads): per matrix its offset, n and m, then P (n x r) and Q (m x r) as float32;
-then the dense positions (indices coded as fp32_sparse codes them) and their float32 values. The
+then the dense positions (indices coded as fp32_sparse codes them) and their float32 values; a
+frame before start_iter has no matrices and every position dense, with no index bytes. The
 receiver needs nothing but the frame. In DDP the same maths runs as two allreduces, of the Ps and
 of the Qs (ddp/lowrank.py), so that every rank orthogonalises the same averaged P.
 """
@@ -90,6 +94,7 @@ class PowerSgd(Codec):
         # power_iters: power iterations per encoded frame (FL uploads); DDP's exchange runs one per step.
         self.rank, self.start_iter, self.rng = rank, start_iter, np.random.default_rng(seed)
         self.power_iters = power_iters
+        self.whole = False  # this frame carries the whole vector: at_step sets it (Compression calls it)
         self.numel: int | None = None
         self.matrices: list[Matrix] = []
         self.dense_idx = np.zeros(0, np.int64)
@@ -102,6 +107,9 @@ class PowerSgd(Codec):
         self.qs = [self.rng.standard_normal((mat.m, min(rank, mat.n, mat.m))).astype(np.float32)
                    for mat in self.matrices]
 
+    def at_step(self, step: int) -> None:
+        self.whole = step < self.start_iter
+
     def view(self, vec: np.ndarray, mat: Matrix) -> np.ndarray:
         return vec[mat.offset:mat.offset + mat.n * mat.m].reshape(mat.n, mat.m)
 
@@ -109,6 +117,8 @@ class PowerSgd(Codec):
         if self.numel is None or vec.size != self.numel:
             raise CodecError(f"powersgd: encoding needs the model layout and a vector of its {self.numel} elements, "
                              f"got {vec.size}")
+        if self.whole:
+            return (0, self.rank, vec.size, indices.VARINT, 0), [vec]
         parts = []
         for k, mat in enumerate(self.matrices):
             m = self.view(vec, mat)
@@ -139,13 +149,18 @@ class PowerSgd(Codec):
                 raise CodecError(f"powersgd: matrix {k}: factors are not finite or their product overflows float32")
             out[offset:offset + n * m] = product.ravel()
             pos = end
-        idx, rest = split_sparse(payload[pos:], numel, d_count, mode, idx_len, self.name)
+        if count == 0 and d_count == numel and idx_len == 0:  # a whole frame (before start_iter)
+            idx, rest = np.arange(numel), payload
+        else:
+            idx, rest = split_sparse(payload[pos:], numel, d_count, mode, idx_len, self.name)
         if len(rest) != 4 * d_count:
             raise CodecError(f"powersgd: {len(rest)} dense value bytes for {d_count} float32 values")
         out[idx] = np.frombuffer(rest, "<f4")
         return out
 
     def payload_size(self, numel: int) -> int:
+        if self.whole:
+            return 4 * numel
         factors = sum(ENTRY.size + 4 * min(self.rank, mat.n, mat.m) * (mat.n + mat.m) for mat in self.matrices)
         return factors + self.dense_code[1].size + 4 * self.dense_idx.size
 

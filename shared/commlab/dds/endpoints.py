@@ -11,7 +11,7 @@ import itertools
 import logging
 import queue
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from cyclonedds.core import DDSException
 from cyclonedds.pub import DataWriter
@@ -107,8 +107,19 @@ class ChunkWriter:
             if not directory.wait_for(ready, timeout_s):
                 raise DdsWriteTimeout(self.name, self.missing_readers(), f"readers not matched within {timeout_s:.1f}s")
 
-    def write(self, meta: str, payload: bytes | memoryview) -> None:
+    def wait_for_nodes(self, nodes: Collection[str], timeout_s: float) -> None:
+        """Until every node named is alive: a node whose lease lapsed (a starved process) is not
+        among the readers a write waits for, and would silently get nothing."""
+        directory = self.node.announcer.directory
+        with self.node.stats.waiting():
+            if not directory.wait_for(lambda: set(nodes) <= set(directory.alive()), timeout_s):
+                raise DdsWriteTimeout(self.name, sorted(set(nodes) - set(directory.alive())),
+                                      f"not alive within {timeout_s:.1f}s")
+
+    def write(self, meta: str, payload: bytes | memoryview, to: Collection[str] = ()) -> None:
         s = self.node.settings
+        if to:
+            self.wait_for_nodes(to, s.write_timeout_s)
         self.wait_for_readers(s.write_timeout_s)
         # One unicast copy per remote participant (current as of the wait); with data multicast,
         # Cyclone sends one copy to the group for all of them.
@@ -142,7 +153,7 @@ class ChunkWriter:
                                           f"chunk {chunk.index + 1}/{chunk.count} blocked for {s.write_timeout_s:.1f}s")
                 if ret < 0:
                     raise DDSException(ret, f"writing chunk {chunk.index} on topic {self.name!r}")
-                sent += copies * wire_bytes(len(head) + n + pad, s.fragment_bytes)
+                sent += copies * wire_bytes(len(head) + n + pad, s.fragment_bytes, s.ip_mtu)
                 chunks += copies
         except BaseException:
             self.node.stats.add(bytes_sent=sent, chunks_sent=chunks, wait_s=waited)
@@ -183,7 +194,8 @@ class ChunkReader:
         if not info.valid_data:  # a writer left or disposed: nothing to read
             return
         size = serdata_size(sample)
-        self.node.stats.add(bytes_received=wire_bytes(size, self.node.settings.fragment_bytes), chunks_received=1)
+        settings = self.node.settings
+        self.node.stats.add(bytes_received=wire_bytes(size, settings.fragment_bytes, settings.ip_mtu), chunks_received=1)
         try:
             head = self._decode_head(sample, size)
         except MessageError as e:
@@ -214,10 +226,12 @@ class Publisher:
         self.cls = cls
         self._writer = ChunkWriter(node, cls.__name__)
 
-    def publish(self, msg: Any) -> None:
+    def publish(self, msg: Any, to: Collection[str] = ()) -> None:
+        """Write msg to every matched reader; `to`: nodes that must get it, waited for (up to
+        write_timeout_s, then DdsWriteTimeout) when they are not alive now."""
         if not isinstance(msg, self.cls):
             raise TypeError(f"publisher of {self.cls.__name__} got {type(msg).__name__}")
-        self._writer.write(*to_wire(msg))
+        self._writer.write(*to_wire(msg), to=to)
 
     def wait_for_readers(self, timeout_s: float) -> None:
         self._writer.wait_for_readers(timeout_s)

@@ -3,6 +3,16 @@
 Cyclone with no configuration multicasts discovery on the first real interface, so the XML always
 pins the interface and (locally) the unicast peer list. Large messages and fragments help only on
 loopback or unshaped links; on a shaped MTU-1500 link they cause drop storms, so they are opt-in.
+
+Shaped links: a DDS datagram spans `datagram_frames` IP fragments of the link's MTU (6 by default),
+which halves the header bytes of one MTU-sized datagram per fragment (RTPS, UDP and IP headers in
+every frame: 9.4 % of the payload; 6 frames: 3.6 %), and a writer runs at most `send_window_bytes`
+ahead of its acknowledgements. The window is what keeps large datagrams safe: with Cyclone's
+adaptive default (up to 500 kB) two writers of one node overflowed the link's 400 ms tbf queue, and
+each lost frame cost its whole datagram again (a ring allreduce of 6.65 MB sent 22x the payload
+with 40-frame datagrams). Measured on 10 Mbit/s namespaces, WORLD=3 ring allreduce
+(benchmarks/bench_allreduce.py, interface bytes): 1 frame and Cyclone's window 1.474x the payload
+in 8.74 s; 6 frames and a 32 KiB window 1.398x in 7.57 s, no drops (docs/transport.md).
 """
 from __future__ import annotations
 
@@ -18,8 +28,11 @@ from .auth import Keyring
 LOOPBACK_FRAGMENT = 60000
 LOOPBACK_MESSAGE = 65000
 MTU = 1500  # of a shaped link; dds.link_mtu says when it is smaller (a swarm overlay: 1450, VXLAN)
-MTU_FRAGMENT = 1344
-MTU_MESSAGE = 1456  # 1344 payload + 112 bytes of RTPS/UDP/IP headers <= MTU 1500
+# A datagram of k frames: an RTPS message of k * (MTU - 20 IP) - 8 UDP - 16 spare (a piggybacked
+# heartbeat) bytes, carrying a fragment 112 bytes smaller; k = 1 on MTU 1500: 1456 and 1344.
+DATAGRAM_FRAMES = 6
+SEND_WINDOW = 32 * 1024  # bytes a writer runs ahead of acknowledgements on a shaped link
+IP_HEADER, UDP_SPARE, FRAGMENT_HEADERS = 20, 8 + 16, 112
 # Default chunk sizes. Shaped links: <= 256 KB chunks avoid drop storms, 64 KiB is safe. Loopback:
 # 1 MiB chunks cut the per-chunk Python work on both ends (1.7 MB and 10 MB messages measured
 # about 15% faster than with 64 KiB, see docs/transport.md).
@@ -73,7 +86,9 @@ class DdsSettings:
     reassembly_total_bytes: int | None = None
     max_participants: int = 64
     multicast: str | None = None  # None: "off" with unicast peers, "discovery" without
-    link_mtu: int = MTU  # shaped links: fragments shrink with it, so no datagram is split by IP
+    link_mtu: int = MTU  # shaped links: datagrams are whole multiples of its frames
+    datagram_frames: int = DATAGRAM_FRAMES  # shaped links: IP frames per DDS datagram
+    send_window_bytes: int = SEND_WINDOW  # shaped links: a writer's unacknowledged bytes at most
     keyring: Keyring | None = field(default=None, compare=False, repr=False)  # set: messages are authenticated
     extra_xml: str = field(default="", compare=False)  # appended inside <Domain>, e.g. loss injection in tests
 
@@ -98,6 +113,10 @@ class DdsSettings:
             raise ValueError("dds.multicast off needs unicast peers: with none, nothing could be discovered")
         if not 1280 <= self.link_mtu <= 9000:
             raise ValueError(f"dds.link_mtu must be in 1280..9000, got {self.link_mtu}")
+        if not 1 <= self.datagram_frames <= 44:  # 44 frames of 1480 bytes: a UDP datagram's 64 KiB
+            raise ValueError(f"dds.datagram_frames must be in 1..44, got {self.datagram_frames}")
+        if not 4096 <= self.send_window_bytes <= 1 << 24:
+            raise ValueError(f"dds.send_window_bytes must be in 4096..16777216, got {self.send_window_bytes}")
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> "DdsSettings":
@@ -117,11 +136,19 @@ class DdsSettings:
 
     @property
     def fragment_bytes(self) -> int:
-        return LOOPBACK_FRAGMENT if self.loopback_tuned else MTU_FRAGMENT - (MTU - self.link_mtu)
+        return LOOPBACK_FRAGMENT if self.loopback_tuned else self.message_bytes - FRAGMENT_HEADERS
 
     @property
     def message_bytes(self) -> int:
-        return LOOPBACK_MESSAGE if self.loopback_tuned else MTU_MESSAGE - (MTU - self.link_mtu)
+        if self.loopback_tuned:
+            return LOOPBACK_MESSAGE
+        return min(self.datagram_frames * (self.link_mtu - IP_HEADER), 65535 - IP_HEADER) - UDP_SPARE
+
+    @property
+    def ip_mtu(self) -> int | None:
+        """The MTU that splits datagrams into frames (wire_bytes counts one IP header per frame);
+        None on loopback, where a datagram is one frame."""
+        return None if self.loopback_tuned else self.link_mtu
 
     def to_xml(self) -> str:
         """The Cyclone configuration for one participant of this domain."""
@@ -133,8 +160,12 @@ class DdsSettings:
         rcv, snd = socket_buffer_bytes("rmem_max"), socket_buffer_bytes("wmem_max")
         # Loopback: let a writer run up to 3/4 of the receive buffer ahead of acknowledgements
         # (default 500 kB, adaptive from 30 kB), which measured faster with no socket drops.
-        watermarks = (f"<Watermarks><WhcLow>{rcv // 4}B</WhcLow><WhcHigh>{rcv * 3 // 4}B</WhcHigh>"
-                      f"<WhcHighInit>{rcv * 3 // 4}B</WhcHighInit></Watermarks>") if self.loopback_tuned else ""
+        # Shaped links: a fixed send window (see the module docstring).
+        high = rcv * 3 // 4 if self.loopback_tuned else self.send_window_bytes
+        low = rcv // 4 if self.loopback_tuned else self.send_window_bytes // 4
+        adaptive = "" if self.loopback_tuned else "<WhcAdaptive>false</WhcAdaptive>"
+        watermarks = (f"<Watermarks><WhcLow>{low}B</WhcLow><WhcHigh>{high}B</WhcHigh>"
+                      f"<WhcHighInit>{high}B</WhcHighInit>{adaptive}</Watermarks>")
         return (
             '<CycloneDDS><Domain id="any">'
             f'<General><Interfaces><NetworkInterface name="{escape(self.interface)}"/></Interfaces>'

@@ -5,6 +5,8 @@ header included, padded to 4) and the fragment size F of the configuration, whic
 puts exactly one RTPS submessage in each UDP datagram:
     S <= F: S + 100   (IPv4 20 + UDP 8 + RTPS header 20 + INFO_DST 16 + INFO_TS 12 + DATA 24)
     S >  F: S + 112 * ceil(S / F)   (same, with a 36-byte DATA_FRAG submessage per fragment)
+plus, on a link whose MTU splits a datagram into several IP frames (settings.ip_mtu), 20 bytes of
+IPv4 header for every frame after a datagram's first.
 A sample sent to k remote participants is counted k times (unicast copies), or once when it goes
 to a multicast group (dds.multicast data). Discovery, heartbeats and acknowledgements are not
 counted; benchmarks/bench_transport.py compares the estimate with the interface counters of a veth
@@ -25,12 +27,26 @@ DATA_HEADER = 24
 DATA_FRAG_HEADER = 36
 
 
-def wire_bytes(serialized: int, fragment: int) -> int:
-    """Estimated bytes on the wire for one copy of a sample of `serialized` bytes."""
+def wire_bytes(serialized: int, fragment: int, mtu: int | None = None) -> int:
+    """Estimated bytes on the wire for one copy of a sample of `serialized` bytes; `mtu`: the
+    link's, when it splits datagrams into IP frames (None: one frame per datagram)."""
     serialized = (serialized + 3) & ~3
     if serialized <= fragment:
-        return serialized + DATAGRAM_HEADERS + DATA_HEADER
-    return serialized + (DATAGRAM_HEADERS + DATA_FRAG_HEADER) * -(-serialized // fragment)
+        return serialized + DATAGRAM_HEADERS + DATA_HEADER + _extra_frames(serialized + DATA_HEADER, mtu)
+    full, last = divmod(serialized, fragment)
+    datagrams = full + (last > 0)
+    extra = full * _extra_frames(fragment + DATA_FRAG_HEADER, mtu) + (_extra_frames(last + DATA_FRAG_HEADER, mtu)
+                                                                       if last else 0)
+    return serialized + (DATAGRAM_HEADERS + DATA_FRAG_HEADER) * datagrams + extra
+
+
+def _extra_frames(submessage: int, mtu: int | None) -> int:
+    """IPv4 header bytes of the frames after the first of a datagram whose last submessage has
+    `submessage` bytes (with its header)."""
+    if mtu is None:
+        return 0
+    ip_payload = submessage + DATAGRAM_HEADERS - 20  # UDP header, RTPS header, INFO_DST, INFO_TS
+    return 20 * (-(-ip_payload // (mtu - 20)) - 1)
 
 
 @dataclass

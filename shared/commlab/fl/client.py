@@ -250,7 +250,8 @@ class Client:
         upload_start = time.perf_counter()
         try:
             self.update_pub.publish(ClientUpdate(round=rnd, client_id=client.name, num_samples=len(indices),
-                                                 payload=payload, **self.adaptive.report(train_s + stretch_s)))
+                                                 payload=payload, **self.adaptive.report(train_s + stretch_s)),
+                                    to={CONTROLLER})
             self.adaptive.after_upload(cmd, len(payload), upload_start, self.update_pub, cmd.deadline_s)
         except DdsError as e:  # controller gone: keep listening, a restarted one re-announces the round
             self.log(f"{who}round {rnd}: update not delivered ({e}); waiting for the controller")

@@ -1,0 +1,41 @@
+"""bench_matrix's seed combination: deltas are paired by seed, then summarised."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+bench_matrix = pytest.importorskip("bench_matrix")
+
+
+def run(mode: str, name: str, seed: int, acc: float, nbytes: float = 100.0, status: str = "ok") -> dict:
+    return {"mode": mode, "compressor": name, "seed": seed, "run_id": f"{mode}-{name}-{seed}", "status": status,
+            "bytes_per_node": nbytes, "comm_time_s": 0.5, "test_accuracy": acc}
+
+
+def test_deltas_are_paired_by_seed_and_their_median_is_reported():
+    runs = pd.DataFrame([
+        run("ddp", "fp32", 0, 0.980), run("ddp", "fp32", 1, 0.990), run("ddp", "fp32", 2, 0.970),
+        # Against one reference (seed 0) these would be -0.5, +0.5, -1.5 pp; paired they are all -0.5.
+        run("ddp", "dgc", 0, 0.975, 1.0), run("ddp", "dgc", 1, 0.985, 1.0), run("ddp", "dgc", 2, 0.965, 1.0),
+    ])
+    table = bench_matrix.combine(runs, payload=100).set_index("compressor")
+    assert table.loc["dgc", "accuracy_delta_pp"] == pytest.approx(-0.5)
+    assert table.loc["dgc", "delta_min_pp"] == pytest.approx(-0.5)
+    assert table.loc["dgc", "delta_max_pp"] == pytest.approx(-0.5)
+    assert table.loc["dgc", "bytes_vs_fp32"] == pytest.approx(0.01)
+    assert table.loc["dgc", "seeds"] == 3 and table.index[0] == "fp32"
+
+
+def test_median_range_and_a_failed_seed():
+    runs = pd.DataFrame([
+        run("fl", "fp32", 0, 0.98), run("fl", "fp32", 1, 0.98), run("fl", "fp32", 2, 0.98),
+        run("fl", "int8", 0, 0.97), run("fl", "int8", 1, 0.99), run("fl", "int8", 2, float("nan"), status="exit 1"),
+    ])
+    row = bench_matrix.combine(runs, payload=100).set_index("compressor").loc["int8"]
+    assert row["status"] == "exit 1" and row["seeds"] == 2
+    assert row["accuracy_delta_pp"] == pytest.approx(0.0)  # median of -1 and +1
+    assert (row["delta_min_pp"], row["delta_max_pp"]) == (pytest.approx(-1.0), pytest.approx(1.0))
