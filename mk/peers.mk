@@ -1,5 +1,5 @@
 # Reference peers on the testbed's links (docs/peers.md): torch DDP over gloo and a centralized trainer.
-# make peer-gloo HOOK=none|fp16|powersgd WORLD=3 EPOCHS=2 PROFILE=lan|10mbit PEER_ARGS="--train-subset 6000"
+# make peer-gloo HOOK=none|fp16|powersgd WORLD=3 EPOCHS=2 PROFILE=lan|10mbit BACKEND=auto|local|docker PEER_ARGS="--train-subset 6000"
 # make centralized WORLD=3 EPOCHS=2
 # make bench-peers [SMOKE=1]   /   make peer-flower CLIENTS=2 ROUNDS=10 PROFILE=lan|10mbit   /   make bench-peers-fl PROFILE=10mbit [SMOKE=1]
 # SMOKE=1: a few steps / 2 rounds on small subsets with PROFILE (default lan), every row and ratio (CI runs both:
@@ -9,8 +9,8 @@ PEER_ARGS ?=
 EPOCHS ?= 2
 
 .PHONY: peer-gloo centralized bench-peers peer-flower bench-peers-fl flwr
-peer-gloo: $(STAMP) ## torch DDP over gloo with comm hook HOOK (none, fp16, powersgd): WORLD EPOCHS PROFILE PEER_ARGS
-	$(PYTHON) -m commlab.peers.run --kind gloo --hook $(HOOK) --world $(WORLD) --epochs $(EPOCHS) --profile $(PROFILE) $(PEER_ARGS)
+peer-gloo: $(STAMP) ## torch DDP over gloo with comm hook HOOK (none, fp16, powersgd): WORLD EPOCHS PROFILE BACKEND PEER_ARGS
+	$(PYTHON) -m commlab.peers.run --kind gloo --hook $(HOOK) --world $(WORLD) --epochs $(EPOCHS) --profile $(PROFILE) --backend $(BACKEND) $(PEER_ARGS)
 
 centralized: $(STAMP) ## one process on the union of WORLD workers' data, same budget: the accuracy ceiling
 	$(PYTHON) -m commlab.peers.run --kind centralized --world $(WORLD) --epochs $(EPOCHS) --profile $(PROFILE) $(PEER_ARGS)

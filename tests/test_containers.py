@@ -231,6 +231,31 @@ def test_ddp_with_docker_run(engine, tmp_path):
 @pytest.mark.docker
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
+def test_gloo_peers_in_containers_train_as_on_loopback(engine, tmp_path):
+    """The reference gloo ranks as containers of the worker image on shaped links (rank 0's service
+    name is the master) train exactly what the same ranks train as local processes."""
+    short = ["--kind", "gloo", "--hook", "none", "--world", "2", "--epochs", "1", "--train-subset", "320",
+             "--test-subset", "200"]
+    runs = {}
+    for backend, profile in (("docker", "10mbit"), ("local", "lan")):
+        out = subprocess.run([sys.executable, "-m", "commlab.peers.run", *short, "--backend", backend,
+                              "--profile", profile, "--results-dir", str(tmp_path / backend)],
+                             cwd=REPO, capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+        (runs[backend],) = [p for p in (tmp_path / backend).iterdir() if (p / "manifest.json").exists()]
+    manifest = json.loads((runs["docker"] / "manifest.json").read_text())
+    assert {n: link["applied"]["rate"] for n, link in manifest["link_applied"].items()} == \
+        {"worker-0": "10mbit", "worker-1": "10mbit"}
+    steps = read_csv(runs["docker"] / "steps-rank1.csv")
+    assert len(steps) == 5 and all(int(s["bytes_sent"]) > 3_000_000 for s in steps)  # eth0's counters
+    final = {b: read_csv(r / "epochs-rank0.csv")[-1] for b, r in runs.items()}
+    assert final["docker"]["test_accuracy"] == final["local"]["test_accuracy"]
+    assert final["docker"]["test_loss"] == final["local"]["test_loss"]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_fl_as_a_stack_on_a_single_node_swarm(engine, tmp_path):
     was = swarm_state()
     try:

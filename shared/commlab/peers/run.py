@@ -4,7 +4,8 @@ and `python -m commlab.peers.run --kind centralized --world 3`.
 Starts the reference peers (docs/peers.md) the way the testbed starts its own nodes: gloo ranks as
 local processes on loopback for the `lan` profile, or each in its own network namespace with the
 profile applied to its eth0 (root; rank 0's 198.19.253.x address is the master, GLOO_SOCKET_IFNAME
-is eth0); without root the run is unshaped and says so (commlab.testbed.backend.run_nodes). The
+is eth0), or with `--backend docker` each in its own container of the worker image (rank 0's
+service name is the master); without root the run is unshaped and says so (commlab.testbed.backend.run_nodes). The
 centralized trainer is one local process (it sends nothing). Data, model, seeds and
 hyper-parameters default to `python -m commlab.ddp.run`'s, so the runs compare at equal steps.
 """
@@ -23,7 +24,7 @@ from commlab.metrics import new_run_id
 from commlab.peers.config import HOOKS, KINDS, PeerConfig
 from commlab.progress import watch_csv
 from commlab.roster import Node, worker_name
-from commlab.testbed.backend import RunFailed, run_nodes
+from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 
 NET = 253            # 198.19.253.0/24 (FL namespaces use 251, DDS workers 252)
@@ -54,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--start-iter", type=int, default=2, help="dense steps before PowerSGD (torch needs >= 2)")
     p.add_argument("--train-step", default=DEFAULT_TRAIN_STEP, metavar="SPEC")
     p.add_argument("--timeout", type=float, default=300.0, help="gloo timeout: a lost rank fails the others")
+    p.add_argument("--backend", choices=("local", "docker", "auto"), default="local",
+                   help="local: processes (network namespaces with a profile, as root); docker: gloo ranks in "
+                   "containers; auto: docker when an engine and compose answer")
     p.add_argument("--results-dir", default="results")
     p.add_argument("--run-id")
     return p.parse_args(argv)
@@ -126,8 +130,13 @@ def run_netns(cfg: dict, profile: str) -> Path:
     return run_in_namespaces(nodes, Path(cfg["results_dir"]) / cfg["run_id"], profile, NET, start, wait)
 
 
-def no_containers() -> Path:
-    raise RunFailed("the peers have no container images yet; use the local backend")
+def run_docker(cfg: dict) -> Path:
+    """Each rank in its own container (worker image, eth0 shaped by the profile); rank 0's
+    service name is the master, which compose's DNS resolves on the run's network."""
+    from commlab.testbed.docker_run import run_peers
+    node_cfg = {**cfg, "interface": "eth0", "master_addr": worker_name(0), "master_port": NETNS_PORT}
+    nodes = [Node(n.name, n.role, (*n.env, ("GLOO_SOCKET_IFNAME", "eth0"))) for n in roster(cfg)]
+    return run_peers(nodes, node_cfg, cfg["link_profile"], Path(cfg["results_dir"]))
 
 
 def total_steps(cfg: dict) -> int:
@@ -161,8 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if cfg["kind"] == "centralized":  # one process, no link to shape
             return run_local(cfg)
-        return run_nodes("commlab.peers.run", "local", a.profile, run_dir, [n.name for n in roster(cfg)],
-                         local=lambda: run_local(cfg), netns=lambda: run_netns(cfg, a.profile), docker=no_containers)
+        try:
+            backend = choose_backend(a.backend)
+        except RuntimeError as e:  # docker asked for, and no engine answers: one line, no traceback
+            print(f"commlab.peers.run: {e}", file=sys.stderr)
+            return 1
+        return run_nodes("commlab.peers.run", backend, a.profile, run_dir, [n.name for n in roster(cfg)],
+                         local=lambda: run_local(cfg), netns=lambda: run_netns(cfg, a.profile),
+                         docker=lambda: run_docker(cfg))
     finally:
         stop_progress()
 

@@ -18,6 +18,11 @@ from .images import node_image
 
 CONTAINER_RESULTS = "/results"
 CONTAINER_KEY_FILE = "/run/secrets/commlab-key"
+# Node kinds without an image of their own: the reference peers (nodes/peer.py) run in the worker
+# image, which has torch and the library, through the same entry point (link shaping first).
+IMAGE_OF = {"peer": "worker"}
+ENTRYPOINT = ["python", "-m", "commlab.testbed.entrypoint", "--"]
+PROGRAM_OF = {"peer": "/opt/commlab/nodes/peer.py"}
 
 
 def addresses(nodes: list[Node], net: int) -> dict[str, str]:
@@ -35,7 +40,8 @@ def container_config(cfg: dict[str, Any], node: str, addrs: dict[str, str], link
                      host_results: Path) -> dict[str, Any]:
     """`cfg` as the node inside its container must see it."""
     out = copy.deepcopy(cfg)
-    out["dds"] = networked_dds(cfg["dds"], node, addrs)
+    if "dds" in cfg:  # the reference peers (gloo) have their own transport
+        out["dds"] = networked_dds(cfg["dds"], node, addrs)
     out["link_profile"] = link_profile
     host = str(host_results.resolve())
     for key, value in cfg.items():  # results_dir, checkpoint_dir, ... under the host results folder
@@ -46,7 +52,7 @@ def container_config(cfg: dict[str, Any], node: str, addrs: dict[str, str], link
             raise ValueError(f"config key {key}={value!r} is outside the results folder {host}, "
                              "which is all a container can see")
     out["results_dir"] = CONTAINER_RESULTS
-    if out["dds"].get("key_file"):  # the host file is mounted there as a compose secret (compose_spec)
+    if out.get("dds", {}).get("key_file"):  # the host file is mounted there as a compose secret (compose_spec)
         out["dds"]["key_file"] = CONTAINER_KEY_FILE
     if isinstance(out.get("dataset"), dict):
         out["dataset"]["root"] = None  # the image carries its own prepared dataset cache
@@ -63,7 +69,7 @@ def compose_spec(nodes: list[Node], *, run_id: str, host_results: Path, net: int
     services = {}
     for node in nodes:
         services[node.name] = {
-            "image": node_image(node.role),
+            "image": node_image(IMAGE_OF.get(node.role, node.role)),
             "hostname": node.name,
             "command": [f"{config_dir}/{node.name}.json"],
             "cap_add": ["NET_ADMIN"],  # tc inside the container
@@ -73,6 +79,8 @@ def compose_spec(nodes: list[Node], *, run_id: str, host_results: Path, net: int
             "networks": {"lab": {"ipv4_address": addrs[node.name]}},
             "stop_grace_period": "15s",
         }
+        if node.role in PROGRAM_OF:
+            services[node.name]["entrypoint"] = [*ENTRYPOINT, "python", PROGRAM_OF[node.role]]
         if node.name in key_files:
             services[node.name]["secrets"] = [{"source": f"{node.name}-key", "target": Path(CONTAINER_KEY_FILE).name}]
     return {

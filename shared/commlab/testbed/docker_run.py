@@ -38,6 +38,12 @@ def run_ddp(worker_cfgs: list[dict[str, Any]], link_profile: str, results_dir: P
     return (run_stack if swarm else _run)(ddp_roster(len(worker_cfgs)), worker_cfgs, link_profile, Path(results_dir))
 
 
+def run_peers(nodes: list[Node], cfg: dict[str, Any], link_profile: str, results_dir: Path) -> Path:
+    """Reference peers (commlab.peers: gloo ranks), one container each from the worker image; the
+    first node is rank 0, the master the others reach by its service name."""
+    return _run(nodes, [cfg] * len(nodes), link_profile, Path(results_dir))
+
+
 def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, results_dir: Path) -> Path:
     """The first node is the primary one (controller, rank 0): once it has exited, the run ends."""
     run_id, run_dir = prepare_container_run(cfgs, results_dir, "docker")
@@ -48,7 +54,7 @@ def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, resul
                           container_config(cfg, node.name, addrs, link_profile, results_dir))
     spec = compose_spec(nodes, run_id=run_id, host_results=results_dir, net=net,
                         config_dir=f"{CONTAINER_RESULTS}/{run_id}/configs",
-                        key_files={n.name: c["dds"]["key_file"] for n, c in zip(nodes, cfgs) if c["dds"].get("key_file")})
+                        key_files={n.name: c["dds"]["key_file"] for n, c in zip(nodes, cfgs) if c.get("dds", {}).get("key_file")})
     compose_file = run_dir / "compose.yaml"
     write_container_spec(spec, compose_file)
     project = project_name(run_id)
