@@ -88,7 +88,7 @@ def summarise(mode: str, run_dir: Path, world: int) -> dict:
 
 def settings_argv(a: argparse.Namespace) -> dict:
     """The settings every row of one matrix must share."""
-    return {k: v for k, v in vars(a).items() if k not in ("only", "modes", "update", "results_dir", "name")}
+    return {k: v for k, v in vars(a).items() if k not in ("only", "modes", "update", "results_dir", "name", "seeds")}
 
 
 def combine(runs: pd.DataFrame, payload: int) -> pd.DataFrame:
@@ -134,8 +134,8 @@ def main() -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="one run per seed of every row (default: 0)")
     p.add_argument("--name", default="matrix", help="file stem under results/bench (default: matrix)")
     p.add_argument("--results-dir", type=Path, default=Path("results"))
-    p.add_argument("--update", action="store_true", help="replace only these compressors' rows of the last "
-                   "matrix (run with the same settings); its fp32/dense rows stay the reference")
+    p.add_argument("--update", action="store_true", help="re-run only these compressors (and --seeds) of the last "
+                   "matrix of --name, with its settings; its fp32/dense runs stay the reference unless named")
     a = p.parse_args()
     a.results_dir = a.results_dir.resolve()
     a.results_dir.mkdir(parents=True, exist_ok=True)
@@ -149,13 +149,15 @@ def main() -> int:
         if json.loads(meta.read_text())["argv"] != settings_argv(a):
             sys.exit(f"bench_matrix: --update needs the settings of the last matrix: {json.loads(meta.read_text())['argv']}")
         previous = pd.read_csv(runs_csv)
-    chosen = ([] if previous is not None else ["fp32"]) + [n for n in (a.only or compressors()) if n != "fp32"]
+    # fp32/dense is every row's reference: always run, except by --update, which re-runs it only when named.
+    chosen = ([] if previous is not None else ["fp32"]) \
+        + [n for n in (a.only or compressors()) if n != "fp32" or previous is not None]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     payload = 4 * num_params(build_model("mnist_cnn"))
     rows, jobs = [], [(mode, name, seed) for mode in a.modes for name in chosen for seed in a.seeds]
     with Progress(len(jobs), "run", in_place=False) as progress:
         for k, (mode, name, seed) in enumerate(jobs):
-            run_id = f"bench-matrix-{stamp}-{mode}-{name}" + (f"-seed{seed}" if len(a.seeds) > 1 else "")
+            run_id = f"bench-matrix-{stamp}-{mode}-{name}-seed{seed}"
             code = (fl_run if mode == "fl" else ddp_run)(name, a, seed, run_id)
             row = {"mode": mode, "compressor": name, "seed": seed, "run_id": run_id,
                    "status": "ok" if code == 0 else f"exit {code}"}
@@ -164,8 +166,9 @@ def main() -> int:
             rows.append(row)
             progress.update(k + 1, f"{mode} {name} seed {seed} {row['status']}")
     runs = pd.DataFrame(rows).reindex(columns=["mode", "compressor", "seed", "run_id", "status", *MEASURED])
-    if previous is not None:  # the rows re-run now replace their earlier runs; the rest stay
-        redone = previous.set_index(["mode", "compressor"]).index.isin(runs.set_index(["mode", "compressor"]).index)
+    if previous is not None:  # the runs made now replace their earlier ones (same row and seed); the rest stay
+        key = ["mode", "compressor", "seed"]
+        redone = previous.set_index(key).index.isin(runs.set_index(key).index)
         runs = pd.concat([previous[~redone], runs], ignore_index=True)
     runs.to_csv(runs_csv, index=False)
     table = combine(runs, payload)
@@ -173,8 +176,9 @@ def main() -> int:
     settings = {"fl": f"FL: {a.clients} clients, {a.fl_rounds} rounds, {a.fl_samples} samples/client/round",
                 "ddp": f"DDP: WORLD={a.world}, {a.ddp_epochs} epoch(s), {a.ddp_train_subset} training samples, "
                        f"DGC warm-up {a.dgc_warmup} epochs"}
-    columns = {**COLUMNS, **(SEED_COLUMNS if len(a.seeds) > 1 else {})}
-    seeds = f"seeds {', '.join(map(str, a.seeds))}: delta = median of the per-seed deltas\n" if len(a.seeds) > 1 else ""
+    all_seeds = sorted(int(x) for x in runs["seed"].unique())
+    columns = {**COLUMNS, **(SEED_COLUMNS if len(all_seeds) > 1 else {})}
+    seeds = f"seeds {', '.join(map(str, all_seeds))}: delta = median of the per-seed deltas\n" if len(all_seeds) > 1 else ""
     text = "\n".join(settings[m] for m in ("fl", "ddp") if (table["mode"] == m).any()) + "\n" + seeds + "\n" \
         + markdown_table(table, columns) + "\n"
     (out / f"{a.name}.md").write_text(text)
