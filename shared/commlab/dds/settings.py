@@ -4,15 +4,14 @@ Cyclone with no configuration multicasts discovery on the first real interface, 
 pins the interface and (locally) the unicast peer list. Large messages and fragments help only on
 loopback or unshaped links; on a shaped MTU-1500 link they cause drop storms, so they are opt-in.
 
-Shaped links: a DDS datagram spans `datagram_frames` IP fragments of the link's MTU (6 by default),
-which halves the header bytes of one MTU-sized datagram per fragment (RTPS, UDP and IP headers in
-every frame: 9.4 % of the payload; 6 frames: 3.6 %), and a writer runs at most `send_window_bytes`
-ahead of its acknowledgements. The window is what keeps large datagrams safe: with Cyclone's
-adaptive default (up to 500 kB) two writers of one node overflowed the link's 400 ms tbf queue, and
-each lost frame cost its whole datagram again (a ring allreduce of 6.65 MB sent 22x the payload
-with 40-frame datagrams). Measured on 10 Mbit/s namespaces, WORLD=3 ring allreduce
-(benchmarks/bench_allreduce.py, interface bytes): 1 frame and Cyclone's window 1.474x the payload
-in 8.74 s; 6 frames and a 32 KiB window 1.398x in 7.57 s, no drops (docs/transport.md).
+Shaped links: a DDS datagram spans `datagram_frames` IP fragments of the link's MTU (6 by default)
+instead of one, so RTPS, UDP and IP headers cost 3.6 % of the payload instead of 9.4 %, and a
+writer runs at most `send_window_bytes` ahead of its acknowledgements. The window is what keeps
+large datagrams safe: with Cyclone's adaptive default (up to 500 kB) two writers of one node
+overflowed the link's 400 ms tbf queue, and each lost frame cost its whole datagram again (a ring
+allreduce of 6.65 MB sent 22x the payload with 40-frame datagrams). Measured on 10 Mbit/s
+namespaces, WORLD=3 ring allreduce (benchmarks/bench_allreduce.py, interface bytes): 1 frame
+1.477x the payload in 8.14 s, 6 frames 1.393x in 7.62 s (docs/transport.md).
 """
 from __future__ import annotations
 
