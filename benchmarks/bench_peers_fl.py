@@ -4,7 +4,9 @@
 
 One run each, one after another, with `make fl-fp32`'s model, Dirichlet partitions, per-round
 subsets, seeds and hyper-parameters: DDS fp32 and DDS int8_sparse (`python -m commlab.fl.run`) and
-Flower FedAvg (`python -m commlab.peers.run --kind flower`, needs flwr). As root with a profile other
+Flower FedAvg (`python -m commlab.peers.run --kind flower`, needs flwr) over its legacy gRPC API
+(`flower`) and in its deployment runtime, SuperLink + SuperNodes + `flwr run` (`flower-deployment`,
+`--transport deployment`). As root with a profile other
 than lan every node runs in its own network namespace with the profile on its eth0; bytes are then
 the controller's eth0 counters for every program (payload plus all headers); on loopback they are
 the DDS CommStats and, for Flower, the shared `lo` counters (an upper bound). Per case: bytes up per
@@ -28,7 +30,7 @@ from bench_peers_common import (JOBS_NOTE, add_ratios, add_run_args, apply_smoke
                                 write_table)
 from commlab.fl.config import OptimizerSection, TrainingSection
 
-CASES = ("dds-fp32", "dds-int8_sparse", "flower", "centralized")
+CASES = ("dds-fp32", "dds-int8_sparse", "flower", "flower-deployment", "centralized")
 FIELDS = ["case", "bytes_up_per_client_round", "bytes_down_per_round", "round_time_s", "overhead_s",
           "test_accuracy", "rounds", "bytes_up_vs_flower", "round_time_vs_flower", "acc_delta_vs_flower_pts",
           "bytes_from", "run_wall_s", "status", "run_id"]
@@ -41,8 +43,9 @@ def command(case: str, a: argparse.Namespace, run_id: str) -> list[str]:
     for flag, value in (("--train-subset", a.train_subset), ("--test-subset", a.test_subset)):
         if value:
             common += [flag, str(value)]
-    if case == "flower":
-        return [sys.executable, "-m", "commlab.peers.run", "--kind", "flower", *common]
+    if case in ("flower", "flower-deployment"):
+        transport = "deployment" if case == "flower-deployment" else "grpc-bidi"
+        return [sys.executable, "-m", "commlab.peers.run", "--kind", "flower", "--transport", transport, *common]
     if case == "centralized":  # the FL clients' local SGD on the union of their data, as many samples
         tr, opt = TrainingSection(), OptimizerSection()
         samples = a.rounds * a.clients * a.samples_per_round * tr.local_epochs

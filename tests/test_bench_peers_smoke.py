@@ -4,7 +4,8 @@ Flower FedAvg and the centralized trainer), each once on loopback into a tempora
 Checked: the table is written, every case's row is there with status ok and finite numbers, the ratio
 columns are computed against the reference peer, the centralized accuracy is printed beside the table,
 and what does not depend on timing: DDS wire bytes per codec, identical training of DDS dense and gloo
-without a hook (and of DDS fp32 and Flower), and the runs' own tables. Times are only checked finite."""
+without a hook (and of DDS fp32 and Flower, and of Flower's two transports), and the runs' own
+tables. Times are only checked finite."""
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ from commlab.tables import COLUMNS
 ROOT = Path(__file__).resolve().parents[1]
 DDP_CASES = ["dds-dense-ring", "dds-dense-naive", "dds-int8", "dds-dgc", "dds-powersgd2",
              "gloo-none", "gloo-fp16", "gloo-powersgd", "centralized"]
-FL_CASES = ["dds-fp32", "dds-int8_sparse", "flower", "centralized"]
+FL_CASES = ["dds-fp32", "dds-int8_sparse", "flower", "flower-deployment", "centralized"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the first test of each bench also runs it (fixture)
 
@@ -133,7 +134,7 @@ def test_ddp_smoke_centralized_run(ddp):
 def test_fl_smoke_table(fl):
     t = fl.table
     assert list(t.index) == FL_CASES and (t["status"] == "ok").all(), t["status"].to_dict()
-    comm = ["dds-fp32", "dds-int8_sparse", "flower"]
+    comm = ["dds-fp32", "dds-int8_sparse", "flower", "flower-deployment"]
     finite(t, comm, ["bytes_up_per_client_round", "bytes_down_per_round", "round_time_s", "overhead_s",
                      "test_accuracy", "rounds", "bytes_up_vs_flower", "round_time_vs_flower",
                      "acc_delta_vs_flower_pts"])
@@ -143,7 +144,7 @@ def test_fl_smoke_table(fl):
     assert t.loc["centralized", "bytes_up_per_client_round"] == 0
     # bytes are the DDS CommStats (fp32: the 6.65 MB model plus headers) and the shared lo counters for
     # Flower (an upper bound); int8_sparse sends a small share of fp32
-    assert t.loc["dds-fp32", "bytes_up_per_client_round"] > 6_000_000 and t.loc["flower", "bytes_up_per_client_round"] > 6_000_000
+    assert (t.loc[["dds-fp32", "flower", "flower-deployment"], "bytes_up_per_client_round"] > 6_000_000).all()
     assert t.loc["dds-int8_sparse", "bytes_up_per_client_round"] < 0.1 * t.loc["dds-fp32", "bytes_up_per_client_round"]
     printed_centralized(fl)
 
@@ -154,6 +155,14 @@ def test_fl_smoke_flower_matches_dds_fp32(fl):
     assert fl.table.loc["dds-fp32", "acc_delta_vs_flower_pts"] == 0.0
     losses = [pd.read_csv(fl.run_dir(case) / "rounds.csv")["test_loss"] for case in ("dds-fp32", "flower")]
     assert (abs(losses[0] - losses[1]) < 1e-4).all(), losses
+
+
+def test_fl_smoke_flower_deployment_matches_flower(fl):
+    """Flower's deployment runtime (SuperLink, SuperNodes, flwr run) trains exactly what its legacy
+    transport trains: same Flower FedAvg in float32, same client order."""
+    assert fl.table.loc["flower-deployment", "acc_delta_vs_flower_pts"] == 0.0
+    losses = [pd.read_csv(fl.run_dir(case) / "rounds.csv")["test_loss"] for case in ("flower", "flower-deployment")]
+    assert (abs(losses[0] - losses[1]) < 1e-6).all(), losses
 
 
 def test_fl_smoke_centralized_sees_as_many_samples(fl):

@@ -68,10 +68,17 @@ class NodeProcesses:
         """Run the node's program nodes/<role>.py CONFIG with its environment (through `prefix`, e.g.
         ip netns exec NS); the manifest records backend local (COMMLAB_BACKEND) whatever interface
         the node's DDS uses."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COMMLAB_BACKEND": "local", **dict(node.env)}
-        proc = subprocess.Popen([*prefix, sys.executable, str(NODES_DIR / node.script), str(config)], env=env,
-                                text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.procs[node.name] = proc
+        return self.start_command(node.name, [sys.executable, str(NODES_DIR / node.script), str(config)],
+                                  prefix, dict(node.env))
+
+    def start_command(self, name: str, argv: Sequence[str], prefix: Sequence[str] = (),
+                      env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Run any program of the run (e.g. a Flower SuperLink) under `name`, its output relayed,
+        ended with the nodes."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COMMLAB_BACKEND": "local", **(env or {})}
+        proc = subprocess.Popen([*prefix, *argv], env=env, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        self.procs[name] = proc
         self._relays.append(threading.Thread(target=_relay, args=(proc,), daemon=True))
         self._relays[-1].start()
         return proc

@@ -1,5 +1,5 @@
 """Flower FedAvg as a peer of the DDS FL run (docs/peers.md): one server and N clients over
-Flower's gRPC transport, training exactly what `make fl-fp32` trains.
+Flower's transports, training exactly what `make fl-fp32` trains.
 
 Same model init (`build_node_model(model, seed)`), same Dirichlet partitions (`commlab.data.partition`),
 same per-round seed, subset and local SGD (`commlab.fl.strategy.FedAvg.configure_round`,
@@ -8,7 +8,11 @@ controller's test-set evaluation after every round. Flower (`flwr`) is an option
 module is imported only by Flower nodes. What goes over the wire is Flower's own: the whole model
 (one float32 vector, `ndarrays_to_parameters`) down to every client and back up each round.
 
-Started as a node program (`FlowerNode.script`): `ROLE=server|client CLIENT=i python flower.py CONFIG.json`.
+Two transports (`FlowerConfig.transport`), the same training: `grpc-bidi`, Flower's legacy API
+(`start_server`/`start_client`), started as a node program (`FlowerNode.script`):
+`ROLE=server|client CLIENT=i python flower.py CONFIG.json`; and `deployment`, Flower's deployment
+runtime (SuperLink, SuperNodes, SuperExec, `flwr run`; `flower_run.py` starts them), whose ServerApp
+and ClientApp (`flower_app.py`) use `server_parts` and `ClientTrainer` below.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ METHOD = "flower-fedavg"  # the manifest's codec: the series name beside the DDS
 # Columns of commlab.tables a Flower node cannot measure (Flower's transport has no hooks for them):
 # left out, which the report reads as empty (tables.ADDED).
 NOT_SEPARATED = ("broadcast_time_s", "upload_s", "goodput_Bps", "bits", "rate_bps")
+TRANSPORTS = ("grpc-bidi", "deployment")  # start_server/start_client | SuperLink + SuperNodes + flwr run
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,9 @@ class FlowerConfig:
     results_dir: str
     clients: int = 2
     rounds: int = 10
-    server_address: str = "127.0.0.1:8080"   # clients connect here; the server listens on 0.0.0.0:<port>
+    transport: str = "grpc-bidi"             # one of TRANSPORTS
+    server_address: str = "127.0.0.1:8080"   # grpc-bidi: the server listens here, clients connect to it;
+                                             # deployment: the SuperLink's HTTP API (Fleet, Control, Runtime)
     interface: str = "lo"                    # whose kernel byte counters each node reads
     link_profile: str = "lan"                # recorded; shaping is applied by the testbed
     model: ModelSection = ModelSection()
@@ -61,6 +68,8 @@ class FlowerConfig:
         positive(where, clients=self.clients, rounds=self.rounds, round_timeout_s=self.round_timeout_s,
                  eval_batch_size=self.eval_batch_size, threads=self.threads)
         load_train_step(self.train_step, f"{where}train_step")
+        if self.transport not in TRANSPORTS:
+            raise ConfigError(f"{where}transport: must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
 
 
 @dataclass(frozen=True)
@@ -87,7 +96,11 @@ def _plan(cfg: FlowerConfig, weights: np.ndarray):
                   subset_size=t.samples_per_round, seed=t.seed)
 
 
-def run_server(cfg: FlowerConfig) -> None:
+def server_parts(cfg: FlowerConfig):
+    """Flower's FedAvg strategy with the DDS controller's round plan, timing and byte counters, a
+    fixed client order and the test-set evaluation each round (both transports), and `finish(error)`
+    to call when Flower's server loop returned (error None) or raised: it closes the manifest and
+    raises RuntimeError unless every round completed."""
     import flwr as fl
     from flwr.common import ndarrays_to_parameters
 
@@ -103,7 +116,7 @@ def run_server(cfg: FlowerConfig) -> None:
     plan, iface = _plan(cfg, weights), IfaceCounters(cfg.interface)
     t = cfg.training
     writer = RunWriter(cfg.results_dir, cfg.run_id, {
-        "kind": "fl", "peer": "flower", "flwr_version": fl.__version__, "transport": "flower grpc-bidi",
+        "kind": "fl", "peer": "flower", "flwr_version": fl.__version__, "transport": f"flower {cfg.transport}",
         "backend": os.environ.get("COMMLAB_BACKEND", "local"), "model": cfg.model.name,
         "dataset": cfg.dataset.name, "codec": METHOD, "downlink_codec": "fp32", "link_profile": cfg.link_profile,
         "clients": cfg.clients, "rounds": cfg.rounds, "config": to_dict(cfg),
@@ -122,6 +135,7 @@ def run_server(cfg: FlowerConfig) -> None:
 
         def configure_fit(self, server_round, parameters, client_manager):
             state.update(start=time.perf_counter(), counters=iface.read())
+            state.setdefault("t0", state["start"])  # wall_time_s counts from the first round's start
             return super().configure_fit(server_round, parameters, client_manager)
 
         def aggregate_fit(self, server_round, results, failures):
@@ -130,7 +144,8 @@ def run_server(cfg: FlowerConfig) -> None:
             start = time.perf_counter()
             out = super().aggregate_fit(server_round, results, failures)
             up, down = iface.since(state["counters"])[::-1]
-            state.update(aggregate_s=time.perf_counter() - start, round_s=time.perf_counter() - state["start"],
+            end = time.perf_counter()
+            state.update(aggregate_s=end - start, round_s=end - state["start"], wall_s=end - state["t0"],
                          up=up, down=down, participants=[f"client-{r[1].metrics['client_id']}" for r in results],
                          failures=len(failures))
             return out
@@ -148,7 +163,8 @@ def run_server(cfg: FlowerConfig) -> None:
                       "decode_time_s": 0.0, "test_accuracy": accuracy, "test_loss": loss,
                       "rejected_updates": s["failures"], "downlink_encode_time_s": 0.0,
                       "bytes_down_multicast": 0, "iface_bytes_up": "" if on_lo else s["up"],
-                      "iface_bytes_down": "" if on_lo else s["down"], "resyncs": 0})
+                      "iface_bytes_down": "" if on_lo else s["down"], "resyncs": 0,
+                      "wall_time_s": round(s["wall_s"], 4)})
         print(f"[controller] flower round {server_round}/{cfg.rounds} acc {accuracy:.4f} loss {loss:.4f} "
               f"up {s['up'] / 1e6:.2f}MB down {s['down'] / 1e6:.2f}MB time {s['round_s']:.1f}s "
               f"model {weights_digest(flat)}", flush=True)
@@ -159,80 +175,112 @@ def run_server(cfg: FlowerConfig) -> None:
                         fit_metrics_aggregation_fn=lambda metrics: {},  # per-client metrics: not aggregated
                         on_fit_config_fn=lambda rnd: asdict(plan.configure_round(rnd)),
                         initial_parameters=ndarrays_to_parameters([weights]))
-    port = cfg.server_address.rsplit(":", 1)[1]
-    try:
-        fl.server.start_server(server_address=f"0.0.0.0:{port}", strategy=strategy,
-                               config=fl.server.ServerConfig(num_rounds=cfg.rounds, round_timeout=cfg.round_timeout_s))
+
+    def finish(error: BaseException | None) -> None:
+        if error is not None:
+            if writer.manifest.get("status") == "running":
+                writer.close(f"failed: {type(error).__name__}: {error}")
+            return
         done = len(_rows(writer.dir / "rounds.csv"))
         writer.close("completed" if done == cfg.rounds else f"failed: {done} of {cfg.rounds} rounds")
         if done != cfg.rounds:
             raise RuntimeError(f"{done} of {cfg.rounds} rounds completed")
+
+    server_config = fl.server.ServerConfig(num_rounds=cfg.rounds, round_timeout=cfg.round_timeout_s)
+    return strategy, server_config, finish
+
+
+def run_server(cfg: FlowerConfig) -> None:
+    """grpc-bidi: Flower's legacy server (`start_server`) on the config's address."""
+    import flwr as fl
+
+    strategy, server_config, finish = server_parts(cfg)
+    try:
+        fl.server.start_server(server_address=cfg.server_address, strategy=strategy, config=server_config)
     except BaseException as e:
-        if writer.manifest.get("status") == "running":
-            writer.close(f"failed: {type(e).__name__}: {e}")
+        finish(e)
         raise
+    finish(None)
 
 
 def _rows(path: Path) -> list[str]:
     return path.read_text().splitlines()[1:] if path.exists() else []
 
 
+class ClientTrainer:
+    """Client `index` of the FL run: its model, data partition and local SGD (`fit`), and its row of
+    clients-<i>.csv per round. A row is written when the next round's fit starts (or the client
+    ends): bytes from its fit's start to then (its upload, the next model's download), comm_time_s
+    from its fit's end to then (an upper bound: it includes waiting for the slowest client, the
+    server's aggregation and evaluation). `pending` holds the unwritten row between fits: a dict in
+    the long-lived grpc-bidi client, a file for the deployment's ClientApp (a process per round).
+    `train=False`: only the table and counters (to write the last row)."""
+
+    def __init__(self, cfg: FlowerConfig, index: int, train: bool = True):
+        from commlab.metrics import CsvTable
+        from commlab.peers.iface import IfaceCounters
+        from commlab.tables import COLUMNS
+
+        self.cfg, self.index = cfg, index
+        self.iface = IfaceCounters(cfg.interface)
+        self.table = CsvTable(Path(cfg.results_dir) / cfg.run_id / f"clients-{index}.csv",
+                              [c for c in COLUMNS["clients"] if c not in NOT_SEPARATED])
+        if train:
+            from commlab.builders import build_dataset, build_node_model
+            from commlab.data import partition
+            self.model = build_node_model(cfg.model, 0, cfg.threads)  # weights come from the server, as in DDS
+            self.data = build_dataset(cfg.dataset)
+            p = cfg.partition
+            self.part = partition(self.data.train_y, cfg.clients, p.scheme, p.seed, **p.params())[index]
+            self.step = load_train_step(cfg.train_step, "train_step")
+
+    def flush_row(self, pending: dict) -> None:
+        """Write the previous round's row (if any) with the bytes and time since its fit."""
+        if "fit_end" in pending:
+            sent, received = self.iface.since(tuple(pending["counters"]))
+            self.table.append({**pending["row"], "bytes_up": sent, "bytes_down": received,
+                               "comm_time_s": round(time.time() - pending["fit_end"], 4)})
+        pending.clear()
+
+    def fit(self, parameters: list[np.ndarray], config: dict, pending: dict):
+        """One round's local training on the round's subset: Flower's fit reply (model, samples, metrics)."""
+        from commlab.fl.local_training import local_update, round_subset
+        from commlab.fl.strategy import FitIns
+        from commlab.models import flatten_params
+
+        self.flush_row(pending)
+        pending["counters"] = list(self.iface.read())
+        fit = FitIns(**{k: config[k] for k in FitIns.__dataclass_fields__})
+        indices = round_subset(self.part, fit, self.index)
+        start = time.perf_counter()
+        _, loss = local_update(self.model, parameters[0], self.data, indices, fit, momentum=self.cfg.optimizer.momentum,
+                               weight_decay=self.cfg.optimizer.weight_decay, step=self.step)
+        train_s = time.perf_counter() - start
+        print(f"[client-{self.index}] round {fit.round}: {len(indices)} samples, loss {loss:.4f}, "
+              f"train {train_s:.1f}s", flush=True)
+        pending["row"] = {"round": fit.round, "client_id": self.index, "num_samples": len(indices),
+                          "train_time_s": round(train_s, 4), "encode_time_s": 0.0, "decode_time_s": 0.0,
+                          "stretch_s": 0.0}
+        pending["fit_end"] = time.time()
+        return [flatten_params(self.model)], len(indices), {"client_id": self.index, "train_loss": loss}
+
+
 def run_client(cfg: FlowerConfig, index: int) -> None:
+    """grpc-bidi: Flower's legacy client (`start_client`), one process for the whole run."""
     import flwr as fl
 
-    from commlab.builders import build_dataset, build_node_model
-    from commlab.data import partition
-    from commlab.fl.local_training import local_update, round_subset
-    from commlab.fl.strategy import FitIns
-    from commlab.metrics import CsvTable
-    from commlab.models import flatten_params
-    from commlab.peers.iface import IfaceCounters
-    from commlab.tables import COLUMNS
-
-    model = build_node_model(cfg.model, 0, cfg.threads)  # weights come from the server, as in DDS
-    data = build_dataset(cfg.dataset)
-    p = cfg.partition
-    part = partition(data.train_y, cfg.clients, p.scheme, p.seed, **p.params())[index]
-    step = load_train_step(cfg.train_step, "train_step")
-    iface = IfaceCounters(cfg.interface)
-    table = CsvTable(Path(cfg.results_dir) / cfg.run_id / f"clients-{index}.csv",
-                     [c for c in COLUMNS["clients"] if c not in NOT_SEPARATED])
-    pending: dict = {}
-
-    def flush_row() -> None:
-        """The previous round's row: bytes from its fit's start to now (its upload, this model's download);
-        comm_time_s from its fit's end to now: an upper bound (it includes waiting for the slowest
-        client, the server's aggregation and evaluation)."""
-        if "fit_end" in pending:
-            sent, received = iface.since(pending["counters"])
-            table.append({**pending["row"], "bytes_up": sent, "bytes_down": received,
-                          "comm_time_s": round(time.perf_counter() - pending["fit_end"], 4)})
-        pending.clear()
+    trainer, pending = ClientTrainer(cfg, index), {}
 
     class Client(fl.client.NumPyClient):
         def fit(self, parameters, config):
-            flush_row()
-            pending["counters"] = iface.read()
-            fit = FitIns(**{k: config[k] for k in FitIns.__dataclass_fields__})
-            indices = round_subset(part, fit, index)
-            start = time.perf_counter()
-            _, loss = local_update(model, parameters[0], data, indices, fit, momentum=cfg.optimizer.momentum,
-                                   weight_decay=cfg.optimizer.weight_decay, step=step)
-            train_s = time.perf_counter() - start
-            print(f"[client-{index}] round {fit.round}: {len(indices)} samples, loss {loss:.4f}, "
-                  f"train {train_s:.1f}s", flush=True)
-            pending["row"] = {"round": fit.round, "client_id": index, "num_samples": len(indices),
-                              "train_time_s": round(train_s, 4), "encode_time_s": 0.0, "decode_time_s": 0.0,
-                              "stretch_s": 0.0}
-            pending["fit_end"] = time.perf_counter()
-            return [flatten_params(model)], len(indices), {"client_id": index, "train_loss": loss}
+            return trainer.fit(parameters, config, pending)
 
     try:
         fl.client.start_client(server_address=cfg.server_address, client=Client().to_client(),
                                insecure=True, max_wait_time=cfg.round_timeout_s)
     finally:
-        flush_row()
-        table.close()
+        trainer.flush_row(pending)
+        trainer.table.close()
 
 
 def main(argv: list[str]) -> int:
@@ -246,6 +294,9 @@ def main(argv: list[str]) -> int:
         index = int(os.environ.get("CLIENT", "0"))
         if role not in ("server", "client") or not 0 <= index < cfg.clients:
             raise ConfigError(f"ROLE={role} CLIENT={index}: need ROLE server|client, CLIENT in 0..{cfg.clients - 1}")
+        if cfg.transport != "grpc-bidi":  # deployment: Flower's own programs (flower_run.start_deployment)
+            raise ConfigError(f"transport {cfg.transport}: this node program runs grpc-bidi; start deployment "
+                              "runs with python -m commlab.peers.run --kind flower --transport deployment")
         import flwr  # noqa: F401  (an optional extra: say so in one line)
         logging.getLogger("flwr").setLevel(logging.WARNING)  # after the import, which sets DEBUG: not every message
     except ImportError:
