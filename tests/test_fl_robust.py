@@ -134,6 +134,10 @@ def test_launcher_builds_strategy_and_attack(tmp_path):
     assert from_dict(ControllerConfig, controller(tmp_path)[0]).strategy.params() == {}
     with pytest.raises(ConfigError, match="--attackers: must be in 1..4, got 5"):
         controller(tmp_path, "--attack", "sign_flip", "--attackers", "5")
+    momentum = from_dict(ControllerConfig, controller(tmp_path, "--server-momentum", "0.7", "--server-lr", "0.5")[0])
+    assert (momentum.strategy.server_momentum, momentum.strategy.server_lr) == (0.7, 0.5)
+    with pytest.raises(ConfigError, match=r"strategy.server_momentum: must be in \[0, 1\), got 1.0"):
+        controller(tmp_path, "--server-momentum", "1")
 
 
 def test_attack_config_and_effect(tmp_path):

@@ -88,6 +88,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-staleness", type=int, default=10, help="fedbuff: older updates are rejected")
     p.add_argument("--trim-fraction", type=float, help="trimmed_mean: share cut at each end (default 0.25)")
     p.add_argument("--clip-norm", type=float, help="norm_clip: L2 bound (default: the round's median norm)")
+    p.add_argument("--server-lr", type=float, default=1.0, help="step on the averaged update (1: FedAvg)")
+    p.add_argument("--server-momentum", type=float, default=0.0, help="FedAvgM's beta (0: FedAvg)")
     p.add_argument("--attack", choices=("sign_flip",), help="TEST ONLY: the last --attackers clients forge "
                    "their updates (sign_flip: send -scale * delta)")
     p.add_argument("--attack-scale", type=float, default=10.0)
@@ -126,7 +128,8 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
                   "downlink": {"name": a.downlink_codec, "params": codec_params(a.downlink_param)},
                   "training": {"local_epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
                                "samples_per_round": a.samples_per_round, "seed": a.seed},
-                  "strategy": {"name": a.strategy, "trim_fraction": a.trim_fraction, "clip_norm": a.clip_norm},
+                  "strategy": {"name": a.strategy, "trim_fraction": a.trim_fraction, "clip_norm": a.clip_norm,
+                               "server_lr": a.server_lr, "server_momentum": a.server_momentum},
                   "round_deadline_s": a.deadline, "round_hard_limit_s": max(600.0, 2 * a.deadline),
                   "init_path": a.init_path, "seed": a.seed}
     # One process per client, or --procs processes hosting them all (logical clients, docs/scale.md).
