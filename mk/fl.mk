@@ -34,6 +34,12 @@ test-fl-slow: $(STAMP) ## FL fault tests with real node processes (client killed
 bench-robust: $(STAMP) ## FedAvg/median/trimmed mean/norm clip, clean and with 1 of 4 clients sign-flipped x10 -> results/bench/robust.{csv,md}
 	$(PYTHON) benchmarks/bench_robust.py $(ROBUST_ARGS)
 
+# FedBuff vs synchronous FedAvg to 97 % on hetero links, 20 clients in namespaces (docs/scale.md).
+FEDBUFF_ARGS ?=
+.PHONY: bench-fedbuff
+bench-fedbuff: $(STAMP) ## FedBuff vs FedAvg: wall time to 97 % on hetero, 20 clients in namespaces (root), 3 seeds -> results/bench/fedbuff.{csv,md} (FEDBUFF_ARGS=--smoke)
+	$(PYTHON) benchmarks/bench_fedbuff.py $(FEDBUFF_ARGS)
+
 # Adaptive bits and bandwidth per client (docs/adaptive.md); PROFILE=hetero4 CLIENTS=4 to match the bench.
 UPLINK_MBIT ?= 8
 SPEEDS ?= 1,1,0.5,0.25

@@ -12,7 +12,7 @@ COLUMNS: dict[str, list[str]] = {
     "rounds": ["round", "round_time_s", "participants", "n_participants", "bytes_up", "bytes_down",
                "aggregate_time_s", "decode_time_s", "test_accuracy", "test_loss", "rejected_updates",
                "broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
-               "iface_bytes_down", "resyncs"],
+               "iface_bytes_down", "resyncs", "wall_time_s"],
     "clients": ["round", "client_id", "num_samples", "bytes_up", "bytes_down", "comm_time_s",
                 "train_time_s", "encode_time_s", "decode_time_s",
                 # adaptive (docs/adaptive.md): qsgd bits, uplink rate applied (bit/s, empty: not
@@ -28,4 +28,4 @@ COLUMNS: dict[str, list[str]] = {
 TEXT = {"participants", "client_id"}
 OPTIONAL = {"test_accuracy", "test_loss", "iface_bytes_up", "iface_bytes_down", "bits", "rate_bps"}
 ADDED = {"broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
-         "iface_bytes_down", "resyncs", "bits", "rate_bps", "upload_s", "goodput_Bps", "stretch_s"}
+         "iface_bytes_down", "resyncs", "wall_time_s", "bits", "rate_bps", "upload_s", "goodput_Bps", "stretch_s"}

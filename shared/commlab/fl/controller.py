@@ -48,6 +48,7 @@ class Controller:
         self.sender = ModelSender(cfg.downlink.name, dict(cfg.downlink.params), layout_of(model), cfg.run_id)
         self.resyncs = 0  # whole models sent on request since the last row
         self.row_end: dict[str, float] = {}  # transport counters when the last row was taken
+        self.t0 = time.perf_counter()  # training start (run() resets it): rounds.csv wall_time_s counts from here
         self.cmd_pub = node.publisher(TrainCmd)
         self.blob_pub = node.publisher(ModelBlob)
         self.stop_pub = node.publisher(Stop)
@@ -76,6 +77,7 @@ class Controller:
         self.writer.update_manifest(initial_model_bytes=int(initial["bytes_sent"]))
         self.log(f"sent the model of round {self.start_round - 1} ({initial['bytes_sent'] / 1e6:.2f} MB on the wire)")
         before = self.node.stats.snapshot()
+        self.t0 = time.perf_counter()
         step = self.run_version if self.dispatch is not None else self.run_round
         for rnd in range(self.start_round, cfg.rounds + 1):
             step(rnd, before)
@@ -218,8 +220,8 @@ class Controller:
         cfg = self.cfg
         broadcast_start = time.perf_counter()
         self.blob_pub.publish(self.sender.next(rnd, weights))
-        broadcast_s = time.perf_counter() - broadcast_start
-        round_time = time.perf_counter() - started
+        broadcast_end = time.perf_counter()
+        broadcast_s, round_time = broadcast_end - broadcast_start, broadcast_end - started
         # fedbuff's next row counts from here: its uploads keep arriving while this one is evaluated.
         self.row_end = self.node.stats.snapshot()
         comm = delta(before, self.row_end)
@@ -237,7 +239,7 @@ class Controller:
             "downlink_encode_time_s": round(self.sender.encode_s, 4),
             "bytes_down_multicast": int(comm["multicast_bytes_sent"]),
             "iface_bytes_up": comm.get("iface_bytes_received"), "iface_bytes_down": comm.get("iface_bytes_sent"),
-            "resyncs": self.resyncs})
+            "resyncs": self.resyncs, "wall_time_s": round(broadcast_end - self.t0, 4)})
         self.sender.encode_s, self.resyncs = 0.0, 0
         self.log(f"round {rnd}/{cfg.rounds} acc {accuracy:.4f} loss {loss:.4f} "
                  f"up {comm['bytes_received'] / 1e6:.2f}MB down {comm['bytes_sent'] / 1e6:.2f}MB "

@@ -1,0 +1,371 @@
+"""FedBuff against synchronous FedAvg on heterogeneous clients (issue 18, docs/scale.md): wall time
+until the test accuracy first reaches the target, 20 clients on the `hetero` links in network
+namespaces (root), same seeds, data, samples and learning rate for both strategies.
+
+Each row is one real FL run through the launcher; the runs are interleaved (seed 0 fedavg, seed 0
+fedbuff, seed 1 fedavg, ...) so that the load of this shared 2-core machine hits both alike.
+Prints and writes results/bench/fedbuff.{csv,md,json}: per run the wall time to the target, the
+round (FedAvg) or server version (FedBuff) that reached it, final accuracy, aggregations, updates
+and rejected updates, bytes up; per strategy min/median/max over seeds of the time to target, how
+many seeds reached it, and the ratio fedbuff/fedavg of the medians.
+
+Time is rounds.csv `wall_time_s`: seconds from the start of training (after the initial model was
+sent) to the broadcast of the model that reached the target, the evaluations and checkpoints of
+the rows before it included. The sum of `round_time_s` leaves those out, and FedBuff's clients
+keep training while the controller evaluates, so that sum would flatter FedBuff; it is reported
+too ("excl. evaluation"). A seed that never reaches the target counts as infinitely slow in the
+median and the max.
+
+Settings and why:
+- Links: profile `hetero`, client i on 20, 5 or 2 Mbit/s by i mod 3 (this kernel has no netem
+  qdisc: rates only, no delay or loss; the run's manifest `link_applied` records what was applied).
+- Compute: --speed-factors 1,1,0.5,0.25 cycling over the clients (as bench_adaptive): half the
+  clients at full speed, a quarter at half and a quarter at a quarter speed, the straggler spread
+  FedBuff is meant for (a synchronous round waits for the slowest, 4x). Four factors against three
+  link rates: lcm 12, so every speed meets every link rate and slow compute is not tied to a slow
+  link (client 11, speed 0.25 on 2 Mbit/s, is the slowest).
+- Codec int8_sparse up (the default experiment's), fp32 down; Dirichlet(0.5), mnist_cnn, lr 0.05,
+  momentum 0.9, one local epoch of --samples 160 samples in batches of 16 (10 local steps) per client
+  and update: small batches keep the CPU work to 97 % within reach of this 2-core host.
+- FedAvg: synchronous, all clients every round, at most --rounds rounds.
+- FedBuff: all clients training at once (concurrency 20), buffer --buffer-size 15. With buffer 10
+  (half the clients) a trial run (seed 0, docs/scale.md) phase-locked: every client came back about
+  every second version, so the buffers alternated between two nearly disjoint halves of the
+  clients, each a biased (non-IID) sample, and the accuracy swung by up to 25 points between
+  versions. 15 of 20 makes consecutive buffers overlap and each one closer to the whole population,
+  while a version still needs no straggler. --aggregations defaults to rounds * clients /
+  buffer_size: the same number of client updates as FedAvg's budget.
+  --max-staleness 20: in that trial a client came back 1-3 versions after it started, the
+  quarter-speed ones 2-3, and up to 11 for the first update (started while all 21 processes were
+  still warming up); the default 10 would have thrown some of those away. 20 only stops runaway
+  staleness; s(tau) = 1/sqrt(1 + tau) already shrinks stale updates.
+- Each run ends as soon as a row reaches the target (SIGTERM to the launcher; --full runs every
+  round), with a cap of --rounds FedAvg rounds / --aggregations FedBuff versions; a run that fails
+  before its first round (a barrier timeout when the shared host is busy) is run once more.
+- --train-subset 15000 keeps each of the 21 processes near 0.4 GB; a run is also ended if the host's
+  available memory drops below --min-free-mb (the machine is shared).
+
+    python benchmarks/bench_fedbuff.py                       # 3 seeds x {fedavg, fedbuff}, 20 clients
+    python benchmarks/bench_fedbuff.py --seeds 0 --rounds 10 --buffer-size 5
+    python benchmarks/bench_fedbuff.py --smoke               # 4 clients, 2 rounds, one seed: the pipeline only
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from commlab.progress import Progress
+from commlab.report.markdown import table as markdown_table
+
+STRATEGIES = ("fedavg", "fedbuff")
+RUN_COLUMNS = {"seed": "seed", "strategy": "strategy", "status": "status",
+               "time_to_target_s": "wall time to target (s)", "step_to_target": "round/version reaching it",
+               "time_to_target_excl_eval_s": "excl. evaluation (s)", "final_accuracy": "final accuracy (%)",
+               "aggregations": "aggregations", "updates": "updates", "rejected": "rejected",
+               "median_gap": "versions between a client's updates, median", "max_gap": "max",
+               "up_MB": "bytes up (MB)", "up_MB_to_target": "up to target (MB)", "wall_s": "run wall (s)",
+               "replaced": "in place of"}
+SUMMARY_COLUMNS = {"strategy": "strategy", "reached": "seeds reaching target", "min_s": "min (s)",
+                   "median_s": "median (s)", "max_s": "max (s)", "ratio": "median / fedavg median",
+                   "median_excl_eval_s": "median excl. evaluation (s)", "median_final_accuracy": "median final accuracy (%)",
+                   "median_aggregations": "median aggregations", "median_up_MB": "median bytes up (MB)"}
+
+
+def strategy_flags(strategy: str, a: argparse.Namespace) -> list[str]:
+    if strategy == "fedavg":
+        return ["--strategy", "fedavg", "--rounds", str(a.rounds)]
+    if strategy == "fedbuff":
+        return ["--strategy", "fedbuff", "--rounds", str(a.aggregations), "--buffer-size", str(a.buffer_size),
+                "--max-staleness", str(a.max_staleness)]
+    raise SystemExit(f"unknown strategy {strategy!r}: {', '.join(STRATEGIES)}")
+
+
+def reached(rounds_csv: Path, target: float) -> bool:
+    """Whether a row of the (growing) rounds.csv reached the target accuracy yet."""
+    try:
+        return bool((pd.read_csv(rounds_csv)["test_accuracy"] >= target).any())
+    except (OSError, ValueError, KeyError, pd.errors.EmptyDataError):
+        return False
+
+
+def mem_available_mb() -> float:
+    """MemAvailable of this host (inf where /proc/meminfo is missing)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return math.inf
+
+
+def fl_run(strategy: str, seed: int, domain: int, a: argparse.Namespace, run_id: str) -> str:
+    """One FL run through the launcher; with a.stop_at_target it is ended (SIGTERM: the launcher
+    ends its nodes and namespaces) once a row reached the target, which is all this bench measures."""
+    cmd = [sys.executable, "-m", "commlab.fl.run", "--codec", a.codec, *strategy_flags(strategy, a),
+           "--clients", str(a.clients), "--samples-per-round", str(a.samples), "--batch-size", str(a.batch_size),
+           "--lr", str(a.lr), "--profile", a.profile, "--backend", "local", "--speed-factors", a.speed_factors,
+           "--seed", str(seed), "--test-subset", str(a.test_subset), "--domain-id", str(domain),
+           *(["--train-subset", str(a.train_subset)] if a.train_subset else []),
+           "--results-dir", str(a.results_dir), "--run-id", run_id]
+    rounds_csv = a.results_dir / run_id / "rounds.csv"
+    with open(a.results_dir / f"{run_id}.log", "w") as f:
+        f.write(" ".join(cmd) + "\n")
+        f.flush()
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+        stopped = None
+        while proc.poll() is None:
+            time.sleep(1.0)
+            if stopped is None and a.stop_at_target and reached(rounds_csv, a.target):
+                stopped = "ok (stopped at target)"
+            elif stopped is None and mem_available_mb() < a.min_free_mb:  # 21 processes on a shared host
+                stopped = f"stopped: host memory below {a.min_free_mb:g} MB"
+            if stopped is not None and proc.returncode is None:
+                proc.terminate()
+                proc.wait()
+        code = proc.wait()
+    if stopped is not None:
+        return stopped
+    return "ok" if code == 0 else f"exit {code}"
+
+
+def wall_times(rounds: pd.DataFrame) -> pd.Series:
+    """Seconds since the start of training at each row: `wall_time_s`, or for runs written before
+    that column the running sum of `round_time_s` (evaluation left out)."""
+    if "wall_time_s" in rounds and rounds["wall_time_s"].notna().all():
+        return rounds["wall_time_s"].astype(float)
+    return rounds["round_time_s"].astype(float).cumsum()
+
+
+def time_to_target(rounds: pd.DataFrame, target: float) -> dict:
+    """The first row whose test accuracy reaches `target`: its wall time, its round (server
+    version), the sum of round times up to it, and the bytes up until then; None when none does."""
+    wall, hit = wall_times(rounds), rounds.index[rounds["test_accuracy"] >= target]
+    if not len(hit):
+        return {"time_to_target_s": None, "step_to_target": None, "time_to_target_excl_eval_s": None,
+                "up_MB_to_target": None}
+    i = hit[0]
+    return {"time_to_target_s": float(wall[i]), "step_to_target": int(rounds["round"][i]),
+            "time_to_target_excl_eval_s": float(rounds["round_time_s"].loc[:i].sum()),
+            "up_MB_to_target": float(rounds["bytes_up"].loc[:i].sum() / 1e6)}
+
+
+def version_gaps(clients: pd.DataFrame) -> list[int]:
+    """Server versions between each client's consecutive updates (round labels in clients-<i>.csv:
+    an update labelled r trained from version r-1). An update's staleness is this gap or one less
+    (a client whose update was not stale waits for the next version): FedAvg's gaps are all 1."""
+    gaps: list[int] = []
+    for _, rows in clients.groupby("client_id"):
+        labels = sorted(rows["round"].astype(int))
+        gaps += [b - a for a, b in zip(labels, labels[1:])]
+    return gaps
+
+
+def summarize_run(rounds: pd.DataFrame, target: float, clients: pd.DataFrame | None = None) -> dict:
+    """What one run measured ({} when it has no rows: it failed before its first round)."""
+    if rounds.empty:
+        return {}
+    rounds = rounds.sort_values("round").reset_index(drop=True)
+    wall = wall_times(rounds)
+    gaps = version_gaps(clients) if clients is not None and len(clients) else []
+    return {**time_to_target(rounds, target),
+            "median_gap": float(pd.Series(gaps).median()) if gaps else None, "max_gap": max(gaps) if gaps else None,
+            "final_accuracy": 100 * float(rounds["test_accuracy"].iloc[-1]), "aggregations": len(rounds),
+            "updates": int(rounds["n_participants"].sum()), "rejected": int(rounds["rejected_updates"].sum()),
+            "up_MB": float(rounds["bytes_up"].sum() / 1e6), "wall_s": float(wall.iloc[-1]),
+            "accuracy": [round(100 * x, 2) for x in rounds["test_accuracy"]], "wall_time_s": [round(x, 1) for x in wall]}
+
+
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    if n == 0:
+        return math.nan
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2  # inf stays inf
+
+
+def summarize_strategies(runs: list[dict], baseline: str = "fedavg") -> pd.DataFrame:
+    """Per strategy over its runs (seeds): min/median/max time to target, a run that never reached
+    it (or failed) counting as infinitely slow; how many reached it; the median over the baseline's."""
+    rows = []
+    for strategy in dict.fromkeys(r["strategy"] for r in runs):
+        mine = [r for r in runs if r["strategy"] == strategy]
+        times = [math.inf if r.get("time_to_target_s") is None else float(r["time_to_target_s"]) for r in mine]
+        excl = [math.inf if r.get("time_to_target_excl_eval_s") is None else float(r["time_to_target_excl_eval_s"])
+                for r in mine]
+
+        def med(key: str) -> float:
+            return _median([float(r[key]) for r in mine if r.get(key) is not None])
+        rows.append({"strategy": strategy, "reached": f"{sum(not math.isinf(t) for t in times)}/{len(mine)}",
+                     "min_s": min(times), "median_s": _median(times), "max_s": max(times),
+                     "median_excl_eval_s": _median(excl), "median_final_accuracy": med("final_accuracy"),
+                     "median_aggregations": med("aggregations"), "median_up_MB": med("up_MB")})
+    table = pd.DataFrame(rows)
+    base = table.loc[table["strategy"] == baseline, "median_s"]
+    ref = float(base.iloc[0]) if len(base) else math.nan
+    table["ratio"] = [m / ref if math.isfinite(m) and math.isfinite(ref) and ref > 0 else math.nan
+                      for m in table["median_s"]]
+    return table
+
+
+def shown(df: pd.DataFrame) -> pd.DataFrame:
+    """Infinite times as "not reached", missing as "-" (markdown cells)."""
+    def cell(v):
+        if isinstance(v, float) and math.isinf(v):
+            return "not reached"
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        return v
+    return df.apply(lambda col: col.map(cell))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    p.add_argument("--strategies", nargs="*", default=list(STRATEGIES))
+    p.add_argument("--clients", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=30, help="FedAvg rounds (a cap: a run ends at the target)")
+    p.add_argument("--aggregations", type=int, help="FedBuff server versions (default: rounds * clients / buffer size)")
+    p.add_argument("--buffer-size", type=int, default=15)
+    p.add_argument("--max-staleness", type=int, default=20)
+    p.add_argument("--samples", type=int, default=160, help="samples per client and update")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--codec", default="int8_sparse")
+    p.add_argument("--profile", default="hetero")
+    p.add_argument("--speed-factors", default="1,1,0.5,0.25")
+    p.add_argument("--target", type=float, default=0.97, help="test accuracy to reach")
+    p.add_argument("--train-subset", type=int, default=15000, help="0: the whole training set")
+    p.add_argument("--test-subset", type=int, default=2000)
+    p.add_argument("--domain-id", type=int, default=140, help="DDS domain of the first run; run k uses this + k")
+    p.add_argument("--full", dest="stop_at_target", action="store_false",
+                   help="run every round / version (default: end a run once it reached the target)")
+    p.add_argument("--smoke", action="store_true", help="4 clients, 2 rounds / 2 versions, one seed, small data")
+    p.add_argument("--min-free-mb", type=float, default=400.0,
+                   help="end a run when the host's available memory drops below this (the machine is shared)")
+    p.add_argument("--rebuild", action="store_true", help="no runs: rebuild the tables from the run folders named "
+                   "in results/bench/fedbuff.json (with that benchmark's flags)")
+    p.add_argument("--rerun-failed", action="store_true", help="run again the runs of results/bench/fedbuff.json "
+                   "whose status is not ok (with that benchmark's flags), then rebuild the tables")
+    p.add_argument("--results-dir", type=Path, default=Path("results"))
+    a = p.parse_args(argv)
+    if a.smoke:
+        a.seeds, a.clients, a.rounds, a.aggregations, a.buffer_size = a.seeds[:1], 4, 2, 2, 2
+        a.samples, a.train_subset, a.test_subset = 100, 4000, min(a.test_subset, 1000)
+    if a.aggregations is None:
+        a.aggregations = max(1, round(a.rounds * a.clients / a.buffer_size))
+    for strategy in a.strategies:
+        strategy_flags(strategy, a)
+    a.results_dir = a.results_dir.resolve()
+    return a
+
+
+def run_row(row: dict, a: argparse.Namespace) -> dict:
+    """`row` (seed, strategy, run_id, status) plus what its run folder measured."""
+    run_dir = a.results_dir / row["run_id"]
+    if (run_dir / "rounds.csv").exists():
+        files = sorted(run_dir.glob("clients-*.csv"))
+        clients = pd.concat([pd.read_csv(f) for f in files]) if files else None
+        row = {**row, **summarize_run(pd.read_csv(run_dir / "rounds.csv"), a.target, clients)}
+    return row
+
+
+def write_outputs(rows: list[dict], a: argparse.Namespace, stamp: str, argv: list[str], bench_s: float) -> str:
+    runs = pd.DataFrame(rows)
+    summary = summarize_strategies(rows)
+    out = a.results_dir / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    runs.drop(columns=["accuracy", "wall_time_s"], errors="ignore").to_csv(out / "fedbuff.csv", index=False)
+    budget = "each run ended once it reached the target" if a.stop_at_target else "every run to its end"
+    settings = (f"{a.clients} clients, profile {a.profile} in network namespaces, speed factors {a.speed_factors} "
+                f"(cycling), codec {a.codec} up / fp32 down, {a.samples} samples/client/update in batches of "
+                f"{a.batch_size}, lr {a.lr:g}, mnist_cnn, Dirichlet(0.5)"
+                f"{f', train subset {a.train_subset}' if a.train_subset else ''}, test subset {a.test_subset}; "
+                f"FedAvg: at most {a.rounds} synchronous rounds of all clients; FedBuff: at most {a.aggregations} "
+                f"versions, buffer {a.buffer_size}, max staleness {a.max_staleness}, all clients training at once; "
+                f"{budget}; seeds {' '.join(map(str, a.seeds))}; target {100 * a.target:g} % test accuracy; "
+                f"benchmark wall time {bench_s / 60:.1f} min")
+    curves = pd.DataFrame([[r["seed"], r["strategy"], " ".join(f"{w:.0f}s:{x:.2f}" for w, x in
+                                                             zip(r.get("wall_time_s", []), r.get("accuracy", [])))]
+                           for r in rows], columns=["seed", "strategy", "curve"])
+    text = (settings + "\n\n" + markdown_table(shown(summary.reindex(columns=list(SUMMARY_COLUMNS))), SUMMARY_COLUMNS)
+            + "\n\nPer run:\n\n" + markdown_table(shown(runs.reindex(columns=list(RUN_COLUMNS))), RUN_COLUMNS)
+            + "\n\nTest accuracy (%) against wall time since the start of training (s), per row:\n\n"
+            + markdown_table(curves, {"seed": "seed", "strategy": "strategy", "curve": "wall s: accuracy %"}) + "\n")
+    (out / "fedbuff.md").write_text(text)
+    (out / "fedbuff.json").write_text(json.dumps(
+        {"settings": settings, "stamp": stamp, "argv": argv, "bench_wall_s": round(bench_s, 1),
+         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
+         "summary": summary.replace({math.inf: None}).to_dict(orient="records"), "runs": rows},
+        indent=2, default=str))
+    return text
+
+
+def run_once_more(seed: int, strategy: str, domain: int, a: argparse.Namespace, run_id: str) -> dict:
+    """One run and its row; a run that failed before its first round (a barrier timeout on a
+    busy host) is run once more, on domain + 10 (its row names the failed one in `retried`)."""
+    row = run_row({"seed": seed, "strategy": strategy, "run_id": run_id,
+                   "status": fl_run(strategy, seed, domain, a, run_id)}, a)
+    if "aggregations" in row:
+        return row
+    return run_row({"seed": seed, "strategy": strategy, "run_id": f"{run_id}-retry",
+                    "retried": f"{run_id} {row['status']}",
+                    "status": fl_run(strategy, seed, domain + 10, a, f"{run_id}-retry")}, a)
+
+
+def rebuild(a: argparse.Namespace) -> int:
+    """--rebuild: the tables again from the run folders in results/bench/fedbuff.json, with that
+    benchmark's flags. --rerun-failed: first run again, with those flags, every run whose status is
+    not ok (e.g. ended by the memory guard), in place of it (its row says which run it replaced)."""
+    saved = json.loads((a.results_dir / "bench" / "fedbuff.json").read_text())
+    rerun, results_dir = a.rerun_failed, a.results_dir
+    a = parse_args([*saved["argv"], "--results-dir", str(results_dir)])
+    if "args" in saved:  # the flags as resolved then (defaults may have changed since)
+        a = argparse.Namespace(**{**saved["args"], "results_dir": results_dir})
+    keep = ("seed", "strategy", "run_id", "status", "retried", "replaced")
+    rows, extra_s = [], 0.0
+    for k, r in enumerate(saved["runs"]):
+        row = {key: r[key] for key in keep if key in r}
+        if rerun and not str(r["status"]).startswith("ok"):
+            started, run_id = time.monotonic(), f"{r['run_id']}-rerun"
+            row = {**run_once_more(r["seed"], r["strategy"], a.domain_id + 6 + k, a, run_id),
+                   "replaced": f"{r['run_id']} {r['status']}"}
+            extra_s += time.monotonic() - started
+            print(f"[bench] seed {r['seed']} {r['strategy']} again: {row['status']}", flush=True)
+        rows.append(run_row(row, a))
+    print(write_outputs(rows, a, saved["stamp"], saved["argv"], saved["bench_wall_s"] + extra_s))
+    return 0 if all(str(r["status"]).startswith("ok") for r in rows) else 1
+
+
+def main() -> int:
+    a = parse_args()
+    if os.geteuid() != 0 and not a.rebuild:
+        print("bench_fedbuff: needs root (the hetero links are network namespaces with shaped veths); skipped")
+        return 0
+    if a.rebuild or a.rerun_failed:
+        return rebuild(a)
+    a.results_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    plan = [(seed, strategy) for seed in a.seeds for strategy in a.strategies]
+    rows, started = [], time.monotonic()
+    with Progress(len(plan), "run", in_place=False) as progress:
+        for k, (seed, strategy) in enumerate(plan):
+            run_id = f"bench-fedbuff-{stamp}-{strategy}-seed{seed}"
+            row = run_once_more(seed, strategy, a.domain_id + k, a, run_id)
+            rows.append(row)
+            reached = "-" if row.get("time_to_target_s") is None else f"{row['time_to_target_s']:.0f}s"
+            progress.update(k + 1, f"seed {seed} {strategy} {row['status']}, target at {reached}")
+    print(write_outputs(rows, a, stamp, sys.argv[1:], time.monotonic() - started))
+    return 0 if all(r["status"].startswith("ok") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
