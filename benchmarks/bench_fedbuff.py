@@ -55,6 +55,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -185,11 +186,7 @@ def summarize_run(rounds: pd.DataFrame, target: float, clients: pd.DataFrame | N
 
 
 def _median(values: list[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    if n == 0:
-        return math.nan
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2  # inf stays inf
+    return statistics.median(values) if values else math.nan  # a run that missed the target: inf stays inf
 
 
 def summarize_strategies(runs: list[dict], baseline: str = "fedavg") -> pd.DataFrame:
