@@ -44,4 +44,10 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Every table and the manifest are closed by now. Skip the interpreter's finalization: gloo's
+    # worker threads (still held by the DDP module after destroy_process_group) can abort it with
+    # `terminate called without an active exception`, turning a finished rank into exit -6 (seen in CI).
+    os._exit(code)
