@@ -1,15 +1,29 @@
-"""Adaptive bits and bandwidth (docs/adaptive.md) against fixed qsgd bits with the uplink split
+"""Adaptive bits and bandwidth (docs/adaptive.md) against fixed settings with the uplink split
 equally, on heterogeneous clients: 4 clients on the hetero4 profile (2/5/10/20 Mbit/s uplinks) in
 network namespaces (root), compute speed 1/1/0.5/0.25, a shared uplink B; same seeds everywhere.
 
-Each row is one real FL run through the launcher. Prints and writes results/bench/adaptive.{csv,md,json}:
-wall time (sum of round times, TrainCmd -> ModelBlob) to the target accuracy and the part of it
-after the two probe rounds (every policy runs rounds 1-2 at its bits over each client's own link),
-final accuracy, median round time, mean client idle time per round (round time - the client's own
-compute, encode and upload), upload bytes per round, and the bits of each client per round.
+Each row is one real FL run through the launcher; runs are interleaved (seed 0: every policy, then
+seed 1, ...) so that the load of this shared 2-core machine hits every policy alike. Each run ends
+once a round reaches the target accuracy (--stop-accuracy) or its round times sum to --time-limit.
 
-    python benchmarks/bench_adaptive.py                           # joint, equal:4, equal:8
-    python benchmarks/bench_adaptive.py --policies joint joint:0.1 equal:2 --rounds 6 --samples 300
+Time is the sum of rounds.csv `round_time_s` (TrainCmd -> ModelBlob broadcast): every policy is a
+synchronous FedAvg, so evaluation and checkpoints, the same for all, are left out. Prints and writes
+results/bench/adaptive.{csv,md,json}:
+- per policy over the seeds: how many reached the target; min/median/max time to it (a seed that
+  missed counts as infinitely slow); min/median/max test accuracy after --budget seconds of round
+  time (a run that stopped at the target earlier keeps its last accuracy); the median client idle
+  per round and the median idle of the client that waits most (rounds 3+, where the split starts;
+  idle = round time - the client's own compute, encode and upload); upload bytes per round;
+- per run the same, with its bits per client;
+- the verdict: adaptive's median time against the best fixed baseline's, and whether its idle is
+  the smallest;
+- beta fitted to the equal:<bits> runs' rounds to the target (R(q) = R0 (1 + beta phi(q) / M)).
+
+Policies: `joint` or `joint:<beta>` (the allocation), `equal:<bits>` (qsgd at fixed bits, B / M
+each), `equal:<codec>` (any compressor, e.g. fp32 or int8_sparse, B / M each).
+
+    python benchmarks/bench_adaptive.py                   # 6 policies x 3 seeds, to 97 %
+    python benchmarks/bench_adaptive.py --policies joint:0.1 equal:4 --seeds 0 --max-rounds 6 --target 0.9
 """
 from __future__ import annotations
 
@@ -20,37 +34,55 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from commlab.codecs import CodecError, get_codec
+from commlab.fl.adaptive import PROBE_ROUNDS, variance_factor
 from commlab.progress import Progress
 from commlab.report.markdown import table as markdown_table
+from time_to_accuracy import median, seconds_or_inf, time_to_target
 
-COLUMNS = {"policy": "policy", "status": "status", "time_to_target_s": "wall time to target (s)",
-           "round_to_target": "round reaching target", "after_probe_s": "of which rounds 3+ (s)", "final_accuracy": "final accuracy (%)",
-           "median_round_s": "median round time (s)", "mean_idle_s": "mean client idle / round (s)",
-           "up_MB_per_round": "up per round (MB)", "bits": "bits per client (rounds 3+)"}
+CLIENTS = 4
+POLICIES = ["joint:0.1", "equal:2", "equal:4", "equal:8", "equal:fp32", "equal:int8_sparse"]
+RUN_COLUMNS = {"policy": "policy", "seed": "seed", "status": "status", "time_s": "time to target (s)",
+               "round_to_target": "round reaching target", "accuracy_at_budget": "accuracy at budget (%)",
+               "final_accuracy": "final accuracy (%)", "median_round_s": "median round time (s)",
+               "mean_idle_s": "mean client idle / round (s)", "max_idle_s": "idle of the most waiting client (s)",
+               "up_MB_per_round": "up per round (MB)", "bits": "bits per client (rounds 3+)"}
+POLICY_COLUMNS = {"policy": "policy", "reached": "seeds reaching target", "min_s": "min (s)",
+                  "median_s": "median (s)", "max_s": "max (s)", "acc_min": "accuracy at budget: min (%)",
+                  "acc_median": "median (%)", "acc_max": "max (%)", "mean_idle_s": "client idle / round (s)",
+                  "max_idle_s": "most waiting client idle / round (s)", "up_MB_per_round": "up per round (MB)"}
 
 
 def policy_flags(policy: str) -> list[str]:
-    """"joint", "joint:<beta>" or "equal:<bits>" -> launcher flags."""
+    """"joint", "joint:<beta>", "equal:<bits>" or "equal:<codec>" -> launcher flags."""
     name, _, arg = policy.partition(":")
     if name == "joint":
         try:
-            return ["--adaptive", "joint"] + (["--beta", str(float(arg))] if arg else [])
+            return ["--codec", "qsgd15", "--adaptive", "joint"] + (["--beta", str(float(arg))] if arg else [])
         except ValueError:
             pass
     if name == "equal" and arg.isdigit():
-        return ["--adaptive", "equal", "--fixed-bits", arg]
-    raise SystemExit(f"unknown policy {policy!r}: joint, joint:<beta> or equal:<bits>")
+        return ["--codec", "qsgd15", "--adaptive", "equal", "--fixed-bits", arg]
+    if name == "equal" and arg:
+        try:
+            get_codec(arg)
+            return ["--codec", arg, "--adaptive", "equal", "--fixed-bits", "codec"]
+        except CodecError:
+            pass
+    raise SystemExit(f"unknown policy {policy!r}: joint, joint:<beta>, equal:<bits> or equal:<codec>")
 
 
-def fl_run(policy: str, a: argparse.Namespace, run_id: str) -> str:
-    cmd = [sys.executable, "-m", "commlab.fl.run", "--codec", "qsgd15", *policy_flags(policy),
-           "--clients", "4", "--rounds", str(a.rounds), "--samples-per-round", str(a.samples),
+def fl_run(policy: str, seed: int, a: argparse.Namespace, run_id: str) -> str:
+    cmd = [sys.executable, "-m", "commlab.fl.run", *policy_flags(policy),
+           "--clients", str(CLIENTS), "--rounds", str(a.max_rounds), "--samples-per-round", str(a.samples),
            "--profile", a.profile, "--backend", "local", "--total-uplink-mbit", str(a.uplink_mbit),
-           "--probe-bits", str(a.probe_bits), "--speed-factors", a.speed_factors, "--seed", str(a.seed),
+           "--probe-bits", str(a.probe_bits), "--speed-factors", a.speed_factors, "--seed", str(seed),
            "--train-subset", str(a.train_subset), "--test-subset", str(a.test_subset),
-           "--results-dir", str(a.results_dir), "--run-id", run_id]
+           "--stop-accuracy", str(a.target), "--round-time-budget", str(a.time_limit),
+           "--domain-id", str(a.domain_id), "--results-dir", str(a.results_dir), "--run-id", run_id]
     with open(a.results_dir / f"{run_id}.log", "w") as f:
         f.write(" ".join(cmd) + "\n")
         f.flush()
@@ -58,39 +90,122 @@ def fl_run(policy: str, a: argparse.Namespace, run_id: str) -> str:
     return "ok" if code == 0 else f"exit {code}"
 
 
-def summarize(run_dir: Path, target: float) -> dict:
-    rounds = pd.read_csv(run_dir / "rounds.csv")
-    clients = pd.concat([pd.read_csv(p) for p in sorted(run_dir.glob("clients-*.csv"))])
-    wall = rounds["round_time_s"].cumsum()
-    hit = rounds.index[rounds["test_accuracy"] >= target]
+def idle_times(rounds: pd.DataFrame, clients: pd.DataFrame) -> tuple[float, float]:
+    """Rounds 3+ (where every policy splits B): the mean idle of all clients per round, and the mean
+    over rounds of the largest idle of a client in the round (the one that waits most)."""
     busy = clients["train_time_s"] + clients["stretch_s"] + clients["encode_time_s"] + clients["upload_s"]
-    idle = clients.assign(busy=busy).merge(rounds[["round", "round_time_s"]], on="round")
-    idle = (idle["round_time_s"] - idle["busy"]).clip(lower=0)
-    later = clients[clients["round"] >= 3].pivot(index="round", columns="client_id", values="bits")
-    return {"time_to_target_s": float(wall[hit[0]]) if len(hit) else None,
-            "round_to_target": int(rounds["round"][hit[0]]) if len(hit) else None,
-            "after_probe_s": float(wall[hit[0]] - wall[1]) if len(hit) and hit[0] >= 2 else None,
+    rows = clients.assign(busy=busy).merge(rounds[["round", "round_time_s"]], on="round")
+    rows = rows[rows["round"] > PROBE_ROUNDS]
+    if rows.empty:
+        return np.nan, np.nan
+    idle = (rows["round_time_s"] - rows["busy"]).clip(lower=0)
+    return float(idle.mean()), float(idle.groupby(rows["round"]).max().mean())
+
+
+def accuracy_at(rounds: pd.DataFrame, budget_s: float) -> float | None:
+    """Test accuracy (%) of the last round ending within `budget_s` of summed round time; a run
+    that stopped earlier (at the target) keeps its last accuracy. None: no round that short."""
+    within = rounds[rounds["round_time_s"].cumsum() <= budget_s]
+    return 100 * float(within["test_accuracy"].iloc[-1]) if len(within) else None
+
+
+def has_rounds(run_dir: Path) -> bool:
+    path = run_dir / "rounds.csv"
+    return path.exists() and len(pd.read_csv(path)) > 0
+
+
+def summarize(run_dir: Path, target: float, budget_s: float) -> dict:
+    rounds = pd.read_csv(run_dir / "rounds.csv").sort_values("round").reset_index(drop=True)
+    clients = pd.concat([pd.read_csv(p) for p in sorted(run_dir.glob("clients-*.csv"))])
+    hit = time_to_target(rounds, target)
+    mean_idle, max_idle = idle_times(rounds, clients)
+    later = clients[clients["round"] > PROBE_ROUNDS].pivot(index="round", columns="client_id", values="bits")
+    return {"time_s": hit["time_to_target_excl_eval_s"], "round_to_target": hit["step_to_target"],
+            "accuracy_at_budget": accuracy_at(rounds, budget_s),
             "final_accuracy": 100 * float(rounds["test_accuracy"].iloc[-1]),
-            "median_round_s": float(rounds["round_time_s"].median()), "mean_idle_s": float(idle.mean()),
-            "up_MB_per_round": float(rounds["bytes_up"].mean() / 1e6),
-            "bits": " / ".join(f"{c}: {'-'.join(str(int(b)) for b in later[c])}" for c in later.columns),
+            "median_round_s": float(rounds["round_time_s"].median()), "mean_idle_s": mean_idle,
+            "max_idle_s": max_idle, "up_MB_per_round": float(rounds["bytes_up"].mean() / 1e6),
+            "bits": " / ".join(f"{c}: {'-'.join('' if pd.isna(b) else str(int(b)) for b in later[c])}"
+                               for c in later.columns),
             "accuracy": [round(100 * x, 2) for x in rounds["test_accuracy"]],
             "round_time_s": [round(x, 1) for x in rounds["round_time_s"]]}
 
 
+def summarize_policies(runs: list[dict]) -> pd.DataFrame:
+    """Per policy over its seeds: min/median/max time to the target (a missed or failed seed is
+    infinitely slow), min/median/max accuracy at the budget, median idle and bytes."""
+    rows = []
+    for policy in dict.fromkeys(r["policy"] for r in runs):
+        mine = [r for r in runs if r["policy"] == policy]
+        times = [seconds_or_inf(r, "time_s") for r in mine]
+        accs = [float(r["accuracy_at_budget"]) for r in mine if r.get("accuracy_at_budget") is not None]
+
+        def med(key: str) -> float:
+            return median([float(r[key]) for r in mine if r.get(key) is not None and not pd.isna(r[key])])
+        rows.append({"policy": policy, "reached": f"{sum(np.isfinite(times))}/{len(mine)}",
+                     "min_s": min(times), "median_s": median(times), "max_s": max(times),
+                     "acc_min": min(accs, default=np.nan), "acc_median": median(accs), "acc_max": max(accs, default=np.nan),
+                     "mean_idle_s": med("mean_idle_s"), "max_idle_s": med("max_idle_s"),
+                     "up_MB_per_round": med("up_MB_per_round")})
+    return pd.DataFrame(rows)
+
+
+def verdict(table: pd.DataFrame) -> list[str]:
+    """Each adaptive policy against the best fixed baseline (smallest median time), and its idle."""
+    adaptive = table[table["policy"].str.startswith("joint")]
+    fixed = table[~table["policy"].str.startswith("joint")]
+    if adaptive.empty or fixed.empty:
+        return []
+    best = fixed.loc[fixed["median_s"].idxmin()]
+    lines = []
+    for _, row in adaptive.iterrows():
+        ratio = row["median_s"] / best["median_s"] if np.isfinite(best["median_s"]) else np.nan
+        faster = row["median_s"] < best["median_s"]
+        least_idle = row["max_idle_s"] <= table["max_idle_s"].min()
+        lines.append(f"{row['policy']}: median {row['median_s']:.1f} s to the target against the best fixed "
+                     f"baseline {best['policy']}'s {best['median_s']:.1f} s (ratio {ratio:.3f}: "
+                     f"{'sooner' if faster else 'NOT sooner'}); idle of its most waiting client "
+                     f"{row['max_idle_s']:.2f} s per round, {'the smallest' if least_idle else 'NOT the smallest'} "
+                     f"of all (smallest {table['max_idle_s'].min():.2f} s)")
+    return lines
+
+
+def fit_beta(runs: list[dict]) -> str:
+    """beta of R(q) = R0 (1 + beta phi(q) / M) (equal bits q for all M clients, weights 1/M) by
+    least squares on the equal:<bits> runs' rounds to the target (median over seeds per q)."""
+    points = {}
+    for r in runs:
+        name, _, arg = r["policy"].partition(":")
+        if name == "equal" and arg.isdigit() and r.get("round_to_target") is not None:
+            points.setdefault(int(arg), []).append(float(r["round_to_target"]))
+    if len(points) < 2:
+        return "beta: not fitted (needs equal:<bits> runs at two bit widths or more that reached the target)"
+    bits = sorted(points)
+    x = np.array([variance_factor(q) / CLIENTS for q in bits])
+    y = np.array([median(points[q]) for q in bits])
+    slope, r0 = np.polyfit(x, y, 1)
+    beta = slope / r0 if r0 > 0 else np.nan
+    pairs = ", ".join(f"{q} bits: {y[i]:g} rounds" for i, q in enumerate(bits))
+    return f"beta fitted to the median rounds to the target ({pairs}): {beta:.3g} (R0 {r0:.3g} rounds)"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--policies", nargs="*", default=["joint", "equal:4", "equal:8"])
-    p.add_argument("--rounds", type=int, default=8)
-    p.add_argument("--samples", type=int, default=500, help="samples per client and round")
+    p.add_argument("--policies", nargs="*", default=POLICIES)
+    p.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
+    p.add_argument("--max-rounds", type=int, default=30, help="cap on rounds (runs stop at the target first)")
+    p.add_argument("--samples", type=int, default=1000, help="samples per client and round")
     p.add_argument("--profile", default="hetero4")
     p.add_argument("--uplink-mbit", type=float, default=8.0, help="the shared uplink B")
     p.add_argument("--probe-bits", type=int, default=4)
     p.add_argument("--speed-factors", default="1,1,0.5,0.25")
-    p.add_argument("--target", type=float, default=0.85, help="test accuracy to reach")
+    p.add_argument("--target", type=float, default=0.97, help="test accuracy to reach")
+    p.add_argument("--budget", type=float, default=60.0, help="accuracy after this much summed round time (s)")
+    p.add_argument("--time-limit", type=float, default=420.0, help="end a run that has not reached the target "
+                   "once its round times sum to this (s)")
     p.add_argument("--train-subset", type=int, default=20000)
     p.add_argument("--test-subset", type=int, default=2000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--domain-id", type=int, default=94, help="DDS domain of every run (one run at a time)")
     p.add_argument("--results-dir", type=Path, default=Path("results"))
     a = p.parse_args()
     for policy in a.policies:
@@ -98,36 +213,41 @@ def main() -> int:
     a.results_dir = a.results_dir.resolve()
     a.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    rows = []
-    with Progress(len(a.policies), "run", in_place=False) as progress:
-        for k, policy in enumerate(a.policies):
-            run_id = f"bench-adaptive-{stamp}-{policy.replace(':', '')}"
-            row = {"policy": policy, "status": fl_run(policy, a, run_id), "run_id": run_id}
-            if (a.results_dir / run_id / "rounds.csv").exists():
-                row.update(summarize(a.results_dir / run_id, a.target))
-            rows.append(row)
-            progress.update(k + 1, f"{policy} {row['status']}")
-    table = pd.DataFrame(rows)
+    runs = []
+    plan = [(seed, policy) for seed in a.seeds for policy in a.policies]
+    with Progress(len(plan), "run", in_place=False) as progress:
+        for k, (seed, policy) in enumerate(plan):
+            run_id = f"bench-adaptive-{stamp}-s{seed}-{policy.replace(':', '')}"
+            status = fl_run(policy, seed, a, run_id)
+            if status != "ok" and not has_rounds(a.results_dir / run_id):
+                # Failed before its first round (seen once: a barrier timeout on the busy shared host)
+                print(f"{run_id}: {status} before its first round; running it once more", flush=True)
+                run_id += "-again"
+                status = fl_run(policy, seed, a, run_id)
+            run = {"policy": policy, "seed": seed, "status": status, "run_id": run_id}
+            if has_rounds(a.results_dir / run_id):
+                run.update(summarize(a.results_dir / run_id, a.target, a.budget))
+            runs.append(run)
+            progress.update(k + 1, f"seed {seed} {policy} {run['status']}, time to target {run.get('time_s')}")
+    per_run, per_policy = pd.DataFrame(runs), summarize_policies(runs)
     out = a.results_dir / "bench"
     out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "adaptive.csv", index=False)
-    settings = (f"4 clients, profile {a.profile}, shared uplink B = {a.uplink_mbit:g} Mbit/s, speed factors "
-                f"{a.speed_factors}, {a.rounds} rounds, {a.samples} samples/client/round (train subset "
-                f"{a.train_subset}, test subset {a.test_subset}), mnist_cnn, Dirichlet(0.5), seed {a.seed}; "
-                f"target {100 * a.target:g} % test accuracy; joint probes rounds 1-2 at {a.probe_bits} bits over "
-                f"each client's own link")
-    per_round = pd.DataFrame([[r["policy"], *(f"{x:.2f}" for x in r.get("accuracy", []))] for r in rows])
-    per_round.columns = ["policy", *range(1, len(per_round.columns))]
-    times = pd.DataFrame([[r["policy"], *(f"{x:.1f}" for x in r.get("round_time_s", []))] for r in rows])
-    times.columns = ["policy", *range(1, len(times.columns))]
-    text = (settings + "\n\n" + markdown_table(table.reindex(columns=list(COLUMNS)), COLUMNS)
-            + "\n\nTest accuracy (%) per round:\n\n" + markdown_table(per_round, {c: str(c) for c in per_round.columns})
-            + "\n\nRound time (s) per round:\n\n" + markdown_table(times, {c: str(c) for c in times.columns}) + "\n")
+    per_run.to_csv(out / "adaptive-runs.csv", index=False)
+    per_policy.to_csv(out / "adaptive.csv", index=False)
+    settings = (f"{CLIENTS} clients, profile {a.profile}, shared uplink B = {a.uplink_mbit:g} Mbit/s, speed factors "
+                f"{a.speed_factors}, {a.samples} samples/client/round (train subset {a.train_subset}, test subset "
+                f"{a.test_subset}), mnist_cnn, Dirichlet(0.5), seeds {' '.join(map(str, a.seeds))}; target "
+                f"{100 * a.target:g} % test accuracy (runs end there, or at {a.time_limit:g} s of round time, or "
+                f"after {a.max_rounds} rounds); accuracy at a budget of {a.budget:g} s; rounds 1-{PROBE_ROUNDS} "
+                f"probe over each client's own link (joint at {a.probe_bits} bits)")
+    text = "\n\n".join([settings, markdown_table(per_policy.reindex(columns=list(POLICY_COLUMNS)), POLICY_COLUMNS),
+                        *verdict(per_policy), fit_beta(runs), "Per run:",
+                        markdown_table(per_run.reindex(columns=list(RUN_COLUMNS)), RUN_COLUMNS)]) + "\n"
     (out / "adaptive.md").write_text(text)
     (out / "adaptive.json").write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": sys.argv[1:],
-                                                   "runs": rows}, indent=2, default=str))
+                                                   "runs": runs}, indent=2, default=str))
     print(text)
-    return 0 if all(r["status"] == "ok" for r in rows) else 1
+    return 0 if all(r["status"] == "ok" for r in runs) else 1
 
 
 if __name__ == "__main__":

@@ -55,7 +55,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -65,6 +64,7 @@ import pandas as pd
 
 from commlab.progress import Progress
 from commlab.report.markdown import table as markdown_table
+from time_to_accuracy import median, seconds_or_inf, time_to_target, wall_times
 
 STRATEGIES = ("fedavg", "fedbuff")
 RUN_COLUMNS = {"seed": "seed", "strategy": "strategy", "status": "status",
@@ -138,27 +138,6 @@ def fl_run(strategy: str, seed: int, domain: int, a: argparse.Namespace, run_id:
     return "ok" if code == 0 else f"exit {code}"
 
 
-def wall_times(rounds: pd.DataFrame) -> pd.Series:
-    """Seconds since the start of training at each row: `wall_time_s`, or for runs written before
-    that column the running sum of `round_time_s` (evaluation left out)."""
-    if "wall_time_s" in rounds and rounds["wall_time_s"].notna().all():
-        return rounds["wall_time_s"].astype(float)
-    return rounds["round_time_s"].astype(float).cumsum()
-
-
-def time_to_target(rounds: pd.DataFrame, target: float) -> dict:
-    """The first row whose test accuracy reaches `target`: its wall time, its round (server
-    version), the sum of round times up to it, and the bytes up until then; None when none does."""
-    wall, hit = wall_times(rounds), rounds.index[rounds["test_accuracy"] >= target]
-    if not len(hit):
-        return {"time_to_target_s": None, "step_to_target": None, "time_to_target_excl_eval_s": None,
-                "up_MB_to_target": None}
-    i = hit[0]
-    return {"time_to_target_s": float(wall[i]), "step_to_target": int(rounds["round"][i]),
-            "time_to_target_excl_eval_s": float(rounds["round_time_s"].loc[:i].sum()),
-            "up_MB_to_target": float(rounds["bytes_up"].loc[:i].sum() / 1e6)}
-
-
 def version_gaps(clients: pd.DataFrame) -> list[int]:
     """Server versions between each client's consecutive updates (round labels in clients-<i>.csv:
     an update labelled r trained from version r-1). An update's staleness is this gap or one less
@@ -185,25 +164,20 @@ def summarize_run(rounds: pd.DataFrame, target: float, clients: pd.DataFrame | N
             "accuracy": [round(100 * x, 2) for x in rounds["test_accuracy"]], "wall_time_s": [round(x, 1) for x in wall]}
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else math.nan  # a run that missed the target: inf stays inf
-
-
 def summarize_strategies(runs: list[dict], baseline: str = "fedavg") -> pd.DataFrame:
     """Per strategy over its runs (seeds): min/median/max time to target, a run that never reached
     it (or failed) counting as infinitely slow; how many reached it; the median over the baseline's."""
     rows = []
     for strategy in dict.fromkeys(r["strategy"] for r in runs):
         mine = [r for r in runs if r["strategy"] == strategy]
-        times = [math.inf if r.get("time_to_target_s") is None else float(r["time_to_target_s"]) for r in mine]
-        excl = [math.inf if r.get("time_to_target_excl_eval_s") is None else float(r["time_to_target_excl_eval_s"])
-                for r in mine]
+        times = [seconds_or_inf(r, "time_to_target_s") for r in mine]
+        excl = [seconds_or_inf(r, "time_to_target_excl_eval_s") for r in mine]
 
         def med(key: str) -> float:
-            return _median([float(r[key]) for r in mine if r.get(key) is not None])
+            return median([float(r[key]) for r in mine if r.get(key) is not None])
         rows.append({"strategy": strategy, "reached": f"{sum(not math.isinf(t) for t in times)}/{len(mine)}",
-                     "min_s": min(times), "median_s": _median(times), "max_s": max(times),
-                     "median_excl_eval_s": _median(excl), "median_final_accuracy": med("final_accuracy"),
+                     "min_s": min(times), "median_s": median(times), "max_s": max(times),
+                     "median_excl_eval_s": median(excl), "median_final_accuracy": med("final_accuracy"),
                      "median_aggregations": med("aggregations"), "median_up_MB": med("up_MB")})
     table = pd.DataFrame(rows)
     base = table.loc[table["strategy"] == baseline, "median_s"]

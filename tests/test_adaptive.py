@@ -186,7 +186,9 @@ def test_launcher_writes_adaptive_and_speed_factors(tmp_path):
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda c: c.update(codec={"name": "int8", "params": {}}), "codec.name: adaptive needs a qsgd codec"),
+    (lambda c: c.update(codec={"name": "int8", "params": {}}), "codec.name: adaptive bits need a qsgd codec"),
+    (lambda c: c["adaptive"].update(fixed_bits=None), "adaptive.fixed_bits: null (the run's codec) is for policy equal"),
+    (lambda c: c["adaptive"].update(policy="equal", fixed_bits=0), "adaptive.fixed_bits: must be in 1..8 or null"),
     (lambda c: c["adaptive"].update(policy="greedy"), "adaptive.policy: unknown policy 'greedy'"),
     (lambda c: c["adaptive"].update(probe_bits=9), "adaptive.probe_bits: must be in 1..8, got 9"),
     (lambda c: c["adaptive"].update(total_uplink_mbit=0), "adaptive.total_uplink_mbit: must be > 0"),
@@ -245,8 +247,23 @@ def test_planner_equal_policy():
     assert planner.plan(3, 100) == ({c: 2 for c in CLIENTS}, {c: 2.5e5 for c in CLIENTS})
 
 
-def cmd(**kw):
-    return TrainCmd(round=3, epochs=1, lr=0.1, seed=0, subset_size=10, codec="qsgd15", **kw)
+def test_equal_rates_with_any_codec(tmp_path):
+    """--fixed-bits codec: the equal split of B for a run's own codec (fp32, int8_sparse...), no bits."""
+    controller, _ = configs(tmp_path, "--codec", "int8_sparse", "--adaptive", "equal", "--fixed-bits", "codec",
+                            "--total-uplink-mbit", "8")
+    cfg = from_dict(ControllerConfig, controller)
+    assert cfg.adaptive.fixed_bits is None and not cfg.adaptive.sets_bits
+    planner = Planner(cfg.adaptive, CLIENTS, D, log=lambda s: None)
+    assert planner.plan(2, 100) == ({}, {})
+    assert planner.plan(3, 100) == ({}, {c: 2.5e5 for c in CLIENTS})
+    side = ClientSide("client-0", "hetero4", "lo", log=lambda s: None)
+    assert side.codec(cmd(codec="int8_sparse", client_rates_Bps={"client-0": 2.5e5})) == "int8_sparse"
+    with pytest.raises(SystemExit):
+        configs(tmp_path, "--adaptive", "equal", "--fixed-bits", "four")
+
+
+def cmd(codec="qsgd15", **kw):
+    return TrainCmd(round=3, epochs=1, lr=0.1, seed=0, subset_size=10, codec=codec, **kw)
 
 
 def test_client_side_codec_and_reports():

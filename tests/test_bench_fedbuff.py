@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-spec = importlib.util.spec_from_file_location("bench_fedbuff", Path(__file__).parents[1] / "benchmarks" / "bench_fedbuff.py")
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))  # as when the benchmark runs: its shared modules sit beside it
+spec = importlib.util.spec_from_file_location("bench_fedbuff", BENCHMARKS / "bench_fedbuff.py")
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 

@@ -47,6 +47,8 @@ def test_built_configs_round_trip(tmp_path):
     (lambda c: c["training"].update(lr=float("-inf")), "training.lr: must be a finite number, got -inf"),
     (lambda c: c.update(round_deadline_s=float("nan")), "round_deadline_s: must be a finite number"),
     (lambda c: c["dds"].update(lease_s=float("inf")), "dds.lease_s: must be a finite number"),  # float | None
+    (lambda c: c["stop"].update(accuracy=97), "stop.accuracy: must be in (0, 1], got 97"),
+    (lambda c: c["stop"].update(round_time_budget_s=0), "stop.round_time_budget_s: must be > 0"),
     (lambda c: c["codec"].update(params={"ratio": [0.1, float("nan")]}),
      "codec.params.ratio[1]: must be a finite number"),
 ])

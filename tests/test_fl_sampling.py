@@ -134,6 +134,32 @@ def test_run_trains_only_the_sampled_clients(tmp_path):
         assert [int(r) for r in skipped] == [rnd for rnd in range(1, rounds + 1) if name not in expected[rnd - 1]]
 
 
+def test_stop_section_reasons():
+    from commlab.fl.config import StopSection
+    assert StopSection().reason(1.0, 1e9) is None
+    assert StopSection(accuracy=0.97).reason(0.9699, 1e9) is None
+    assert "reached the target 0.97" in StopSection(accuracy=0.97).reason(0.97, 0.0)
+    assert "reached the budget 60 s" in StopSection(round_time_budget_s=60).reason(0.0, 60.0)
+
+
+@pytest.mark.slow
+def test_run_ends_early_at_its_round_time_budget(tmp_path):
+    """--round-time-budget: the controller ends after the round that used it up; clients leave on
+    the Stop naming that round, and the manifest says why."""
+    ctl, cls = build_configs(parse_args([
+        "--codec", "int8", "--clients", "2", "--rounds", "5", "--deadline", "60", "--samples-per-round", "64",
+        "--batch-size", "32", "--train-subset", "1000", "--test-subset", "200", "--round-time-budget", "0.001",
+        "--results-dir", str(tmp_path / "results"), "--run-id", "early", "--domain-id", str(DOMAIN)]))
+    run_to_completion(tmp_path, [ctl, *cls])
+    run_dir = tmp_path / "results" / "early"
+    with open(run_dir / "rounds.csv") as f:
+        assert [r["round"] for r in csv.DictReader(f)] == ["1"]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["stopped_after_round"] == 1
+    assert "reached the budget" in manifest["stop_reason"]
+    assert "run over after round 1" in log_of(tmp_path, "client-0")
+
+
 def start_nodes(tmp_path: Path, cfgs: list[dict]) -> dict[str, subprocess.Popen]:
     """Controller first, then the clients, as node processes (output in <name>.log)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -265,11 +265,12 @@ PROBE_ROUNDS = 2  # a goodput is reported with the next update: the allocation s
 class AdaptiveSection:
     """Controller config `adaptive`: per-client qsgd bits and uplink rates each round.
     joint: the allocation above, from measured reports (clients without valid reports upload at
-    probe_bits over their own link); equal: the baseline, fixed_bits and B / M each."""
+    probe_bits over their own link); equal: the baseline, fixed_bits and B / M each (fixed_bits
+    None: the run's own codec, any of them, so fp32 or int8_sparse compare on the same split)."""
     policy: str = "joint"
     total_uplink_mbit: float = 16.0   # B, the shared uplink the rates are cut from
     probe_bits: int = 4
-    fixed_bits: int = 4               # policy equal
+    fixed_bits: int | None = 4        # policy equal; None: rates only, the command's codec
     beta: float = 1.0                 # weight of the quantization variance in the round count
     smoothing: float = 0.5            # EWMA weight of the newest report
 
@@ -280,9 +281,17 @@ class AdaptiveSection:
         positive(where, total_uplink_mbit=self.total_uplink_mbit, beta=self.beta, smoothing=self.smoothing)
         if self.smoothing > 1:
             raise ConfigError(f"{where}smoothing: must be in (0, 1], got {self.smoothing}")
-        for key in ("probe_bits", "fixed_bits"):
-            if getattr(self, key) not in BITS:
-                raise ConfigError(f"{where}{key}: must be in 1..8, got {getattr(self, key)}")
+        if self.probe_bits not in BITS:
+            raise ConfigError(f"{where}probe_bits: must be in 1..8, got {self.probe_bits}")
+        if self.fixed_bits is not None and self.fixed_bits not in BITS:
+            raise ConfigError(f"{where}fixed_bits: must be in 1..8 or null (the run's codec), got {self.fixed_bits}")
+        if self.fixed_bits is None and self.policy != "equal":
+            raise ConfigError(f"{where}fixed_bits: null (the run's codec) is for policy equal only")
+
+    @property
+    def sets_bits(self) -> bool:
+        """Whether the controller chooses each client's qsgd bits (then the run's codec must be qsgd)."""
+        return self.fixed_bits is not None or self.policy != "equal"
 
     @property
     def total_Bps(self) -> float:
@@ -306,7 +315,7 @@ class Planner:
         s = self.section
         if s.policy == "equal":  # the same probe rounds as joint (own links), so runs compare round by round
             rates = {} if rnd <= PROBE_ROUNDS else {c: s.total_Bps / len(self.clients) for c in self.clients}
-            return {c: s.fixed_bits for c in self.clients}, rates
+            return ({} if s.fixed_bits is None else {c: s.fixed_bits for c in self.clients}), rates
         ready = [c for c in self.clients if self.estimates.ready([c])]
         bits = {c: s.probe_bits for c in self.clients}
         if not ready:
@@ -411,8 +420,9 @@ class ClientSide:
                 self.log(f"round {cmd.round}: uplink rate NOT changed to {target / 1e6:.2f} Mbit/s: {e}")
 
     def after_upload(self, cmd, nbytes: int, started: float, publisher, timeout_s: float) -> None:
-        """Measure the upload: adaptive commands wait until every reader acknowledged it."""
-        if cmd.client_bits:
+        """Measure the upload: commands that allocate (bits or a rate) wait until every reader
+        acknowledged it, so rate-only baselines measure their uploads as the adaptive policy does."""
+        if cmd.client_bits or cmd.client_rates_Bps:
             publisher.wait_for_acks(timeout_s)
         self.upload_s = time.perf_counter() - started
         self.goodput_Bps = nbytes / self.upload_s if self.upload_s > 0 else math.nan

@@ -103,6 +103,29 @@ class SamplingSection:
 
 
 @dataclass(frozen=True)
+class StopSection:
+    """End the run before `rounds` once a round's test accuracy reaches `accuracy`, or once the
+    summed round times (rounds.csv round_time_s) reach `round_time_budget_s`: time-to-accuracy
+    benchmarks stop where their measure is decided. None: no such stop."""
+    accuracy: float | None = None
+    round_time_budget_s: float | None = None
+
+    def check(self, where: str) -> None:
+        if self.accuracy is not None and not 0 < self.accuracy <= 1:
+            raise ConfigError(f"{where}accuracy: must be in (0, 1], got {self.accuracy}")
+        if self.round_time_budget_s is not None:
+            positive(where, round_time_budget_s=self.round_time_budget_s)
+
+    def reason(self, accuracy: float, round_time_sum_s: float) -> str | None:
+        """Why the run ends after a round with this accuracy and summed round time, or None."""
+        if self.accuracy is not None and accuracy >= self.accuracy:
+            return f"accuracy {accuracy:.4f} reached the target {self.accuracy:g}"
+        if self.round_time_budget_s is not None and round_time_sum_s >= self.round_time_budget_s:
+            return f"round times {round_time_sum_s:.1f} s reached the budget {self.round_time_budget_s:g} s"
+        return None
+
+
+@dataclass(frozen=True)
 class FedBuffSection:
     """strategy fedbuff only (commlab.fl.strategy.FedBuff): updates per server step, and the
     staleness (server versions) beyond which an update is rejected."""
@@ -147,6 +170,7 @@ class ControllerConfig:
     adaptive: AdaptiveSection | None = None  # per-client qsgd bits and uplink rates (docs/adaptive.md)
     sampling: SamplingSection = SamplingSection()  # clients per round, availability trace (docs/scale.md)
     fedbuff: FedBuffSection | None = None    # strategy fedbuff only; None: its defaults
+    stop: StopSection = StopSection()         # end before `rounds` at a target accuracy or time budget
     # Client processes hosting the clients (logical clients, docs/scale.md); None: one each.
     procs: int | None = None
 
@@ -166,8 +190,9 @@ class ControllerConfig:
         if self.round_hard_limit_s < self.round_deadline_s:
             raise ConfigError(f"{where}round_hard_limit_s: must be >= round_deadline_s")
         existing(where, "init_path", self.init_path)
-        if self.adaptive is not None and not self.codec.name.startswith("qsgd"):
-            raise ConfigError(f"{where}codec.name: adaptive needs a qsgd codec (the decoder), got {self.codec.name!r}")
+        if self.adaptive is not None and self.adaptive.sets_bits and not self.codec.name.startswith("qsgd"):
+            raise ConfigError(f"{where}codec.name: adaptive bits need a qsgd codec (the decoder), got "
+                              f"{self.codec.name!r} (policy equal with fixed_bits null splits the rates for any codec)")
         if self.fedbuff is not None and self.strategy.name != "fedbuff":
             raise ConfigError(f"{where}fedbuff: only for strategy fedbuff, not {self.strategy.name}")
         self._check_sampling(f"{where}sampling.")

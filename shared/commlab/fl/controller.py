@@ -49,6 +49,7 @@ class Controller:
         self.resyncs = 0  # whole models sent on request since the last row
         self.row_end: dict[str, float] = {}  # transport counters when the last row was taken
         self.t0 = time.perf_counter()  # training start (run() resets it): rounds.csv wall_time_s counts from here
+        self.last_accuracy, self.round_time_sum_s = 0.0, 0.0  # for the early stop (cfg.stop)
         self.cmd_pub = node.publisher(TrainCmd)
         self.blob_pub = node.publisher(ModelBlob)
         self.stop_pub = node.publisher(Stop)
@@ -79,17 +80,24 @@ class Controller:
         before = self.node.stats.snapshot()
         self.t0 = time.perf_counter()
         step = self.run_version if self.dispatch is not None else self.run_round
+        last, reason = cfg.rounds, "completed"
         for rnd in range(self.start_round, cfg.rounds + 1):
             step(rnd, before)
             before = self.row_end if self.dispatch is not None else self.node.stats.snapshot()
+            early = cfg.stop.reason(self.last_accuracy, self.round_time_sum_s)
+            if early is not None and rnd < cfg.rounds:
+                last, reason = rnd, early
+                self.writer.update_manifest(stopped_after_round=rnd, stop_reason=early)
+                self.log(f"stopping after round {rnd}: {early}")
+                break
         try:
-            self.stop_pub.publish(Stop(run_id=cfg.run_id, last_round=cfg.rounds, reason="completed"))
+            self.stop_pub.publish(Stop(run_id=cfg.run_id, last_round=last, reason=reason))
         except DdsError as e:  # every round is done and saved; clients that miss this time out
             self.log(f"could not tell every client that the run is over: {e}")
         for pub in (self.blob_pub, self.stop_pub):  # the final model and the Stop reach every client
             if not pub.wait_for_acks(cfg.round_deadline_s):
                 self.log("not every client acknowledged the final model and Stop; leaving anyway")
-        self.log(f"finished {cfg.rounds} rounds; final model {weights_digest(self.strategy.weights)}")
+        self.log(f"finished after round {last}; final model {weights_digest(self.strategy.weights)}")
 
     def command(self, rnd: int, clients: list[str], newer_base_ok: bool = False) -> TrainCmd:
         """TrainCmd for `clients` (named only when they are not every client of the run)."""
@@ -241,6 +249,7 @@ class Controller:
             "iface_bytes_up": comm.get("iface_bytes_received"), "iface_bytes_down": comm.get("iface_bytes_sent"),
             "resyncs": self.resyncs, "wall_time_s": round(broadcast_end - self.t0, 4)})
         self.sender.encode_s, self.resyncs = 0.0, 0
+        self.last_accuracy, self.round_time_sum_s = accuracy, self.round_time_sum_s + round_time
         self.log(f"round {rnd}/{cfg.rounds} acc {accuracy:.4f} loss {loss:.4f} "
                  f"up {comm['bytes_received'] / 1e6:.2f}MB down {comm['bytes_sent'] / 1e6:.2f}MB "
                  f"time {round_time:.1f}s participants {';'.join(participants)} rejected {replies.rejected} "

@@ -60,6 +60,16 @@ def per_round_arg(text: str) -> int | float:
         raise argparse.ArgumentTypeError(f"a count or a fraction, got {text!r}") from None
 
 
+def fixed_bits_arg(text: str) -> int | None:
+    """--fixed-bits: "4" -> 4; "codec" -> None (config adaptive.fixed_bits null: the run's codec)."""
+    if text == "codec":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bits 1..8 or `codec`, got {text!r}") from None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m commlab.fl.run", description=__doc__.split("\n\n")[0])
     add_experiment_args(p)
@@ -100,11 +110,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--domain-id", type=int, help="DDS domain (default: random in 100..169; tests use 170 and up)")
     p.add_argument("--adaptive", choices=("joint", "equal"), help="per-client qsgd bits and uplink rates "
                    "(docs/adaptive.md): the joint allocation, or the baseline equal (--fixed-bits, B/M each); "
-                   "needs --codec qsgd<levels>")
+                   "needs --codec qsgd<levels> unless --fixed-bits codec")
     p.add_argument("--total-uplink-mbit", type=float, default=16.0, help="adaptive: the shared uplink B")
     p.add_argument("--probe-bits", type=int, default=4)
-    p.add_argument("--fixed-bits", type=int, default=4)
+    p.add_argument("--fixed-bits", type=fixed_bits_arg, default=4, metavar="BITS|codec",
+                   help="adaptive equal: every client's qsgd bits, or `codec`: the --codec itself (any "
+                   "compressor), only the uplink split equally")
     p.add_argument("--beta", type=float, default=1.0, help="adaptive: weight of the quantization variance")
+    p.add_argument("--stop-accuracy", type=float, metavar="FRACTION",
+                   help="end the run once a round's test accuracy reaches this (e.g. 0.97)")
+    p.add_argument("--round-time-budget", type=float, metavar="SECONDS",
+                   help="end the run once the summed round times reach this")
     p.add_argument("--speed-factors", help="compute heterogeneity: speed per client, cycling, e.g. 1,1,0.5,0.25 "
                    "(training stretched by a measured sleep to 1/speed of its time)")
     return p.parse_args(argv)
@@ -141,6 +157,7 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
         raise ConfigError("--procs: attackers and speed factors are per client process; not with logical clients")
     controller["sampling"] = {"clients_per_round": a.per_round,
                               "availability": None if a.availability is None else str(Path(a.availability).resolve())}
+    controller["stop"] = {"accuracy": a.stop_accuracy, "round_time_budget_s": a.round_time_budget}
     if a.strategy == "fedbuff":
         controller["fedbuff"] = {"buffer_size": a.buffer_size, "max_staleness": a.max_staleness}
     if a.adaptive is not None:

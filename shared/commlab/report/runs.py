@@ -49,7 +49,9 @@ class Run:
         adaptive = (self.manifest.get("config") or {}).get("adaptive") if self.kind == "fl" else None
         if isinstance(adaptive, dict):
             policy = adaptive.get("policy")
-            detail = f"{adaptive.get('fixed_bits')} bits" if policy == "equal" else f"beta {adaptive.get('beta')}"
+            bits = adaptive.get("fixed_bits")
+            detail = (f"beta {adaptive.get('beta')}" if policy != "equal"
+                      else "rates only" if bits is None else f"{bits} bits")
             series += f" {policy} {detail}"
         return series
 
