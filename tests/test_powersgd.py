@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commlab.codecs import CodecError, decode_any, get_codec
-from commlab.codecs.compression import build_compression
+from commlab.codecs import CodecError, ErrorFeedback, decode_any, get_codec
+from commlab.codecs.compression import Compression, build_compression
 from commlab.codecs.powersgd import orthogonalize, plan
 from commlab.ddp.config import TrainingSection
 from commlab.ddp.lowrank import LowRankAllreduce
@@ -150,6 +150,63 @@ def test_a_whole_frame_with_index_bytes_is_rejected():
     frame[start:start + len(params)] = params
     with pytest.raises(CodecError):
         codec.decode(bytes(frame), NUMEL)
+
+
+
+def test_error_feedback_decay_and_clip_bound_the_carried_residual():
+    """decay keeps that share of the residual; clip then scales it to at most clip x the new
+    vector's norm; the defaults carry it whole (EF-SGD, as DDP)."""
+    residual = np.array([3.0, 4.0, 0.0], np.float32)  # norm 5
+    vec = np.array([0.0, 0.0, 2.0], np.float32)        # norm 2
+
+    def carried(**kw) -> np.ndarray:
+        ef = ErrorFeedback(**kw)
+        ef.update(residual, np.zeros(3, np.float32))
+        return ef.compensate(vec) - vec
+
+    assert np.array_equal(carried(), residual)
+    assert np.allclose(carried(decay=0.5), residual * 0.5)
+    assert np.allclose(carried(clip=1.0), residual * 2 / 5)               # 5 > 1 x 2: scaled to norm 2
+    assert np.allclose(carried(decay=0.2, clip=1.0), residual * 0.2)      # norm 1 <= 2: untouched
+    assert np.array_equal(carried(clip=3.0), residual)                     # 5 <= 6
+    assert np.array_equal(ErrorFeedback(clip=1.0).compensate(vec), vec)   # nothing carried yet
+    for bad in ({"decay": 1.5}, {"decay": -0.1}, {"clip": -1.0}, {"clip": "x"}):
+        with pytest.raises(CodecError):
+            ErrorFeedback(**bad)
+
+
+def test_fl_powersgd_carries_at_most_the_new_deltas_norm_by_default():
+    """FL: each frame encodes the new delta plus the last residual clipped to the delta's norm
+    (residual_clip=1, POWERSGD_MEMORY_PARAMS); the plain residual stays one parameter away."""
+    rng = np.random.default_rng(7)
+    big, small = (rng.standard_normal(NUMEL).astype(np.float32) * s for s in (10.0, 1.0))
+    comp = build_compression("powersgd2", {}, LAYOUT)
+    assert (comp.memory.decay, comp.memory.clip) == (1.0, 1.0)
+    comp.encode(big)
+    residual, state = comp.memory.residual.copy(), comp.state_dict()
+    assert np.linalg.norm(residual) > np.linalg.norm(small)  # so the clip is what this checks
+
+    def twin() -> Compression:  # the same codec state (warm start) and residual
+        other = build_compression("powersgd2", {"residual_clip": None}, LAYOUT)
+        other.load_state_dict(state)
+        return other
+
+    carried = residual * np.float32(float(np.linalg.norm(small)) / float(np.linalg.norm(residual)))
+    assert comp.encode(small) == twin().codec.encode(small + carried)
+    assert twin().encode(small) == twin().codec.encode(small + residual)  # residual_clip=None: EF-SGD, as before
+
+
+def test_residual_parameters_belong_to_fl_powersgd_memory():
+    comp = build_compression("powersgd2", {"residual_decay": 0.5, "residual_clip": 2, "start_iter": 1}, LAYOUT)
+    assert (comp.memory.decay, comp.memory.clip, comp.codec.start_iter) == (0.5, 2.0, 1)
+    with pytest.raises(CodecError):
+        build_compression("powersgd2", {"residual_decay": 2}, LAYOUT)
+    with pytest.raises(CodecError):  # other codecs keep the plain residual and have no such parameter
+        build_compression("fp32_sparse", {"residual_clip": 1.0}, LAYOUT)
+    assert build_compression("fp32_sparse", {}, LAYOUT).memory.clip is None
+    with pytest.raises(CodecError):  # nor has the DDP exchange (ddp/lowrank.py): its residual is a step old
+        LowRankAllreduce(InProcessGroup(), Model(np.zeros(NUMEL, np.float32)), TrainingSection(), "powersgd2",
+                         {"residual_clip": 1.0})
 
 
 class InProcessGroup:

@@ -4,7 +4,8 @@ Each matrix-shaped tensor M (n x m: the first dimension by the rest) is approxim
 rank r by power iteration from the previous frame's Q (warm start): P = M Q, orthogonalise P,
 Q = M^T P, `power_iters` times per frame. Tensors with one dimension, and matrices too small to gain
 `min_compression_rate`, travel whole. The residual M - P Q^T is the error-feedback memory around
-this codec.
+this codec; in FL (Compression, codecs/compression.py) the residual carried into the next round
+is clipped to the new delta's norm (`residual_clip`), in DDP it is carried whole.
 
 Why several iterations per frame: in DDP one warm-started iteration per step is enough (the paper,
 the hook), because consecutive gradients are alike and the iterations add up across steps; every
