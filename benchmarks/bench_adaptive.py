@@ -19,7 +19,7 @@ results/bench/adaptive.{csv,md,json}:
   the smallest;
 - beta fitted to the equal:<bits> runs' rounds to the target (R(q) = R0 (1 + beta phi(q) / M)).
 
-Policies: `joint` or `joint:<beta>` (the allocation), `equal:<bits>` (qsgd at fixed bits, B / M
+Policies: `joint`, `joint:<beta>` or `joint:<beta>:<min bits>` (the allocation), `equal:<bits>` (qsgd at fixed bits, B / M
 each), `equal:<codec>` (any compressor, e.g. fp32 or int8_sparse, B / M each).
 
     python benchmarks/bench_adaptive.py                   # 6 policies x 3 seeds, to 97 %
@@ -57,11 +57,13 @@ POLICY_COLUMNS = {"policy": "policy", "reached": "seeds reaching target", "min_s
 
 
 def policy_flags(policy: str) -> list[str]:
-    """"joint", "joint:<beta>", "equal:<bits>" or "equal:<codec>" -> launcher flags."""
+    """"joint", "joint:<beta>", "joint:<beta>:<min bits>", "equal:<bits>" or "equal:<codec>" -> launcher flags."""
     name, _, arg = policy.partition(":")
     if name == "joint":
+        beta, _, min_bits = arg.partition(":")
         try:
-            return ["--codec", "qsgd15", "--adaptive", "joint"] + (["--beta", str(float(arg))] if arg else [])
+            return (["--codec", "qsgd15", "--adaptive", "joint"] + (["--beta", str(float(beta))] if beta else [])
+                    + (["--min-bits", str(int(min_bits))] if min_bits else []))
         except ValueError:
             pass
     if name == "equal" and arg.isdigit():
@@ -72,7 +74,7 @@ def policy_flags(policy: str) -> list[str]:
             return ["--codec", arg, "--adaptive", "equal", "--fixed-bits", "codec"]
         except CodecError:
             pass
-    raise SystemExit(f"unknown policy {policy!r}: joint, joint:<beta>, equal:<bits> or equal:<codec>")
+    raise SystemExit(f"unknown policy {policy!r}: joint, joint:<beta>[:<min bits>], equal:<bits> or equal:<codec>")
 
 
 def fl_run(policy: str, seed: int, a: argparse.Namespace, run_id: str) -> str:

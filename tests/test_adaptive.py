@@ -193,6 +193,8 @@ def test_launcher_writes_adaptive_and_speed_factors(tmp_path):
     (lambda c: c["adaptive"].update(probe_bits=9), "adaptive.probe_bits: must be in 1..8, got 9"),
     (lambda c: c["adaptive"].update(total_uplink_mbit=0), "adaptive.total_uplink_mbit: must be > 0"),
     (lambda c: c["adaptive"].update(smoothing=1.5), "adaptive.smoothing: must be in (0, 1]"),
+    (lambda c: c["adaptive"].update(beta=-0.1), "adaptive.beta: must be >= 0, got -0.1"),
+    (lambda c: c["adaptive"].update(min_bits=0), "adaptive.min_bits: must be in 1..8, got 0"),
 ])
 def test_adaptive_config_errors_name_the_key(tmp_path, mutate, message):
     controller, _ = configs(tmp_path, "--codec", "qsgd15", "--adaptive", "joint")
@@ -237,6 +239,27 @@ def test_planner_probes_then_allocates_and_falls_back_on_bad_reports():
     bits, rates = planner.plan(4, 100)
     assert bits["client-1"] == 3 and "client-1" not in rates and sum(rates.values()) <= 1e6 * 3 / 4
     assert any("bad report from client-1" in line for line in logs)
+
+
+def test_planner_never_goes_below_min_bits():
+    """beta 0 (quantization noise costs no rounds, as fitted on 2..8 bits) would pick the smallest
+    frames: min_bits keeps the choice inside the fitted range, and only the rates are allocated."""
+    from commlab.fl.adaptive import AdaptiveSection
+    planner = Planner(AdaptiveSection(total_uplink_mbit=8.0, beta=0.0, min_bits=2), CLIENTS, D, log=lambda s: None)
+    for rnd, c in ((1, "client-0"), (1, "client-1"), (1, "client-2"), (1, "client-3")):
+        planner.offer(update(rnd, c, compute_s=8.0 if c == "client-3" else 2.0))
+    planner.observe(1, CLIENTS)
+    for c in CLIENTS:
+        planner.offer(update(2, c, compute_s=8.0 if c == "client-3" else 2.0))
+    planner.observe(2, CLIENTS)
+    bits, rates = planner.plan(3, 100)
+    # The round's slowest client gets the fewest bits allowed; others may take more where their
+    # slack leaves the round time unchanged (ties go to more bits).
+    assert min(bits.values()) == 2 and bits["client-3"] == 2 and sum(rates.values()) <= 1e6 * (1 + 1e-9)
+    assert rates["client-3"] == max(rates.values())  # the slow computer uploads fastest
+    free = Planner(AdaptiveSection(total_uplink_mbit=8.0, beta=0.0), CLIENTS, D, log=lambda s: None)
+    free.estimates = planner.estimates
+    assert free.plan(3, 100)[0]["client-3"] == 1   # without the floor: the smallest frame
 
 
 def test_planner_equal_policy():

@@ -19,10 +19,11 @@ spec.loader.exec_module(bench)
 
 def test_policy_flags():
     assert bench.policy_flags("joint:0.1") == ["--codec", "qsgd15", "--adaptive", "joint", "--beta", "0.1"]
+    assert bench.policy_flags("joint:0:2")[-4:] == ["--beta", "0.0", "--min-bits", "2"]
     assert bench.policy_flags("equal:2")[-2:] == ["--fixed-bits", "2"]
     assert bench.policy_flags("equal:int8_sparse") == ["--codec", "int8_sparse", "--adaptive", "equal",
                                                        "--fixed-bits", "codec"]
-    for bad in ("joint:x", "equal:nosuchcodec", "greedy"):
+    for bad in ("joint:x", "joint:0:x", "equal:nosuchcodec", "greedy"):
         with pytest.raises(SystemExit, match="unknown policy"):
             bench.policy_flags(bad)
 

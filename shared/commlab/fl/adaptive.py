@@ -273,12 +273,19 @@ class AdaptiveSection:
     fixed_bits: int | None = 4        # policy equal; None: rates only, the command's codec
     beta: float = 1.0                 # weight of the quantization variance in the round count
     smoothing: float = 0.5            # EWMA weight of the newest report
+    # Fewest bits joint may choose: where beta was fitted (bench_adaptive fits it on equal:<bits> runs),
+    # the model of R(q) is not known below the fitted range.
+    min_bits: int = 1
 
     def check(self, where: str) -> None:
         from commlab.config_schema import ConfigError, positive
         if self.policy not in POLICIES:
             raise ConfigError(f"{where}policy: unknown policy {self.policy!r} (known: {', '.join(POLICIES)})")
-        positive(where, total_uplink_mbit=self.total_uplink_mbit, beta=self.beta, smoothing=self.smoothing)
+        positive(where, total_uplink_mbit=self.total_uplink_mbit, smoothing=self.smoothing)
+        if not (math.isfinite(self.beta) and self.beta >= 0):  # 0: quantization noise costs no rounds
+            raise ConfigError(f"{where}beta: must be >= 0, got {self.beta}")
+        if self.min_bits not in BITS:
+            raise ConfigError(f"{where}min_bits: must be in 1..8, got {self.min_bits}")
         if self.smoothing > 1:
             raise ConfigError(f"{where}smoothing: must be in (0, 1], got {self.smoothing}")
         if self.probe_bits not in BITS:
@@ -325,7 +332,7 @@ class Planner:
         try:
             alloc = allocate([est.compute_s_per_sample[c] * subset_size for c in ready],
                              [est.cap_Bps[c] for c in ready], s.total_Bps * len(ready) / len(self.clients),
-                             self.numel, bucket=self.bucket, beta=s.beta,
+                             self.numel, bucket=self.bucket, beta=s.beta, bits=range(s.min_bits, max(BITS) + 1),
                              efficiency=[est.efficiency.get(c, 1.0) for c in ready])
         except ValueError as e:  # estimates were checked one by one; never stop the run over them
             self.log(f"adaptive round {rnd}: no allocation ({e}); probe setting for everyone")

@@ -117,6 +117,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="adaptive equal: every client's qsgd bits, or `codec`: the --codec itself (any "
                    "compressor), only the uplink split equally")
     p.add_argument("--beta", type=float, default=1.0, help="adaptive: weight of the quantization variance")
+    p.add_argument("--min-bits", type=int, default=1, help="adaptive joint: fewest bits a client may get")
     p.add_argument("--stop-accuracy", type=float, metavar="FRACTION",
                    help="end the run once a round's test accuracy reaches this (e.g. 0.97)")
     p.add_argument("--round-time-budget", type=float, metavar="SECONDS",
@@ -162,7 +163,8 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
         controller["fedbuff"] = {"buffer_size": a.buffer_size, "max_staleness": a.max_staleness}
     if a.adaptive is not None:
         controller["adaptive"] = {"policy": a.adaptive, "total_uplink_mbit": a.total_uplink_mbit,
-                                  "probe_bits": a.probe_bits, "fixed_bits": a.fixed_bits, "beta": a.beta}
+                                  "probe_bits": a.probe_bits, "fixed_bits": a.fixed_bits, "beta": a.beta,
+                                  "min_bits": a.min_bits}
     for c, speed in zip(clients, speed_factors(a.speed_factors, len(clients))):
         c["speed_factor"] = speed
     if a.attack is not None:

@@ -50,7 +50,8 @@ class Run:
         if isinstance(adaptive, dict):
             policy = adaptive.get("policy")
             bits = adaptive.get("fixed_bits")
-            detail = (f"beta {adaptive.get('beta')}" if policy != "equal"
+            floor = f", min {adaptive['min_bits']} bits" if adaptive.get("min_bits", 1) != 1 else ""
+            detail = (f"beta {adaptive.get('beta')}{floor}" if policy != "equal"
                       else "rates only" if bits is None else f"{bits} bits")
             series += f" {policy} {detail}"
         return series
