@@ -8,7 +8,7 @@ once a round reaches the target accuracy (--stop-accuracy) or its round times su
 
 Time is the sum of rounds.csv `round_time_s` (TrainCmd -> ModelBlob broadcast): every policy is a
 synchronous FedAvg, so evaluation and checkpoints, the same for all, are left out. Prints and writes
-results/bench/adaptive.{csv,md,json}:
+results/bench/<--name, adaptive>{.csv,-runs.csv,.md,.json}:
 - per policy over the seeds: how many reached the target; min/median/max time to it (a seed that
   missed counts as infinitely slow); min/median/max test accuracy after --budget seconds of round
   time (a run that stopped at the target earlier keeps its last accuracy); the median client idle
@@ -209,6 +209,7 @@ def main() -> int:
     p.add_argument("--test-subset", type=int, default=2000)
     p.add_argument("--domain-id", type=int, default=94, help="DDS domain of every run (one run at a time)")
     p.add_argument("--results-dir", type=Path, default=Path("results"))
+    p.add_argument("--name", default="adaptive", help="file stem under results/bench (keeps earlier tables)")
     a = p.parse_args()
     for policy in a.policies:
         policy_flags(policy)
@@ -234,8 +235,8 @@ def main() -> int:
     per_run, per_policy = pd.DataFrame(runs), summarize_policies(runs)
     out = a.results_dir / "bench"
     out.mkdir(parents=True, exist_ok=True)
-    per_run.to_csv(out / "adaptive-runs.csv", index=False)
-    per_policy.to_csv(out / "adaptive.csv", index=False)
+    per_run.to_csv(out / f"{a.name}-runs.csv", index=False)
+    per_policy.to_csv(out / f"{a.name}.csv", index=False)
     settings = (f"{CLIENTS} clients, profile {a.profile}, shared uplink B = {a.uplink_mbit:g} Mbit/s, speed factors "
                 f"{a.speed_factors}, {a.samples} samples/client/round (train subset {a.train_subset}, test subset "
                 f"{a.test_subset}), mnist_cnn, Dirichlet(0.5), seeds {' '.join(map(str, a.seeds))}; target "
@@ -245,8 +246,8 @@ def main() -> int:
     text = "\n\n".join([settings, markdown_table(per_policy.reindex(columns=list(POLICY_COLUMNS)), POLICY_COLUMNS),
                         *verdict(per_policy), fit_beta(runs), "Per run:",
                         markdown_table(per_run.reindex(columns=list(RUN_COLUMNS)), RUN_COLUMNS)]) + "\n"
-    (out / "adaptive.md").write_text(text)
-    (out / "adaptive.json").write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": sys.argv[1:],
+    (out / f"{a.name}.md").write_text(text)
+    (out / f"{a.name}.json").write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": sys.argv[1:],
                                                    "runs": runs}, indent=2, default=str))
     print(text)
     return 0 if all(r["status"] == "ok" for r in runs) else 1
