@@ -20,6 +20,16 @@ def test_fedavg_weights_by_num_samples():
     np.testing.assert_allclose(new, [0.25, 1.5])
 
 
+def test_fedavg_result_does_not_depend_on_arrival_order():
+    """Float sums depend on their order; the same updates in another arrival order (other links,
+    other load) give the bit-identical model."""
+    # 1e17 + 1 - 1e17 is 0 in floating point, 1e17 - 1e17 + 1 is 1: the order decides.
+    results = [FitRes(name, 1, np.array([v], np.float32)) for name, v in (("a", 1e17), ("b", 1.0), ("c", -1e17))]
+    models = {fedavg([0.0]).aggregate(1, [results[i] for i in order], []).tobytes()
+              for order in ((0, 1, 2), (0, 2, 1), (1, 0, 2), (2, 1, 0))}
+    assert len(models) == 1
+
+
 def test_fedavg_does_not_touch_published_weights():
     s = fedavg([1.0, 1.0])
     before = s.weights

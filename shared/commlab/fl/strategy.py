@@ -79,8 +79,11 @@ class FedAvg(Strategy):
         for r in results:
             if r.delta.shape != self.weights.shape:
                 raise ValueError(f"round {rnd}: {r.client_id} sent {r.delta.shape}, model is {self.weights.shape}")
-        # Capped at what was asked: more reported samples than subset_size buy no extra weight.
-        capped = [replace(r, num_samples=min(r.num_samples, self.subset_size)) for r in results]
+        # Capped at what was asked: more reported samples than subset_size buy no extra weight. In
+        # client order, not arrival order: float sums depend on the order, and arrival order on the
+        # links and the load, so the same updates always give the same model.
+        capped = sorted((replace(r, num_samples=min(r.num_samples, self.subset_size)) for r in results),
+                        key=lambda r: r.client_id)
         if sum(r.num_samples for r in capped) <= 0:
             raise ValueError(f"round {rnd}: results report {sum(r.num_samples for r in capped)} samples")
         mean = self.combine(capped)
