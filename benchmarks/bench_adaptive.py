@@ -23,7 +23,7 @@ Policies: `joint`, `joint:<beta>` or `joint:<beta>:<min bits>` (the allocation),
 each), `equal:<codec>` (any compressor, e.g. fp32 or int8_sparse, B / M each).
 
     python benchmarks/bench_adaptive.py                   # 6 policies x 3 seeds, to 97 %
-    python benchmarks/bench_adaptive.py --policies joint:0.1 equal:4 --seeds 0 --max-rounds 6 --target 0.9
+    python benchmarks/bench_adaptive.py --policies joint:0.1 equal:4 --probe-bits 4 --seeds 0 --max-rounds 6 --target 0.9
 """
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ from commlab.report.markdown import table as markdown_table
 from time_to_accuracy import median, seconds_or_inf, time_to_target
 
 CLIENTS = 4
-POLICIES = ["joint:0.1", "equal:2", "equal:4", "equal:8", "equal:fp32", "equal:int8_sparse"]
+# joint with beta 0 and at least 2 bits: beta as fitted by this bench over 2-8 bits (docs/adaptive.md).
+POLICIES = ["joint:0:2", "equal:2", "equal:4", "equal:8", "equal:fp32", "equal:int8_sparse"]
 RUN_COLUMNS = {"policy": "policy", "seed": "seed", "status": "status", "time_s": "time to target (s)",
                "round_to_target": "round reaching target", "accuracy_at_budget": "accuracy at budget (%)",
                "final_accuracy": "final accuracy (%)", "median_round_s": "median round time (s)",
@@ -199,7 +200,7 @@ def main() -> int:
     p.add_argument("--samples", type=int, default=1000, help="samples per client and round")
     p.add_argument("--profile", default="hetero4")
     p.add_argument("--uplink-mbit", type=float, default=8.0, help="the shared uplink B")
-    p.add_argument("--probe-bits", type=int, default=4)
+    p.add_argument("--probe-bits", type=int, default=2, help="joint's probe rounds (2: the frames of equal:2)")
     p.add_argument("--speed-factors", default="1,1,0.5,0.25")
     p.add_argument("--target", type=float, default=0.97, help="test accuracy to reach")
     p.add_argument("--budget", type=float, default=60.0, help="accuracy after this much summed round time (s)")
