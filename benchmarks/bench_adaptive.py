@@ -41,7 +41,7 @@ from commlab.codecs import CodecError, get_codec
 from commlab.fl.adaptive import PROBE_ROUNDS, variance_factor
 from commlab.progress import Progress
 from commlab.report.markdown import table as markdown_table
-from time_to_accuracy import median, seconds_or_inf, time_to_target
+from time_to_accuracy import median, spread, time_to_target
 
 CLIENTS = 4
 # joint with beta 0 and at least 2 bits: beta as fitted by this bench over 2-8 bits (docs/adaptive.md).
@@ -140,13 +140,11 @@ def summarize_policies(runs: list[dict]) -> pd.DataFrame:
     rows = []
     for policy in dict.fromkeys(r["policy"] for r in runs):
         mine = [r for r in runs if r["policy"] == policy]
-        times = [seconds_or_inf(r, "time_s") for r in mine]
         accs = [float(r["accuracy_at_budget"]) for r in mine if r.get("accuracy_at_budget") is not None]
 
         def med(key: str) -> float:
             return median([float(r[key]) for r in mine if r.get(key) is not None and not pd.isna(r[key])])
-        rows.append({"policy": policy, "reached": f"{sum(np.isfinite(times))}/{len(mine)}",
-                     "min_s": min(times), "median_s": median(times), "max_s": max(times),
+        rows.append({"policy": policy, **spread(mine, "time_s"),
                      "acc_min": min(accs, default=np.nan), "acc_median": median(accs), "acc_max": max(accs, default=np.nan),
                      "mean_idle_s": med("mean_idle_s"), "max_idle_s": med("max_idle_s"),
                      "up_MB_per_round": med("up_MB_per_round")})

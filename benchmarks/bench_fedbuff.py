@@ -64,7 +64,7 @@ import pandas as pd
 
 from commlab.progress import Progress
 from commlab.report.markdown import table as markdown_table
-from time_to_accuracy import median, seconds_or_inf, time_to_target, wall_times
+from time_to_accuracy import median, seconds_or_inf, spread, time_to_target, wall_times
 
 STRATEGIES = ("fedavg", "fedbuff")
 RUN_COLUMNS = {"seed": "seed", "strategy": "strategy", "status": "status",
@@ -170,13 +170,11 @@ def summarize_strategies(runs: list[dict], baseline: str = "fedavg") -> pd.DataF
     rows = []
     for strategy in dict.fromkeys(r["strategy"] for r in runs):
         mine = [r for r in runs if r["strategy"] == strategy]
-        times = [seconds_or_inf(r, "time_to_target_s") for r in mine]
         excl = [seconds_or_inf(r, "time_to_target_excl_eval_s") for r in mine]
 
         def med(key: str) -> float:
             return median([float(r[key]) for r in mine if r.get(key) is not None])
-        rows.append({"strategy": strategy, "reached": f"{sum(not math.isinf(t) for t in times)}/{len(mine)}",
-                     "min_s": min(times), "median_s": median(times), "max_s": max(times),
+        rows.append({"strategy": strategy, **spread(mine, "time_to_target_s"),
                      "median_excl_eval_s": median(excl), "median_final_accuracy": med("final_accuracy"),
                      "median_aggregations": med("aggregations"), "median_up_MB": med("up_MB")})
     table = pd.DataFrame(rows)

@@ -36,3 +36,10 @@ def median(values: list[float]) -> float:
 def seconds_or_inf(run: dict, key: str) -> float:
     """A run's time to target, infinitely slow when it never reached it (or failed)."""
     return math.inf if run.get(key) is None else float(run[key])
+
+
+def spread(runs: list[dict], key: str) -> dict:
+    """Over a group's runs (seeds): how many reached the target, and min/median/max of `key`."""
+    times = [seconds_or_inf(r, key) for r in runs]
+    return {"reached": f"{sum(not math.isinf(t) for t in times)}/{len(runs)}",
+            "min_s": min(times), "median_s": median(times), "max_s": max(times)}
