@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commlab.codecs import get_codec
-from commlab.fl.adaptive import (BITS, LinkEstimates, allocate, codec_name, equal_split, levels, payload_bytes,
-                                 variance_factor)
+from commlab.fl.adaptive import (BITS, LinkEstimates, allocate, allocate_rates, codec_name, equal_split, levels,
+                                 payload_bytes, variance_factor)
 
 D = 1_663_370  # mnist_cnn
 compute = st.floats(0.0, 30.0, allow_nan=False)
@@ -68,6 +68,31 @@ def test_matches_brute_force(clients, total_Bps, numel):
     for tm, q, b, c, e in zip(t, alloc.bits, alloc.rates_Bps, caps, eff):
         assert tm + payload_bytes(q, numel) / (e * b) <= alloc.round_time_s * (1 + 1e-9)
         assert b <= c
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(compute, cap, st.floats(0.3, 1.0), st.floats(1e3, 5e6)), min_size=1, max_size=4), total)
+def test_rates_only_is_the_smallest_feasible_round_time(clients, total_Bps):
+    """A fixed frame per client (any codec): T* is the smallest T every client can meet within B
+    and its cap (checked against a grid of T independent of the bisection), and the rates meet it."""
+    t, caps, eff, frames = ([c[i] for c in clients] for i in range(4))
+    alloc = allocate_rates(t, caps, total_Bps, frames, efficiency=eff)
+    assert alloc.bits == () and alloc.rounds_factor == 1.0 and alloc.objective == alloc.round_time_s
+    assert sum(alloc.rates_Bps) <= total_Bps
+
+    def feasible(T):
+        need = [f / e / (T - tm) if T > tm else math.inf for tm, f, e in zip(t, frames, eff)]
+        return sum(need) <= total_Bps * (1 + 1e-9) and all(n <= c * (1 + 1e-9) for n, c in zip(need, caps))
+    assert feasible(alloc.round_time_s * (1 + 1e-9)) and not feasible(alloc.round_time_s * (1 - 1e-6))
+    for tm, f, e, b, c in zip(t, frames, eff, alloc.rates_Bps, caps):
+        assert tm + f / (e * b) <= alloc.round_time_s * (1 + 1e-9) and b <= c
+
+
+def test_rates_only_rejects_bad_frames():
+    with pytest.raises(ValueError, match="frame sizes must be finite and > 0"):
+        allocate_rates([1.0, 2.0], [1e6, 1e6], 1e6, [1000, 0])
+    with pytest.raises(ValueError, match="one per client"):
+        allocate_rates([1.0, 2.0], [1e6, 1e6], 1e6, [1000])
 
 
 @settings(max_examples=60, deadline=None)
@@ -187,7 +212,6 @@ def test_launcher_writes_adaptive_and_speed_factors(tmp_path):
 
 @pytest.mark.parametrize("mutate, message", [
     (lambda c: c.update(codec={"name": "int8", "params": {}}), "codec.name: adaptive bits need a qsgd codec"),
-    (lambda c: c["adaptive"].update(fixed_bits=None), "adaptive.fixed_bits: null (the run's codec) is for policy equal"),
     (lambda c: c["adaptive"].update(policy="equal", fixed_bits=0), "adaptive.fixed_bits: must be in 1..8 or null"),
     (lambda c: c["adaptive"].update(policy="greedy"), "adaptive.policy: unknown policy 'greedy'"),
     (lambda c: c["adaptive"].update(probe_bits=9), "adaptive.probe_bits: must be in 1..8, got 9"),
@@ -283,6 +307,29 @@ def test_equal_rates_with_any_codec(tmp_path):
     assert side.codec(cmd(codec="int8_sparse", client_rates_Bps={"client-0": 2.5e5})) == "int8_sparse"
     with pytest.raises(SystemExit):
         configs(tmp_path, "--adaptive", "equal", "--fixed-bits", "four")
+
+
+def test_joint_rates_with_any_codec(tmp_path):
+    """--adaptive joint --fixed-bits codec: the run's own codec for everyone, only the rates
+    allocated, from each client's compute and its last accepted frame's size."""
+    controller, _ = configs(tmp_path, "--codec", "int8_sparse", "--adaptive", "joint", "--fixed-bits", "codec",
+                            "--total-uplink-mbit", "8")
+    cfg = from_dict(ControllerConfig, controller)
+    assert cfg.adaptive.policy == "joint" and not cfg.adaptive.sets_bits
+    planner = Planner(cfg.adaptive, CLIENTS, D, log=lambda s: None)
+    assert planner.plan(1, 100) == ({}, {})
+    links = dict(zip(CLIENTS, (2.5e5, 6.25e5, 1.25e6, 2.5e6)))
+    for rnd in (1, 2):
+        for c in CLIENTS:
+            msg = update(rnd, c, compute_s=8.0 if c == "client-3" else 2.0, goodput=links[c], rate=links[c])
+            msg.payload = bytes(300_000)
+            planner.offer(msg)
+        planner.observe(rnd, CLIENTS)
+    assert planner.frame_bytes == {c: 300_000 for c in CLIENTS}
+    bits, rates = planner.plan(3, 100)
+    assert bits == {} and set(rates) == set(CLIENTS) and sum(rates.values()) <= 1e6
+    assert rates["client-3"] == max(rates.values()) > 2.5e5  # the slow computer gets more than B / M
+    assert planner.last.round_time_s < 8.0 + 300_000 / 2.5e5   # sooner than the equal split's slowest
 
 
 def cmd(codec="qsgd15", **kw):

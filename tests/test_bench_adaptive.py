@@ -23,6 +23,8 @@ def test_policy_flags():
     assert bench.policy_flags("equal:2")[-2:] == ["--fixed-bits", "2"]
     assert bench.policy_flags("equal:int8_sparse") == ["--codec", "int8_sparse", "--adaptive", "equal",
                                                        "--fixed-bits", "codec"]
+    assert bench.policy_flags("joint:int8_sparse") == ["--codec", "int8_sparse", "--adaptive", "joint",
+                                                       "--fixed-bits", "codec"]
     for bad in ("joint:x", "joint:0:x", "equal:nosuchcodec", "greedy"):
         with pytest.raises(SystemExit, match="unknown policy"):
             bench.policy_flags(bad)
@@ -58,7 +60,9 @@ def test_policies_spread_over_seeds_and_the_verdict():
     assert math.isinf(joint["max_s"])                              # the seed that missed is infinitely slow
     lines = bench.verdict(table)
     assert len(lines) == 1 and "best fixed baseline equal:8's 110.0 s" in lines[0]
-    assert "(ratio 0.909: sooner)" in lines[0] and "the smallest of all" in lines[0]
+    assert "(ratio 0.909: sooner)" in lines[0] and "smaller than every fixed baseline's" in lines[0]
+    slower = table.assign(max_idle_s=[2.0, 5.0, 1.5])                # a baseline idles less
+    assert "NOT smaller than every fixed baseline's (smallest 1.50 s)" in bench.verdict(slower)[0]
 
 
 def test_beta_fit_from_rounds_to_target():

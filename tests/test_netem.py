@@ -42,6 +42,10 @@ def test_bad_rate_is_rejected_with_its_value():
 def test_tc_arguments():
     assert tbf_args(LinkSpec("10mbit"))[:3] == ["tbf", "rate", "10mbit"]
     assert int(tbf_args(LinkSpec("1gbit"))[4]) >= 1e9 / 8 * 0.01  # burst keeps up with the rate
+    # The queue: 400 ms of rate, never less than two DDS send windows with room to spare.
+    from commlab.dds.settings import SEND_WINDOW
+    assert tbf_args(LinkSpec("10mbit"))[5:] == ["limit", str(500_000)]
+    assert int(tbf_args(LinkSpec("600kbit"))[6]) >= 4 * SEND_WINDOW
     assert netem_args(LinkSpec("1mbit", delay_ms=20, loss_pct=0.5)) == ["netem", "delay", "20ms", "loss", "0.5%"]
     assert not LinkSpec("1mbit").needs_netem
 

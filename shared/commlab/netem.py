@@ -21,6 +21,9 @@ from typing import Any, Sequence
 
 PROFILES_ENV = "COMMLAB_NETEM_PROFILES"  # set in the images, where the repo is not beside the code
 _UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+# The smallest tbf queue (bytes): a node's two DDS writers' 32 KiB send windows
+# (commlab.dds.settings.SEND_WINDOW), their datagrams and acknowledgements, with room to spare.
+QUEUE_FLOOR = 128 * 1024
 _NO_NETEM = ("Specified qdisc kind is unknown", "Specified qdisc not found", "Unknown qdisc")
 
 
@@ -94,8 +97,11 @@ def tbf_args(spec: LinkSpec) -> list[str]:
     # burst: 10 ms worth of rate but at least 16 KiB, so one 1500-byte packet train fits at
     # low rates and the token bucket does not cap throughput at high rates (HZ granularity).
     burst = max(int(spec.rate_bps / 8 * 0.01), 16384)
-    # latency bounds the queue: 400 ms of backlog before drops; DDS retransmits drops slowly.
-    return ["tbf", "rate", spec.rate, "burst", str(burst), "latency", "400ms"]
+    # The queue: 400 ms of rate before drops (DDS retransmits drops slowly), but never less than
+    # QUEUE_FLOOR, so that a node's writers' send windows fit at any rate: a 400 ms queue of a
+    # 0.62 Mbit/s uplink (31 KB) dropped from one 32 KiB window, and its goodput fell to 76 %.
+    limit = max(int(spec.rate_bps / 8 * 0.4), QUEUE_FLOOR)
+    return ["tbf", "rate", spec.rate, "burst", str(burst), "limit", str(limit)]
 
 
 def netem_args(spec: LinkSpec) -> list[str]:

@@ -139,9 +139,34 @@ def allocate(compute_s: Sequence[float], caps_Bps: Sequence[float], total_Bps: f
         q = _local_search(choices, m, evaluate)
     q = _sorted_within_links(q, t, list(zip(caps.tolist(), eff.tolist())))
     obj, rt, rf = (float(x[0]) for x in evaluate(q[None, :]))
-    payload = size[q] / eff
-    rates = _spread(np.minimum(payload / np.maximum(rt - t, 1e-300), caps), caps, total_Bps)
-    return Allocation(tuple(int(x) for x in q), tuple(float(r) for r in rates), rt, rf, obj, exact)
+    rates = _rates_for(t, size[q] / eff, rt, caps, total_Bps)
+    return Allocation(tuple(int(x) for x in q), rates, rt, rf, obj, exact)
+
+
+def allocate_rates(compute_s: Sequence[float], caps_Bps: Sequence[float], total_Bps: float,
+                   frame_bytes: Sequence[float], efficiency: Sequence[float] | None = None) -> Allocation:
+    """Rates only, for frames whose size the allocation does not choose (any codec at fixed
+    settings, e.g. int8_sparse): the b minimising T = max_m (t_m + P_m / b_m) with sum b_m <= B,
+    b_m <= c_m; R = 1 (the updates are the same whatever the rates). `bits` is empty."""
+    t = np.asarray(compute_s, float)
+    caps = np.asarray(caps_Bps, float)
+    frames = np.asarray(frame_bytes, float)
+    _check(t, caps, total_Bps, 1, t.size)
+    if frames.shape != t.shape or not (np.isfinite(frames) & (frames > 0)).all():
+        raise ValueError(f"frame sizes must be finite and > 0 bytes, one per client, got {frames.tolist()}")
+    eff = np.ones(t.size) if efficiency is None else np.asarray(efficiency, float)
+    if eff.shape != t.shape or not ((eff > 0) & (eff <= 1)).all():
+        raise ValueError(f"efficiency must be in (0, 1], one per client, got {eff.tolist()}")
+    payload = frames / eff
+    rt = float(round_time(t, payload[None, :], total_Bps, caps)[0])
+    return Allocation((), _rates_for(t, payload, rt, caps, total_Bps), rt, 1.0, rt)
+
+
+def _rates_for(t: np.ndarray, payload: np.ndarray, round_time_s: float, caps: np.ndarray,
+               total_Bps: float) -> tuple[float, ...]:
+    """b_m = P_m / (T* - t_m) (capped), then what is left of B spread over the clients."""
+    rates = _spread(np.minimum(payload / np.maximum(round_time_s - t, 1e-300), caps), caps, total_Bps)
+    return tuple(float(r) for r in rates)
 
 
 def _check(t: np.ndarray, caps: np.ndarray, total_Bps: float, numel: int, m: int) -> None:
@@ -265,12 +290,13 @@ PROBE_ROUNDS = 2  # a goodput is reported with the next update: the allocation s
 class AdaptiveSection:
     """Controller config `adaptive`: per-client qsgd bits and uplink rates each round.
     joint: the allocation above, from measured reports (clients without valid reports upload at
-    probe_bits over their own link); equal: the baseline, fixed_bits and B / M each (fixed_bits
-    None: the run's own codec, any of them, so fp32 or int8_sparse compare on the same split)."""
+    probe_bits over their own link); equal: the baseline, fixed_bits and B / M each. fixed_bits
+    None: the run's own codec (any of them) and only the rates chosen, by either policy, so fp32 or
+    int8_sparse compare on the same split, and joint allocates their rates alone."""
     policy: str = "joint"
     total_uplink_mbit: float = 16.0   # B, the shared uplink the rates are cut from
     probe_bits: int = 4
-    fixed_bits: int | None = 4        # policy equal; None: rates only, the command's codec
+    fixed_bits: int | None = 4        # policy equal's bits; None: rates only, the command's codec
     beta: float = 1.0                 # weight of the quantization variance in the round count
     smoothing: float = 0.5            # EWMA weight of the newest report
     # Fewest bits joint may choose: where beta was fitted (bench_adaptive fits it on equal:<bits> runs),
@@ -292,13 +318,11 @@ class AdaptiveSection:
             raise ConfigError(f"{where}probe_bits: must be in 1..8, got {self.probe_bits}")
         if self.fixed_bits is not None and self.fixed_bits not in BITS:
             raise ConfigError(f"{where}fixed_bits: must be in 1..8 or null (the run's codec), got {self.fixed_bits}")
-        if self.fixed_bits is None and self.policy != "equal":
-            raise ConfigError(f"{where}fixed_bits: null (the run's codec) is for policy equal only")
 
     @property
     def sets_bits(self) -> bool:
         """Whether the controller chooses each client's qsgd bits (then the run's codec must be qsgd)."""
-        return self.fixed_bits is not None or self.policy != "equal"
+        return self.fixed_bits is not None
 
     @property
     def total_Bps(self) -> float:
@@ -314,6 +338,7 @@ class Planner:
         self.section, self.clients, self.numel, self.bucket, self.log = section, list(clients), numel, bucket, log
         self.estimates = LinkEstimates(section.smoothing)
         self._reports: dict[str, object] = {}
+        self.frame_bytes: dict[str, int] = {}  # each client's last accepted frame (rates-only joint)
         self.last: Allocation | None = None
 
     def plan(self, rnd: int, subset_size: int) -> tuple[dict[str, int], dict[str, float]]:
@@ -323,24 +348,29 @@ class Planner:
         if s.policy == "equal":  # the same probe rounds as joint (own links), so runs compare round by round
             rates = {} if rnd <= PROBE_ROUNDS else {c: s.total_Bps / len(self.clients) for c in self.clients}
             return ({} if s.fixed_bits is None else {c: s.fixed_bits for c in self.clients}), rates
-        ready = [c for c in self.clients if self.estimates.ready([c])]
-        bits = {c: s.probe_bits for c in self.clients}
+        ready = [c for c in self.clients if self.estimates.ready([c]) and (s.sets_bits or c in self.frame_bytes)]
+        bits = {c: s.probe_bits for c in self.clients} if s.sets_bits else {}
         if not ready:
-            self.log(f"adaptive round {rnd}: probe, {codec_name(s.probe_bits)} over each client's own link")
+            what = codec_name(s.probe_bits) if s.sets_bits else "the run's codec"
+            self.log(f"adaptive round {rnd}: probe, {what} over each client's own link")
             return bits, {}
         est = self.estimates
+        compute = [est.compute_s_per_sample[c] * subset_size for c in ready]
+        caps, total = [est.cap_Bps[c] for c in ready], s.total_Bps * len(ready) / len(self.clients)
+        efficiency = [est.efficiency.get(c, 1.0) for c in ready]
         try:
-            alloc = allocate([est.compute_s_per_sample[c] * subset_size for c in ready],
-                             [est.cap_Bps[c] for c in ready], s.total_Bps * len(ready) / len(self.clients),
-                             self.numel, bucket=self.bucket, beta=s.beta, bits=range(s.min_bits, max(BITS) + 1),
-                             efficiency=[est.efficiency.get(c, 1.0) for c in ready])
+            if s.sets_bits:
+                alloc = allocate(compute, caps, total, self.numel, bucket=self.bucket, beta=s.beta,
+                                 bits=range(s.min_bits, max(BITS) + 1), efficiency=efficiency)
+            else:
+                alloc = allocate_rates(compute, caps, total, [self.frame_bytes[c] for c in ready], efficiency)
         except ValueError as e:  # estimates were checked one by one; never stop the run over them
             self.log(f"adaptive round {rnd}: no allocation ({e}); probe setting for everyone")
             return bits, {}
         self.last = alloc
         bits.update(zip(ready, alloc.bits))
         rates = dict(zip(ready, alloc.rates_Bps))
-        self.log(f"adaptive round {rnd}: bits {[bits[c] for c in self.clients]}, rates "
+        self.log(f"adaptive round {rnd}: bits {[bits.get(c, 'codec') for c in self.clients]}, rates "
                  f"{[round(rates[c] * 8e-6, 2) if c in rates else 'link' for c in self.clients]} Mbit/s, "
                  f"T* {alloc.round_time_s:.1f}s x R {alloc.rounds_factor:.3f}")
         return bits, rates
@@ -354,6 +384,7 @@ class Planner:
             msg = self._reports.get((rnd, c))
             if msg is None or msg.num_samples <= 0:
                 continue
+            self.frame_bytes[c] = len(msg.payload)
             per_sample = msg.compute_s / msg.num_samples
             problem = self.estimates.report(c, per_sample, msg.prev_upload_Bps, msg.prev_rate_Bps,
                                             msg.prev_at_link_rate)

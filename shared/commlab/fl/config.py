@@ -192,7 +192,7 @@ class ControllerConfig:
         existing(where, "init_path", self.init_path)
         if self.adaptive is not None and self.adaptive.sets_bits and not self.codec.name.startswith("qsgd"):
             raise ConfigError(f"{where}codec.name: adaptive bits need a qsgd codec (the decoder), got "
-                              f"{self.codec.name!r} (policy equal with fixed_bits null splits the rates for any codec)")
+                              f"{self.codec.name!r} (fixed_bits null: only the rates, for any codec)")
         if self.fedbuff is not None and self.strategy.name != "fedbuff":
             raise ConfigError(f"{where}fedbuff: only for strategy fedbuff, not {self.strategy.name}")
         self._check_sampling(f"{where}sampling.")

@@ -110,12 +110,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--domain-id", type=int, help="DDS domain (default: random in 100..169; tests use 170 and up)")
     p.add_argument("--adaptive", choices=("joint", "equal"), help="per-client qsgd bits and uplink rates "
                    "(docs/adaptive.md): the joint allocation, or the baseline equal (--fixed-bits, B/M each); "
-                   "needs --codec qsgd<levels> unless --fixed-bits codec")
+                   "needs --codec qsgd<levels> unless --fixed-bits codec (rates only)")
     p.add_argument("--total-uplink-mbit", type=float, default=16.0, help="adaptive: the shared uplink B")
     p.add_argument("--probe-bits", type=int, default=4)
     p.add_argument("--fixed-bits", type=fixed_bits_arg, default=4, metavar="BITS|codec",
                    help="adaptive equal: every client's qsgd bits, or `codec`: the --codec itself (any "
-                   "compressor), only the uplink split equally")
+                   "compressor) and only the uplink rates chosen (split equally, or by joint)")
     p.add_argument("--beta", type=float, default=1.0, help="adaptive: weight of the quantization variance")
     p.add_argument("--min-bits", type=int, default=1, help="adaptive joint: fewest bits a client may get")
     p.add_argument("--stop-accuracy", type=float, metavar="FRACTION",
