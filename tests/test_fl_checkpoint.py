@@ -29,6 +29,21 @@ def test_round_trip_is_bit_identical(tmp_path):
     assert loaded.strategy_state["momentum"].tobytes() == saved.strategy_state["momentum"].tobytes()
 
 
+def test_early_stop_progress_survives_a_resume(tmp_path):
+    """The summed round times and last accuracy (config `stop`) go on from the checkpoint; an older
+    checkpoint without them starts counting at 0; a forged value is refused naming the file."""
+    saved = make(3)
+    saved.progress = {"round_time_sum_s": 31.5, "last_accuracy": 0.91}
+    assert ck.load_checkpoint(ck.save_checkpoint(tmp_path / "a", saved)).progress == saved.progress
+    assert ck.load_checkpoint(ck.save_checkpoint(tmp_path / "b", make(3))).progress == {}
+    for forged in ({"round_time_sum_s": float("nan")}, {"round_time_sum_s": -1.0}, {"last_accuracy": "high"},
+                   {"elapsed": 1.0}, [1.0]):
+        saved.progress = forged
+        path = ck.save_checkpoint(tmp_path / "c", saved)
+        with pytest.raises(ConfigError, match="round-000003.npz: not a readable checkpoint .*progress"):
+            ck.load_checkpoint(path)
+
+
 def test_directory_resumes_from_newest_and_keeps_latest(tmp_path):
     for rnd in (1, 2, 3):
         ck.save_checkpoint(tmp_path, make(rnd, seed=rnd), keep=2)

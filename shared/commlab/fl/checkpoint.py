@@ -1,4 +1,5 @@
-"""Atomic per-round checkpoints: weights, round, strategy state and config in one .npz file.
+"""Atomic per-round checkpoints: weights, round, strategy state, the early stop's progress and config
+in one .npz file.
 
 Written atomically with the SHA-256 of the archive in a header line (commlab.checksummed), so a
 crash at any moment leaves either the previous checkpoint or the new one, never half a file; older
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,12 @@ class Checkpoint:
     weights: np.ndarray
     strategy_state: dict[str, np.ndarray]
     config: dict[str, Any]
+    # What the early stop (config `stop`) counts, so a resumed run keeps counting: the summed round
+    # times and the last test accuracy. Empty in checkpoints written before it was kept.
+    progress: dict[str, float] = field(default_factory=dict)
+
+
+PROGRESS_KEYS = ("round_time_sum_s", "last_accuracy")
 
 
 def save_checkpoint(directory: Path, ckpt: Checkpoint, keep: int = 1) -> Path:
@@ -38,7 +46,7 @@ def save_checkpoint(directory: Path, ckpt: Checkpoint, keep: int = 1) -> Path:
     newest `keep` checkpoints (a failed write raises before anything is deleted)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"round-{ckpt.round:06d}.npz"
-    meta = json.dumps({"round": ckpt.round, "config": ckpt.config}, default=str).encode()
+    meta = json.dumps({"round": ckpt.round, "config": ckpt.config, "progress": ckpt.progress}, default=str).encode()
     arrays = {"weights": ckpt.weights, "meta": np.frombuffer(meta, dtype=np.uint8)}
     arrays.update({_STRATEGY + k: v for k, v in ckpt.strategy_state.items()})
     write_checksummed(path, lambda f: np.savez(f, **arrays))
@@ -81,6 +89,15 @@ def _parse(payload: bytes, path: Path) -> Checkpoint:
             meta = json.loads(z["meta"].tobytes())
             return Checkpoint(round=int(meta["round"]), weights=z["weights"].astype(np.float32, copy=True),
                               strategy_state={k[len(_STRATEGY):]: z[k].copy() for k in z.files if k.startswith(_STRATEGY)},
-                              config=meta["config"])
+                              config=meta["config"], progress=_progress(meta.get("progress", {})))
     except (OSError, KeyError, ValueError, TypeError, zipfile.BadZipFile) as e:
         raise ConfigError(f"{path}: not a readable checkpoint ({' '.join(str(e).split())})") from None
+
+
+def _progress(raw: Any) -> dict[str, float]:
+    if not isinstance(raw, dict) or set(raw) - set(PROGRESS_KEYS):
+        raise ValueError(f"progress must be a mapping of {', '.join(PROGRESS_KEYS)}, got {raw!r}")
+    for key, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"progress {key} must be a finite number >= 0, got {value!r}")
+    return {k: float(v) for k, v in raw.items()}

@@ -40,7 +40,8 @@ from commlab.tables import COLUMNS
 
 class Controller:
     def __init__(self, cfg: ControllerConfig, node: Any, strategy: Strategy, start_round: int,
-                 model: torch.nn.Module, data: Dataset, writer: RunWriter, log: Callable[[str], None] = print):
+                 model: torch.nn.Module, data: Dataset, writer: RunWriter, log: Callable[[str], None] = print,
+                 progress: dict[str, float] | None = None):
         self.cfg, self.node, self.strategy, self.start_round = cfg, node, strategy, start_round
         self.model, self.data, self.writer, self.log = model, data, writer, log
         # Decoders read every parameter from the frame: the name alone says which decoder to use.
@@ -49,7 +50,10 @@ class Controller:
         self.resyncs = 0  # whole models sent on request since the last row
         self.row_end: dict[str, float] = {}  # transport counters when the last row was taken
         self.t0 = time.perf_counter()  # training start (run() resets it): rounds.csv wall_time_s counts from here
-        self.last_accuracy, self.round_time_sum_s = 0.0, 0.0  # for the early stop (cfg.stop)
+        # For the early stop (cfg.stop); a resumed run goes on from its checkpoint's counts.
+        progress = progress or {}
+        self.last_accuracy = progress.get("last_accuracy", 0.0)
+        self.round_time_sum_s = progress.get("round_time_sum_s", 0.0)
         self.cmd_pub = node.publisher(TrainCmd)
         self.blob_pub = node.publisher(ModelBlob)
         self.stop_pub = node.publisher(Stop)
@@ -235,8 +239,10 @@ class Controller:
         comm = delta(before, self.row_end)
         load_params(self.model, weights)
         accuracy, loss = evaluate(self.model, self.data.test_x, self.data.test_y, cfg.eval_batch_size)
-        save_checkpoint(Path(cfg.checkpoint_dir),
-                        Checkpoint(rnd, weights, self.strategy.state_dict(), to_dict(cfg)), cfg.keep_checkpoints)
+        self.last_accuracy, self.round_time_sum_s = accuracy, self.round_time_sum_s + round_time
+        progress = {"round_time_sum_s": self.round_time_sum_s, "last_accuracy": accuracy}
+        save_checkpoint(Path(cfg.checkpoint_dir), Checkpoint(rnd, weights, self.strategy.state_dict(), to_dict(cfg),
+                                                             progress), cfg.keep_checkpoints)
         participants = sorted(r.client_id for r in replies.results)  # fedbuff: a client may appear twice
         self.rounds_table.append({
             "round": rnd, "round_time_s": round(round_time, 4), "participants": ";".join(participants),
@@ -249,7 +255,6 @@ class Controller:
             "iface_bytes_up": comm.get("iface_bytes_received"), "iface_bytes_down": comm.get("iface_bytes_sent"),
             "resyncs": self.resyncs, "wall_time_s": round(broadcast_end - self.t0, 4)})
         self.sender.encode_s, self.resyncs = 0.0, 0
-        self.last_accuracy, self.round_time_sum_s = accuracy, self.round_time_sum_s + round_time
         self.log(f"round {rnd}/{cfg.rounds} acc {accuracy:.4f} loss {loss:.4f} "
                  f"up {comm['bytes_received'] / 1e6:.2f}MB down {comm['bytes_sent'] / 1e6:.2f}MB "
                  f"time {round_time:.1f}s participants {';'.join(participants)} rejected {replies.rejected} "
@@ -266,10 +271,10 @@ def run_controller(config_path: str) -> None:
     check_codec(cfg.codec)
     check_codec(cfg.downlink, "downlink")
     model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads))
-    weights, start_round, strategy_state = flatten_params(model), 1, None
+    weights, start_round, strategy_state, progress = flatten_params(model), 1, None, {}
     if cfg.init_path is not None:
         ckpt = as_config_error("init_path", lambda: load_checkpoint(Path(cfg.init_path), weights.size))
-        weights, start_round, strategy_state = ckpt.weights, ckpt.round + 1, ckpt.strategy_state
+        weights, start_round, strategy_state, progress = ckpt.weights, ckpt.round + 1, ckpt.strategy_state, ckpt.progress
     data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
     t = cfg.training
     strategy = {**STRATEGIES, **ASYNC_STRATEGIES}[cfg.strategy.name](
@@ -291,7 +296,7 @@ def run_controller(config_path: str) -> None:
         "start_round": start_round, "status": "running"})
     node = DdsNode(CONTROLLER, settings)
     try:
-        Controller(cfg, node, strategy, start_round, model, data, writer, log).run()
+        Controller(cfg, node, strategy, start_round, model, data, writer, log, progress).run()
         writer.close("completed")
     except BaseException as e:
         writer.close(f"failed: {type(e).__name__}: {e}")
