@@ -132,3 +132,23 @@ def test_key_files_are_private_and_checked(tmp_path, rings):
         read_keyring(bad)
     with pytest.raises(FileExistsError):
         write_keyring(path, rings["client-0"])  # never overwritten
+
+
+def test_identity_keys_go_only_to_the_node_speaking_for_them(tmp_path):
+    """A host gets the keys of the identities it speaks for, no other; the run key derives them all."""
+    rings = make_keyrings("run-a", ["controller", "clients-0", "clients-1"], trusted={"controller"},
+                          identities={"clients-0": ["client-0", "client-2"], "clients-1": ["client-1"]})
+    host = rings["clients-0"]
+    assert set(host.identity_keys) == {"client-0", "client-2"} and host.key_of("client-1") is None
+    assert host.key_of("client-2") == rings["controller"].key_of("client-2") != host.key_of("client-0")
+    assert rings["clients-1"].key_of("client-1") == rings["controller"].key_of("client-1")
+    path = tmp_path / "clients-0.key"
+    write_keyring(path, host)
+    assert read_keyring(path).identity_keys == host.identity_keys
+    doc = json.loads(path.read_text())
+    doc["identity_keys"]["client-0"] = "ab" * 8  # 8 bytes, not 32
+    short = tmp_path / "short.key"
+    short.write_text(json.dumps(doc))
+    os.chmod(short, 0o600)
+    with pytest.raises(KeyFileError, match="keys must be 32 bytes"):
+        read_keyring(short)

@@ -15,7 +15,7 @@ import pytest
 
 from commlab.dds.auth import make_keyrings, write_keyring
 from commlab.fl.run import build_configs, parse_args
-from commlab.roster import fl_roster
+from commlab.roster import fl_identities, fl_roster
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +104,7 @@ def fl_run(tmp_path: Path, domain: int, rogues: bool) -> dict:
         "--codec", "fp32", "--clients", "2", "--rounds", "3", "--deadline", "120", "--samples-per-round", "200",
         "--batch-size", "32", "--train-subset", "2000", "--test-subset", "500", "--results-dir", str(tmp_path),
         "--run-id", run_id, "--domain-id", str(domain)]))
-    rings = make_keyrings(run_id, [n.name for n in fl_roster(2)], trusted={"controller"})
+    rings = make_keyrings(run_id, [n.name for n in fl_roster(2)], trusted={"controller"}, identities=fl_identities(2))
     keys = tmp_path / f"keys-{run_id}"
     keys.mkdir(mode=0o700)
     argv = {}

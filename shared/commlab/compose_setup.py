@@ -18,7 +18,7 @@ from typing import Any
 
 from commlab.dds.auth import make_keyrings, write_keyring
 from commlab.metrics import write_json_atomic
-from commlab.roster import CONTROLLER, Node, ddp_roster, fl_roster_of
+from commlab.roster import CONTROLLER, Node, ddp_roster, fl_identities_of, fl_roster_of
 from commlab.run_keys import with_key_file
 from commlab.testbed.compose_file import CONTAINER_RESULTS, addresses, container_config
 
@@ -51,7 +51,8 @@ def main(argv: list[str]) -> int:
     trusted = {n.name for n in nodes} if argv[0] == "ddp" else {CONTROLLER}
     keys = LAB / "keys"
     keys.mkdir(mode=0o700, parents=True, exist_ok=True)
-    rings = make_keyrings(cfgs[0]["run_id"], [n.name for n in nodes], trusted)
+    identities = fl_identities_of(cfgs[1:]) if argv[0] == "fl" else None
+    rings = make_keyrings(cfgs[0]["run_id"], [n.name for n in nodes], trusted, identities)
     for node, cfg in zip(nodes, cfgs):
         (keys / f"{node.name}.key").unlink(missing_ok=True)  # a previous run's key
         write_keyring(keys / f"{node.name}.key", rings[node.name])

@@ -47,6 +47,14 @@ def client_node(index: int, procs: int | None) -> str:
     return client_name(index) if procs is None else client_host_name(index % procs)
 
 
+def fl_identities(clients: int, procs: int | None = None) -> dict[str, list[str]]:
+    """Each client process -> the clients it speaks for (their updates are signed with their own keys)."""
+    spoken: dict[str, list[str]] = {}
+    for i in range(clients):
+        spoken.setdefault(client_node(i, procs), []).append(client_name(i))
+    return spoken
+
+
 def worker_name(rank: int) -> str:
     return f"worker-{rank}"
 
@@ -60,8 +68,17 @@ def fl_roster(clients: int, procs: int | None = None) -> list[Node]:
 
 def fl_roster_of(client_cfgs: list[dict]) -> list[Node]:
     """fl_roster for these client process configs (each names its client, or its host index and procs)."""
+    return fl_roster(*_clients_and_procs(client_cfgs))
+
+
+def fl_identities_of(client_cfgs: list[dict]) -> dict[str, list[str]]:
+    """fl_identities for these client process configs."""
+    return fl_identities(*_clients_and_procs(client_cfgs))
+
+
+def _clients_and_procs(client_cfgs: list[dict]) -> tuple[int, int | None]:
     procs = client_cfgs[0].get("procs") if client_cfgs else None
-    return fl_roster(len(client_cfgs)) if procs is None else fl_roster(client_cfgs[0]["num_clients"], procs)
+    return (len(client_cfgs), None) if procs is None else (client_cfgs[0]["num_clients"], procs)
 
 
 def ddp_roster(world: int) -> list[Node]:

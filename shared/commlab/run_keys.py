@@ -7,18 +7,20 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping, Sequence
 
 from commlab.dds.auth import make_keyrings, write_keyring
 
 
 @contextmanager
-def run_keys(run_id: str, nodes: list[str], trusted: set[str]) -> Iterator[dict[str, Path]]:
-    """{node: its key file} for the duration of the run."""
+def run_keys(run_id: str, nodes: list[str], trusted: set[str],
+             identities: Mapping[str, Sequence[str]] | None = None) -> Iterator[dict[str, Path]]:
+    """{node: its key file} for the duration of the run (`identities`: node -> the identities it
+    speaks for, each with a key of its own; commlab.dds.auth)."""
     folder = Path(tempfile.mkdtemp(prefix="commlab-keys-"))  # mkdtemp: mode 0700
     try:
         paths = {}
-        for node, ring in make_keyrings(run_id, nodes, trusted).items():
+        for node, ring in make_keyrings(run_id, nodes, trusted, identities).items():
             paths[node] = folder / f"{node}.key"
             write_keyring(paths[node], ring)
         yield paths

@@ -7,6 +7,11 @@ pair keys it needs, so it can neither sign as another client nor as the controll
 tags meant for others. Key files are JSON, mode 0600, outside the results folder (containers:
 a compose secret); never on a command line.
 
+Identities: a node may speak for identities of its own (an FL host for the logical clients it
+runs). Each identity has a key of its own, derived from the run key; the node speaking for it gets
+it in its file, the run key's holders derive it, and `identity_tag` signs with it what the
+application says an identity sent (the transport signs only what a node sent).
+
 A sealed message's first chunk carries an envelope as its meta:
     {"auth": {"run", "sender", "incarnation", "seq", "topic", "bytes", "mac"}, "meta": <the message's
      own meta>, "tags": {recipient: HMAC-SHA256(pair key, canonical auth + meta)[:16]}}
@@ -30,6 +35,7 @@ import os
 import secrets
 import stat
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,15 +74,27 @@ def pair_key(run_key: bytes, a: str, b: str) -> bytes:
     return hmac.new(run_key, b"commlab pair key\0" + low.encode() + b"\0" + high.encode(), hashlib.sha256).digest()
 
 
+def identity_key(run_key: bytes, identity: str) -> bytes:
+    """The key of `identity` (one of the identities a node speaks for)."""
+    return hmac.new(run_key, b"commlab identity key\0" + identity.encode(), hashlib.sha256).digest()
+
+
+def identity_tag(key: bytes, data: bytes) -> str:
+    """What an identity's key says of `data` (hex, TAG_BYTES)."""
+    return hmac.new(key, b"commlab identity\0" + data, hashlib.sha256).digest()[:TAG_BYTES].hex()
+
+
 @dataclass(frozen=True)
 class Keyring:
     """What one node knows: its run, its name, the nodes it talks to, and either the run key
-    (derives every pair key) or just the pair keys of its own pairs."""
+    (derives every pair and identity key) or just the pair keys of its own pairs and the keys of
+    the identities it speaks for."""
     run_id: str
     node: str
     peers: tuple[str, ...]
     run_key: bytes | None = None
     pair_keys: dict[str, bytes] = field(default_factory=dict)
+    identity_keys: dict[str, bytes] = field(default_factory=dict)
 
     def for_node(self, name: str) -> "Keyring":
         """This keyring as node `name` uses it: a node holding the run key may be any node of the
@@ -93,18 +111,28 @@ class Keyring:
             return pair_key(self.run_key, self.node, peer)
         return self.pair_keys.get(peer)
 
+    def key_of(self, identity: str) -> bytes | None:
+        """The key of `identity`: any with the run key, else only those this node speaks for."""
+        if self.run_key is not None:
+            return identity_key(self.run_key, identity)
+        return self.identity_keys.get(identity)
 
-def make_keyrings(run_id: str, nodes: list[str], trusted: set[str]) -> dict[str, Keyring]:
+
+def make_keyrings(run_id: str, nodes: list[str], trusted: set[str],
+                  identities: Mapping[str, Sequence[str]] | None = None) -> dict[str, Keyring]:
     """One keyring per node of a run: `trusted` nodes hold the run key; the others the keys they
-    share with the trusted nodes (they talk to no one else)."""
+    share with the trusted nodes (they talk to no one else) and the keys of the identities
+    `identities` says they speak for (node -> names)."""
     run_key = secrets.token_bytes(KEY_BYTES)
+    identities = identities or {}
     rings = {}
     for node in nodes:
         if node in trusted:
             rings[node] = Keyring(run_id, node, tuple(n for n in nodes if n != node), run_key=run_key)
         else:
             peers = tuple(n for n in nodes if n in trusted)
-            rings[node] = Keyring(run_id, node, peers, pair_keys={p: pair_key(run_key, node, p) for p in peers})
+            rings[node] = Keyring(run_id, node, peers, pair_keys={p: pair_key(run_key, node, p) for p in peers},
+                                  identity_keys={i: identity_key(run_key, i) for i in identities.get(node, ())})
     return rings
 
 
@@ -112,7 +140,8 @@ def write_keyring(path: Path, ring: Keyring) -> None:
     """Create `path` with mode 0600 (never widened by the umask), refusing to overwrite."""
     doc = {"run_id": ring.run_id, "node": ring.node, "peers": list(ring.peers),
            "run_key": ring.run_key.hex() if ring.run_key else None,
-           "pair_keys": {p: k.hex() for p, k in ring.pair_keys.items()}}
+           "pair_keys": {p: k.hex() for p, k in ring.pair_keys.items()},
+           "identity_keys": {i: k.hex() for i, k in ring.identity_keys.items()}}
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(doc, f)
@@ -127,14 +156,16 @@ def read_keyring(path: Path) -> Keyring:
         doc = json.loads(path.read_text())
         ring = Keyring(str(doc["run_id"]), str(doc["node"]), tuple(str(p) for p in doc["peers"]),
                        bytes.fromhex(doc["run_key"]) if doc["run_key"] else None,
-                       {str(p): bytes.fromhex(k) for p, k in doc["pair_keys"].items()})
+                       {str(p): bytes.fromhex(k) for p, k in doc["pair_keys"].items()},
+                       {str(i): bytes.fromhex(k) for i, k in doc["identity_keys"].items()})
     except KeyFileError:
         raise
     except FileNotFoundError:
         raise KeyFileError(f"{path}: key file not found") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise KeyFileError(f"{path}: not a commlab key file ({type(e).__name__}: {e})") from None
-    if any(len(k) != KEY_BYTES for k in [*ring.pair_keys.values(), *([ring.run_key] if ring.run_key else [])]):
+    if any(len(k) != KEY_BYTES for k in [*ring.pair_keys.values(), *ring.identity_keys.values(),
+                                          *([ring.run_key] if ring.run_key else [])]):
         raise KeyFileError(f"{path}: keys must be {KEY_BYTES} bytes")
     return ring
 

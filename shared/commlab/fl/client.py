@@ -22,6 +22,7 @@ from commlab.data import Dataset, label_histogram, partition
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress
 from commlab.fault_points import halt_at
+from commlab.fl import update_identity
 from commlab.fl.adaptive import ClientSide
 from commlab.fl.broadcast import ModelReplica
 from commlab.fl.client_memory import ClientMemory
@@ -249,9 +250,9 @@ class Client:
         self.adaptive.before_upload(cmd)
         upload_start = time.perf_counter()
         try:
-            self.update_pub.publish(ClientUpdate(round=rnd, client_id=client.name, num_samples=len(indices),
-                                                 payload=payload, **self.adaptive.report(train_s + stretch_s)),
-                                    to={CONTROLLER})
+            update = ClientUpdate(round=rnd, client_id=client.name, num_samples=len(indices), payload=payload,
+                                  **self.adaptive.report(train_s + stretch_s))
+            self.update_pub.publish(update_identity.sign(self.node.settings.keyring, update), to={CONTROLLER})
             self.adaptive.after_upload(cmd, len(payload), upload_start, self.update_pub, cmd.deadline_s)
         except DdsError as e:  # controller gone: keep listening, a restarted one re-announces the round
             self.log(f"{who}round {rnd}: update not delivered ({e}); waiting for the controller")

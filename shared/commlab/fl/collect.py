@@ -2,7 +2,8 @@
 
 Every update is checked before it can reach the strategy: wrong round (stale or future), unknown
 or repeated client, sent by another node than the client it names (a stolen key signs only as its
-own client), bad sample count, undecodable or non-finite payload. Rejections are counted
+own client), not signed with the key of the client it names (a host speaks for its own clients
+only), bad sample count, undecodable or non-finite payload. Rejections are counted
 and logged with the reason, and never stop the round.
 """
 from __future__ import annotations
@@ -41,6 +42,8 @@ class UpdateCollector:
     numel: int
     log: Callable[[str], None]
     node_of: Callable[[str], str | None] = lambda client: client  # the node that may speak for a client
+    # Why an update is not signed by the client it names (None: it is; fl.update_identity).
+    unsigned: Callable[[Any], str | None] = lambda msg: None
     replies: RoundReplies = field(default_factory=RoundReplies)
 
     def offer(self, msg: Any, sender: str | None = None) -> None:
@@ -69,6 +72,8 @@ class UpdateCollector:
             return "unknown client"
         if sender is not None and sender != self.node_of(msg.client_id):
             return f"sent by {sender!r}, not by the node of the client it names"
+        if (why := self.unsigned(msg)) is not None:
+            return why
         if msg.client_id in self.answered():
             return "second update in this round"
         if msg.num_samples <= 0:

@@ -17,6 +17,7 @@ import torch
 
 from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import Codec, get_codec
+from commlab.fl import update_identity
 from commlab.fl.adaptive import Planner
 from commlab.fl.broadcast import ModelSender
 from commlab.config_schema import to_dict
@@ -148,7 +149,8 @@ class Controller:
             self.finish_round(rnd, started, before, self.strategy.weights, RoundReplies(), 0.0)
             return
         self.cmd_pub.publish(self.command(rnd, sample))
-        collector = UpdateCollector(rnd, sample, self.codec, self.strategy.weights.size, self.log, self.cfg.node_of)
+        collector = UpdateCollector(rnd, sample, self.codec, self.strategy.weights.size, self.log, self.cfg.node_of,
+                                    self.unsigned)
         replies = collector.collect(self.receive_update, started, cfg.round_deadline_s, cfg.round_hard_limit_s,
                                     min(cfg.min_clients, len(sample)), idle_s=Progress(self.node.stats).idle_s,
                                     alive=self.alive, lost_grace_s=cfg.lost_client_grace_s,
@@ -202,16 +204,21 @@ class Controller:
         weights = strategy.aggregate(rnd, results, replies.failures) if results else strategy.weights
         self.finish_round(rnd, started, before, weights, replies, time.perf_counter() - agg_start)
 
+    def unsigned(self, msg: ClientUpdate) -> str | None:
+        """Why `msg` is not signed by the client it names (None: it is, or the run is not authenticated)."""
+        return update_identity.problem(self.node.settings.keyring, msg)
+
     def buffer_update(self, msg: ClientUpdate, version: int, replies: RoundReplies) -> None:
         """Check, decode and buffer one fedbuff update; a refusal is counted in `replies` and logged."""
         sender = self.update_sub.last_sender
-        if sender != self.cfg.node_of(msg.client_id):  # before the dispatch sees it: a forged update frees no place
+        # Before the dispatch sees it: a forged update frees no place.
+        if sender != self.cfg.node_of(msg.client_id):
             reason: str | None = f"sent by {sender!r}, not by the node of the client it names"
         else:
-            reason = self.dispatch.returned(msg.client_id, msg.round, version)
+            reason = self.unsigned(msg) or self.dispatch.returned(msg.client_id, msg.round, version)
         if reason is None:
             one = UpdateCollector(msg.round, [msg.client_id], self.codec, self.strategy.weights.size, self.log,
-                                  self.cfg.node_of)
+                                  self.cfg.node_of, self.unsigned)
             one.offer(msg, sender)  # logs its own rejections
             replies.decode_s += one.replies.decode_s
             replies.rejected += one.replies.rejected

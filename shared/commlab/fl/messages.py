@@ -81,6 +81,9 @@ class ClientUpdate:
     prev_upload_Bps: float = 0.0
     prev_rate_Bps: float = 0.0
     prev_at_link_rate: bool = False
+    # HMAC under the key of client_id (fl.update_identity) in an authenticated run: a process that
+    # hosts several clients may speak for each of them, and for no other.
+    identity_tag: str = ""
 
 
 BLOB_KINDS = ("full", "delta")

@@ -17,7 +17,7 @@ from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, ra
 from commlab.fl.adaptive import record_heterogeneity, speed_factors
 from commlab.metrics import new_run_id, peak_memory_line
 from commlab.progress import watch_csv
-from commlab.roster import CONTROLLER, fl_roster_of
+from commlab.roster import CONTROLLER, fl_identities_of, fl_roster_of
 from commlab.run_keys import run_keys, with_key_file
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_fl
@@ -211,8 +211,10 @@ def main(argv: list[str] | None = None) -> int:
                               note_label="acc")
     names = [node.name for node in fl_roster_of(clients)]
     try:
-        # Every message is authenticated: the controller holds the run key, each client its pair key.
-        with run_keys(controller["run_id"], names, trusted={CONTROLLER}) as key_files:
+        # Every message is authenticated: the controller holds the run key, each client process its
+        # pair key and the keys of the clients it speaks for (their updates are signed with them).
+        with run_keys(controller["run_id"], names, trusted={CONTROLLER},
+                      identities=fl_identities_of(clients)) as key_files:
             controller, *clients = [with_key_file(cfg, key_files[n]) for n, cfg in zip(names, [controller, *clients])]
             code = run_nodes("commlab.fl.run", backend, a.profile, run_dir, names,
                              local=lambda: run_local(controller, clients),
