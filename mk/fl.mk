@@ -47,7 +47,7 @@ SPEEDS ?= 1,1,0.5,0.25
 fl-adaptive: $(STAMP) ## FL with per-client qsgd bits and uplink rates each round: CLIENTS ROUNDS BACKEND PROFILE SAMPLES UPLINK_MBIT SPEEDS FL_ARGS
 	$(PYTHON) -m commlab.fl.run --codec qsgd15 --adaptive joint --total-uplink-mbit $(UPLINK_MBIT) --speed-factors $(SPEEDS) --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --backend $(BACKEND) --profile $(PROFILE) $(FL_ARGS)
 
-bench-adaptive: $(STAMP) ## adaptive vs qsgd 2/4/8 bits, fp32, int8_sparse (equal split) on hetero4, 3 seeds to 97 %, 4 clients in namespaces (root) -> results/bench/adaptive.{csv,md}
+bench-adaptive: $(STAMP) ## adaptive (qsgd bits and rates; int8_sparse's rates) vs qsgd 2/4/8 bits, fp32, int8_sparse (equal split) on hetero4, 3 seeds to 97 %, 4 clients in namespaces (root) -> results/bench/adaptive.{csv,md}
 	$(PYTHON) benchmarks/bench_adaptive.py $(ADAPTIVE_ARGS)
 
 test-adaptive: $(STAMP) ## the allocation against brute force, budget, monotonicity, fairness; estimates; the rate change applied (root)
