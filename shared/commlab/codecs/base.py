@@ -113,18 +113,24 @@ def register(cls: type[Codec]) -> type[Codec]:
     return cls
 
 
+def codec_class(name: str) -> tuple[type[Codec], dict[str, int]]:
+    """The registered class a name resolves to, with the parameter its suffix sets (e.g.
+    "minmax4" -> (MinMax, {"bits": 4})); CodecError for an unknown name."""
+    cls = _BY_NAME.get(name)
+    if cls is not None:
+        return cls, {}
+    for candidate in _BY_NAME.values():
+        suffix = name[len(candidate.name) :]
+        if candidate.suffix_param and name.startswith(candidate.name) and suffix.isdigit():
+            return candidate, {candidate.suffix_param: int(suffix)}
+    raise CodecError(f"unknown codec {name!r}; known: {', '.join(names())}")
+
+
 def get_codec(name: str, layout: Any = None, **params: Any) -> Codec:
     """Build a codec by registry name, e.g. "int8", "fp32_sparse", "minmax4", "qsgd16", "dgc";
     `layout` (the model's [(name, shape)]) goes to the codecs that need it and is ignored by others."""
-    cls = _BY_NAME.get(name)
-    if cls is None:
-        for candidate in _BY_NAME.values():
-            suffix = name[len(candidate.name) :]
-            if candidate.suffix_param and name.startswith(candidate.name) and suffix.isdigit():
-                cls, params = candidate, {candidate.suffix_param: int(suffix), **params}
-                break
-    if cls is None:
-        raise CodecError(f"unknown codec {name!r}; known: {', '.join(names())}")
+    cls, suffix_params = codec_class(name)
+    params = {**suffix_params, **params}
     if cls.needs_layout:
         params = {**params, "layout": layout}
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from commlab.codecs.base import Codec, get_codec
+from commlab.codecs.base import Codec, codec_class, get_codec
 from commlab.codecs.dgc import Dgc
 from commlab.codecs.errors import CodecError
 from commlab.codecs.memory import DgcMemory, ErrorFeedback, Memory, NoMemory
@@ -100,7 +100,7 @@ def build_compression(name: str, params: dict[str, Any], layout: list[tuple[str,
     masking, clipping, warm-up), error feedback for any other biased lossy codec, none for
     lossless and for unbiased ones (see Codec.unbiased)."""
     if name != Dgc.name:
-        ef_params = POWERSGD_MEMORY_PARAMS if isinstance(get_codec(name), PowerSgd) else {}
+        ef_params = POWERSGD_MEMORY_PARAMS if issubclass(codec_class(name)[0], PowerSgd) else {}
         ef = {k: params.get(k, default) for k, default in ef_params.items()}
         codec = get_codec(name, layout=layout, **{k: v for k, v in params.items() if k not in ef_params})
         if not codec.lossy or codec.unbiased:
