@@ -100,3 +100,23 @@ def test_shaping_between_namespaces_limits_the_rate_and_reports_what_applied():
             assert record["applied"]["delay_ms"] == 2
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(ns in left for ns in namespaces)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_namespace_lab_comes_up_on_a_machine_without_iptables(tmp_path, monkeypatch):
+    """A fresh machine has no iptables until a Docker engine is installed; the lab used to die
+    with FileNotFoundError there (`make fl-* PROFILE=10mbit BACKEND=local` as root)."""
+    import shutil
+
+    from commlab.testbed.netns import NetnsLab
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ip").symlink_to(shutil.which("ip"))  # everything the lab needs but iptables
+    monkeypatch.setenv("PATH", str(bin_dir))
+    with NetnsLab(["a", "b"], tag=f"i{os.getpid() % 10000}") as lab:
+        namespaces = list(lab.namespaces.values())
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert all(ns in listed for ns in namespaces)
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(ns in left for ns in namespaces)

@@ -11,6 +11,7 @@ is routed anywhere: nodes reach only each other. Needs root. Everything is remov
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from typing import Any, Sequence
 
@@ -74,7 +75,10 @@ class NetnsLab:
 
     def _allow_bridged_frames(self) -> None:
         # With br_netfilter loaded (a Docker engine does that) bridged frames traverse FORWARD,
-        # whose policy Docker sets to DROP: let this bridge's own frames through.
+        # whose policy Docker sets to DROP: let this bridge's own frames through. A machine
+        # without iptables (a fresh one, before any Docker engine) has no such rule to pass.
+        if shutil.which("iptables") is None:
+            return
         rule = ["FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"]
         if subprocess.run(["iptables", "-I", *rule], capture_output=True).returncode == 0:
             self._iptables_rule = rule
