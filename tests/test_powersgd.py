@@ -175,25 +175,34 @@ def test_error_feedback_decay_and_clip_bound_the_carried_residual():
             ErrorFeedback(**bad)
 
 
-def test_fl_powersgd_carries_at_most_the_new_deltas_norm_by_default():
-    """FL: each frame encodes the new delta plus the last residual clipped to the delta's norm
-    (residual_clip=1, POWERSGD_MEMORY_PARAMS); the plain residual stays one parameter away."""
+def test_fl_powersgd_defaults_two_whole_rounds_then_half_the_residual_at_most_the_deltas_norm():
+    """FL defaults: the hook's least start_iter (2 whole rounds, no residual), then each frame
+    encodes the new delta plus half the last residual, clipped to the delta's norm
+    (POWERSGD_MEMORY_PARAMS); the plain residual stays one parameter away."""
     rng = np.random.default_rng(7)
-    big, small = (rng.standard_normal(NUMEL).astype(np.float32) * s for s in (10.0, 1.0))
+    x = rng.standard_normal(NUMEL).astype(np.float32)
     comp = build_compression("powersgd2", {}, LAYOUT)
-    assert (comp.memory.decay, comp.memory.clip) == (1.0, 1.0)
-    comp.encode(big)
+    assert (comp.codec.start_iter, comp.memory.decay, comp.memory.clip) == (2, 0.5, 1.0)
+    assert [np.array_equal(decode_any(comp.encode(x), NUMEL), x) for _ in range(2)] == [True, True]
+    assert not comp.memory.residual.any()  # whole frames drop nothing
+    comp.encode(x * np.float32(10.0))
     residual, state = comp.memory.residual.copy(), comp.state_dict()
-    assert np.linalg.norm(residual) > np.linalg.norm(small)  # so the clip is what this checks
+    assert residual.any()
 
-    def twin() -> Compression:  # the same codec state (warm start) and residual
-        other = build_compression("powersgd2", {"residual_clip": None}, LAYOUT)
+    def twin() -> Compression:  # the same codec state (warm start) and residual, carried whole
+        other = build_compression("powersgd2", {"residual_clip": None, "residual_decay": 1.0}, LAYOUT)
         other.load_state_dict(state)
         return other
 
-    carried = residual * np.float32(float(np.linalg.norm(small)) / float(np.linalg.norm(residual)))
-    assert comp.encode(small) == twin().codec.encode(small + carried)
-    assert twin().encode(small) == twin().codec.encode(small + residual)  # residual_clip=None: EF-SGD, as before
+    half = residual * np.float32(0.5)
+    for scale in (10.0, 1.0):  # half the residual: clipped to the delta's norm / within it
+        comp.load_state_dict(state)
+        new = rng.standard_normal(NUMEL).astype(np.float32) * np.float32(scale)
+        norm, limit = float(np.linalg.norm(half)), float(np.linalg.norm(new))
+        carried = half * np.float32(limit / norm) if norm > limit else half
+        assert (norm > limit) == (scale == 1.0)  # so both bounds are checked
+        assert comp.encode(new) == twin().codec.encode(new + carried)
+    assert twin().encode(new) == twin().codec.encode(new + residual)  # decay 1, no clip: EF-SGD
 
 
 def test_residual_parameters_belong_to_fl_powersgd_memory():

@@ -16,8 +16,11 @@ rank-2 approximation of an MNIST CNN round delta well short of the best one (fc1
 energy from a random start against 39 % for the best rank 2, conv2 36 % against 52 %; 4
 iterations: 38.6 % and 51.9 %), and FL powersgd2 at 81 % after 10 rounds (fp32 98.6 %).
 
-Before `start_iter` (the hook's start_powerSGD_iter, default 0; DDP counts steps, FL rounds:
-Compression.at_step sets `whole`) the whole vector travels, in FL as a frame with no matrices.
+Before `start_iter` (the hook's start_powerSGD_iter; DDP counts steps, FL rounds: Compression.at_step
+sets `whole`) the whole vector travels, in FL as a frame with no matrices. Its default, 2, is the
+hook's least: torch refuses start_powerSGD_iter <= 1 with error feedback or warm start, and the
+gloo peer (peers/gloo.py) runs with 2. In FL those are the first two rounds, and they are what
+brings FL powersgd2 within 0.5 pp of fp32 after 10 rounds (docs/codecs.md).
 
 As a frame (FL uploads): per matrix its offset, n and m, then P (n x r) and Q (m x r) as float32;
 then the dense positions (indices coded as fp32_sparse codes them) and their float32 values; a
@@ -86,7 +89,7 @@ class PowerSgd(Codec):
     needs_layout = True
 
     def __init__(self, layout: Layout | None = None, rank: int = 2, min_compression_rate: float = 2.0,
-                 start_iter: int = 0, seed: int = 0, power_iters: int = POWER_ITERS, **kw) -> None:
+                 start_iter: int = 2, seed: int = 0, power_iters: int = POWER_ITERS, **kw) -> None:
         super().__init__(**kw)
         if not 1 <= rank <= 1024 or start_iter < 0 or not 1 <= power_iters <= 64:
             raise CodecError(f"powersgd: need 1 <= rank <= 1024, start_iter >= 0 and 1 <= power_iters <= 64, "
