@@ -5,6 +5,8 @@ For each compressor x mode it prints and writes (results/bench/matrix.csv, matri
   bytes a node sends per round (FL, per client) or per step and peer (DDP, after DGC's warm-up),
   as a share of the fp32 / dense payload; test accuracy and its delta to fp32 / dense at equal
   rounds / steps; communication time per round / step.
+Beside them, per mode, the centralized peer (one process on the union of the nodes' data, the same
+sample budget: commlab.peers.run --kind centralized), the accuracy ceiling, with no bytes.
 With several seeds (--seeds 0 1 2) every compressor and its reference run once per seed: the delta
 is the median of the per-seed deltas (each against the reference of the same seed), with their
 min and max; accuracy is the median, bytes and comm time the mean. The per-run rows go to
@@ -27,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench_ddp import summarise as summarise_ddp
+from bench_peers_common import centralized_fl_argv
 from commlab.codecs import names
 from commlab.models import build_model, num_params
 from commlab.progress import Progress
@@ -37,6 +40,7 @@ COLUMNS = {"mode": "mode", "compressor": "compressor", "status": "status",
            "test_accuracy": "test accuracy", "accuracy_delta_pp": "delta (pp)", "comm_time_s": "comm time (s)"}
 SEED_COLUMNS = {"seeds": "seeds", "delta_min_pp": "delta min (pp)", "delta_max_pp": "delta max (pp)"}
 MEASURED = ["bytes_per_node", "comm_time_s", "test_accuracy"]
+CENTRALIZED = "centralized"  # the peer's row: no compressor, no link
 
 # One concrete name per registered family: "minmax<bits>" -> minmax2/4/8 and so on.
 FAMILIES = {"minmax": ["minmax2", "minmax4", "minmax8"], "qsgd": ["qsgd4", "qsgd16"], "powersgd": ["powersgd2"]}
@@ -78,7 +82,18 @@ def summarise_fl(run_dir: Path) -> dict:
             "test_accuracy": float(rounds["test_accuracy"].iloc[-1])}
 
 
-def summarise(mode: str, run_dir: Path, world: int) -> dict:
+def centralized_run(mode: str, a: argparse.Namespace, seed: int, run_id: str) -> int:
+    budget = (centralized_fl_argv(a.clients, a.fl_rounds, a.fl_samples) if mode == "fl" else
+              [sys.executable, "-m", "commlab.peers.run", "--kind", "centralized", "--world", str(a.world),
+               "--epochs", str(a.ddp_epochs), "--train-subset", str(a.ddp_train_subset)])
+    return run([*budget, "--profile", "lan", "--seed", str(seed), "--results-dir", str(a.results_dir),
+                "--run-id", run_id], a.results_dir / f"{run_id}.log")
+
+
+def summarise(mode: str, name: str, run_dir: Path, world: int) -> dict:
+    if name == CENTRALIZED:
+        epochs = pd.read_csv(run_dir / "epochs-rank0.csv")
+        return {"bytes_per_node": 0.0, "comm_time_s": 0.0, "test_accuracy": float(epochs["test_accuracy"].iloc[-1])}
     if mode == "fl":
         return summarise_fl(run_dir)
     s = summarise_ddp(run_dir)
@@ -114,7 +129,7 @@ def combine(runs: pd.DataFrame, payload: int) -> pd.DataFrame:
                         "accuracy_delta_pp": ok["delta_pp"].median(),
                         "delta_min_pp": ok["delta_pp"].min(), "delta_max_pp": ok["delta_pp"].max()})
         rows.append(row)
-    order = {name: k for k, name in reversed(list(enumerate(["fp32", *compressors()])))}  # first wins
+    order = {name: k for k, name in reversed(list(enumerate(["fp32", *compressors(), CENTRALIZED])))}  # first wins
     table = pd.DataFrame(rows)
     return table.sort_values(["mode", "compressor"], key=lambda c: c.map(order) if c.name == "compressor"
                              else c.map({"fl": 0, "ddp": 1}), ignore_index=True)
@@ -122,7 +137,7 @@ def combine(runs: pd.DataFrame, payload: int) -> pd.DataFrame:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", nargs="*", help="compressors to run (default: every registered one); fp32 always runs")
+    p.add_argument("--only", nargs="*", help="compressors to run (default: every registered one); fp32 and the centralized peer always run")
     p.add_argument("--modes", nargs="*", default=["fl", "ddp"], choices=["fl", "ddp"])
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--fl-rounds", type=int, default=3)
@@ -149,20 +164,25 @@ def main() -> int:
         if json.loads(meta.read_text())["argv"] != settings_argv(a):
             sys.exit(f"bench_matrix: --update needs the settings of the last matrix: {json.loads(meta.read_text())['argv']}")
         previous = pd.read_csv(runs_csv)
-    # fp32/dense is every row's reference: always run, except by --update, which re-runs it only when named.
+    # fp32/dense is every row's reference and centralized its ceiling: always run, except by --update,
+    # which re-runs them only when named.
     chosen = ([] if previous is not None else ["fp32"]) \
-        + [n for n in (a.only or compressors()) if n != "fp32" or previous is not None]
+        + [n for n in (a.only or compressors()) if n not in ("fp32", CENTRALIZED) or previous is not None] \
+        + ([] if previous is not None else [CENTRALIZED])
     stamp = time.strftime("%Y%m%d-%H%M%S")
     payload = 4 * num_params(build_model("mnist_cnn"))
     rows, jobs = [], [(mode, name, seed) for mode in a.modes for name in chosen for seed in a.seeds]
     with Progress(len(jobs), "run", in_place=False) as progress:
         for k, (mode, name, seed) in enumerate(jobs):
             run_id = f"bench-matrix-{stamp}-{mode}-{name}-seed{seed}"
-            code = (fl_run if mode == "fl" else ddp_run)(name, a, seed, run_id)
+            if name == CENTRALIZED:
+                code = centralized_run(mode, a, seed, run_id)
+            else:
+                code = (fl_run if mode == "fl" else ddp_run)(name, a, seed, run_id)
             row = {"mode": mode, "compressor": name, "seed": seed, "run_id": run_id,
                    "status": "ok" if code == 0 else f"exit {code}"}
             if code == 0:
-                row.update(summarise(mode, a.results_dir / run_id, a.world))
+                row.update(summarise(mode, name, a.results_dir / run_id, a.world))
             rows.append(row)
             progress.update(k + 1, f"{mode} {name} seed {seed} {row['status']}")
     runs = pd.DataFrame(rows).reindex(columns=["mode", "compressor", "seed", "run_id", "status", *MEASURED])

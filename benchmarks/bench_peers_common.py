@@ -21,6 +21,18 @@ JOBS_NOTE = ("\n(cases ran concurrently: times and loopback byte counters (gloo,
              "a check of the pipeline, not a measurement)")
 
 
+def centralized_fl_argv(clients: int, rounds: int, samples_per_round: int) -> list[str]:
+    """`commlab.peers.run` flags of the centralized peer at an FL run's budget: the clients' local
+    SGD (batch, lr, momentum, weight decay) on the union of their data, as many samples as every
+    client trains in every round. Add --profile, --seed, the subsets and where results go."""
+    from commlab.fl.config import OptimizerSection, TrainingSection
+    tr, opt = TrainingSection(), OptimizerSection()
+    samples = rounds * clients * samples_per_round * tr.local_epochs
+    return [sys.executable, "-m", "commlab.peers.run", "--kind", "centralized", "--world", "1",
+            "--batch-size", str(tr.batch_size), "--lr", str(tr.lr), "--momentum", str(opt.momentum),
+            "--weight-decay", str(opt.weight_decay), "--samples", str(samples), "--train-subset", "0"]
+
+
 def add_run_args(p: argparse.ArgumentParser, smoke_help: str, only_help: str, default_cases: tuple[str, ...]) -> None:
     """The flags both benchmarks take: --smoke, --only, --jobs, --results-dir, --out."""
     p.add_argument("--smoke", action="store_true", help=smoke_help)

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench_peers_common import (JOBS_NOTE, add_ratios, add_run_args, apply_smoke, check_cases, run_cases,
-                                write_table)
-from commlab.fl.config import OptimizerSection, TrainingSection
+from bench_peers_common import (JOBS_NOTE, add_ratios, add_run_args, apply_smoke, centralized_fl_argv, check_cases,
+                                run_cases, write_table)
+from commlab.fl.config import TrainingSection
 
 CASES = ("dds-fp32", "dds-int8_sparse", "flower", "flower-deployment", "centralized")
 FIELDS = ["case", "bytes_up_per_client_round", "bytes_down_per_round", "round_time_s", "overhead_s",
@@ -46,13 +46,8 @@ def command(case: str, a: argparse.Namespace, run_id: str) -> list[str]:
     if case in ("flower", "flower-deployment"):
         transport = "deployment" if case == "flower-deployment" else "grpc-bidi"
         return [sys.executable, "-m", "commlab.peers.run", "--kind", "flower", "--transport", transport, *common]
-    if case == "centralized":  # the FL clients' local SGD on the union of their data, as many samples
-        tr, opt = TrainingSection(), OptimizerSection()
-        samples = a.rounds * a.clients * a.samples_per_round * tr.local_epochs
-        return [sys.executable, "-m", "commlab.peers.run", "--kind", "centralized", "--world", "1",
-                "--batch-size", str(tr.batch_size), "--lr", str(tr.lr), "--momentum", str(opt.momentum),
-                "--weight-decay", str(opt.weight_decay), "--samples", str(samples), "--train-subset", "0",
-                *common[common.index("--profile"):]]  # then the FL run's subsets, if any
+    if case == "centralized":  # then the FL run's subsets, if any
+        return [*centralized_fl_argv(a.clients, a.rounds, a.samples_per_round), *common[common.index("--profile"):]]
     return [sys.executable, "-m", "commlab.fl.run", "--codec", case.removeprefix("dds-"), "--backend", "local", *common]
 
 

@@ -39,3 +39,26 @@ def test_median_range_and_a_failed_seed():
     assert row["status"] == "exit 1" and row["seeds"] == 2
     assert row["accuracy_delta_pp"] == pytest.approx(0.0)  # median of -1 and +1
     assert (row["delta_min_pp"], row["delta_max_pp"]) == (pytest.approx(-1.0), pytest.approx(1.0))
+
+
+def test_the_centralized_peer_runs_at_each_modes_budget_and_is_tabled_last(monkeypatch, tmp_path):
+    argv = {}
+    monkeypatch.setattr(bench_matrix, "run", lambda cmd, log: argv.setdefault(log.name, cmd) and 0)
+    a = bench_matrix.argparse.Namespace(clients=2, fl_rounds=10, fl_samples=6000, world=3, ddp_epochs=2,
+                                        ddp_train_subset=20000, results_dir=tmp_path)
+    bench_matrix.centralized_run("fl", a, 1, "fl-c")
+    bench_matrix.centralized_run("ddp", a, 1, "ddp-c")
+    fl, ddp = argv["fl-c.log"], argv["ddp-c.log"]
+
+    def flag(cmd: list[str], name: str) -> str:
+        return cmd[cmd.index(name) + 1]
+    # FL: one process, as many samples as 2 clients x 10 rounds x 6000 (x 1 local epoch) on all the data.
+    assert (flag(fl, "--kind"), flag(fl, "--world"), flag(fl, "--samples"), flag(fl, "--train-subset")) \
+        == ("centralized", "1", "120000", "0")
+    # DDP: the WORLD workers' shards and epochs.
+    assert (flag(ddp, "--world"), flag(ddp, "--epochs"), flag(ddp, "--train-subset")) == ("3", "2", "20000")
+    assert all(flag(c, "--seed") == "1" and flag(c, "--profile") == "lan" for c in (fl, ddp))
+    runs = pd.DataFrame([run("fl", "centralized", 0, 0.99, 0.0), run("fl", "int8", 0, 0.97), run("fl", "fp32", 0, 0.98)])
+    table = bench_matrix.combine(runs, payload=100)
+    assert list(table["compressor"]) == ["fp32", "int8", "centralized"]
+    assert table.set_index("compressor").loc["centralized", "accuracy_delta_pp"] == pytest.approx(1.0)

@@ -188,14 +188,18 @@ def ddp_figures(frames: dict[str, pd.DataFrame], settings: dict, group: str, out
 
 def matrix_figure(matrix: pd.DataFrame, settings: str, out: Path) -> Path:
     """bench-matrix: bytes a node sends vs fp32/dense (log scale) against the accuracy delta, one
-    point per compressor and mode."""
+    point per compressor and mode; the centralized peer (no bytes) as a dashed line per mode."""
     fig, ax = plt.subplots(figsize=(8, 5.5))
     ok = matrix[matrix["status"] == "ok"]
-    for mode, marker in (("fl", "o"), ("ddp", "s")):
-        part = ok[ok["mode"] == mode]
+    for (mode, marker), color in zip((("fl", "o"), ("ddp", "s")), ("tab:blue", "tab:orange")):
+        part = ok[(ok["mode"] == mode) & (ok["compressor"] != "centralized")]
+        ceiling = ok[(ok["mode"] == mode) & (ok["compressor"] == "centralized")]
+        for _, row in ceiling.iterrows():
+            ax.axhline(row["accuracy_delta_pp"], color=color, ls="--", lw=0.8,
+                       label=f"centralized ({mode.upper()} budget)")
         if part.empty:
             continue
-        ax.scatter(part["bytes_vs_fp32"], part["accuracy_delta_pp"], marker=marker, label=mode.upper())
+        ax.scatter(part["bytes_vs_fp32"], part["accuracy_delta_pp"], marker=marker, color=color, label=mode.upper())
         for _, row in part.iterrows():
             ax.annotate(row["compressor"], (row["bytes_vs_fp32"], row["accuracy_delta_pp"]), fontsize=7,
                         xytext=(3, 3), textcoords="offset points")
