@@ -1,5 +1,5 @@
 """DDP benchmark: dense allreduce vs DGC on the same seeds, data and WORLD, measured in one go.
-Prints bytes on the wire per step after DGC's warm-up (and their ratio), final test accuracy (and
+Prints bytes on the wire per step after DGC's warm-up (PowerSGD: after its whole steps; and their ratio), final test accuracy (and
 the gap), step time, pure comm wait and coding time, all from results/<run-id>/ (CommStats).
 
     python benchmarks/bench_ddp.py [--world 3] [--epochs 2] [-- extra commlab.ddp.run flags]
@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from commlab.codecs import get_codec
+from commlab.codecs.base import codec_class
+from commlab.codecs.powersgd import PowerSgd
 from commlab.progress import Progress
 
 
@@ -27,15 +30,23 @@ def run(method: str, world: int, epochs: int, results: Path, extra: list[str]) -
     return run_id
 
 
+def steady_from(manifest: dict) -> float:
+    """The first step of the steady state: after DGC's warm-up, after PowerSGD's whole steps
+    (start_iter); 0 for every other method."""
+    method, config = manifest["method"], manifest["config"]
+    if method == "dgc":
+        dgc = config["dgc"]
+        return dgc["warmup_length"] * (manifest["steps_per_epoch"] if dgc["warmup_unit"] == "epochs" else 1)
+    if method != "dense" and issubclass(codec_class(method)[0], PowerSgd):
+        return get_codec(method, **config.get("method_params", {})).start_iter
+    return 0
+
+
 def summarise(run_dir: Path) -> dict:
     manifest = json.loads((run_dir / "manifest.json").read_text())
     steps = pd.concat(pd.read_csv(p) for p in sorted(run_dir.glob("steps-rank*.csv")))
     epochs = pd.read_csv(run_dir / "epochs-rank0.csv")
-    dgc = manifest["config"]["dgc"]
-    # After warm-up: the steps at the final density (for dense: every step).
-    spe = manifest["steps_per_epoch"]
-    length = dgc["warmup_length"] * (spe if dgc["warmup_unit"] == "epochs" else 1)
-    settled = steps[steps["step"] >= length] if manifest["method"] == "dgc" else steps
+    settled = steps[steps["step"] >= steady_from(manifest)]  # bytes of the steady state
     return {"method": manifest["method"], "world": manifest["world"], "status": manifest["status"],
             "steps": int(steps["step"].max()) + 1,
             "bytes_sent_per_step": settled["bytes_sent"].mean(),

@@ -62,3 +62,20 @@ def test_the_centralized_peer_runs_at_each_modes_budget_and_is_tabled_last(monke
     table = bench_matrix.combine(runs, payload=100)
     assert list(table["compressor"]) == ["fp32", "int8", "centralized"]
     assert table.set_index("compressor").loc["centralized", "accuracy_delta_pp"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("method, params, first_steady", [("dense", {}, 0), ("int8", {}, 0), ("powersgd2", {}, 2),
+                                                          ("powersgd2", {"start_iter": 5}, 5), ("dgc", {}, 8)])
+def test_ddp_bytes_are_those_of_the_steady_state(tmp_path, method, params, first_steady):
+    """DGC's warm-up and PowerSGD's whole steps (start_iter) are left out of the bytes per step."""
+    import json
+
+    from bench_ddp import summarise
+    config = {"method_params": params, "dgc": {"warmup_length": 2, "warmup_unit": "epochs"}}
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"method": method, "config": config, "steps_per_epoch": 4, "world": 3, "status": "finished"}))
+    zeros = {c: 0.0 for c in ("comm_time_s", "compute_time_s", "compress_time_s", "decompress_time_s", "step_time_s")}
+    pd.DataFrame([{"step": k, "bytes_sent": 1000 if k < first_steady else 10, "bytes_received": 10, "density": 1.0,
+                   **zeros} for k in range(12)]).to_csv(tmp_path / "steps-rank0.csv", index=False)
+    pd.DataFrame([{"test_accuracy": 0.9}]).to_csv(tmp_path / "epochs-rank0.csv", index=False)
+    assert summarise(tmp_path)["bytes_sent_per_step"] == 10
