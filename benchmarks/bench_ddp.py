@@ -1,6 +1,7 @@
 """DDP benchmark: dense allreduce vs DGC on the same seeds, data and WORLD, measured in one go.
-Prints bytes on the wire per step after DGC's warm-up (PowerSGD: after its whole steps; and their ratio), final test accuracy (and
-the gap), step time, pure comm wait and coding time, all from results/<run-id>/ (CommStats).
+Prints bytes on the wire per step after DGC's warm-up (PowerSGD: after its whole steps) and their
+ratio, final test accuracy (and the gap), step time, pure comm wait and coding time, all from
+results/<run-id>/ (CommStats).
 
     python benchmarks/bench_ddp.py [--world 3] [--epochs 2] [-- extra commlab.ddp.run flags]
     python benchmarks/bench_ddp.py --runs DENSE_RUN_ID DGC_RUN_ID   # only analyse existing runs

@@ -137,7 +137,8 @@ def combine(runs: pd.DataFrame, payload: int) -> pd.DataFrame:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", nargs="*", help="compressors to run (default: every registered one); fp32 and the centralized peer always run")
+    p.add_argument("--only", nargs="*", help="compressors to run (default: every registered one); fp32 and the "
+                   "centralized peer always run")
     p.add_argument("--modes", nargs="*", default=["fl", "ddp"], choices=["fl", "ddp"])
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--fl-rounds", type=int, default=3)

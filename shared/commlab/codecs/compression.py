@@ -36,7 +36,7 @@ DGC_MEMORY_PARAMS = {"warmup_length": 4.0, "warmup_unit": "epochs", "warmup_stag
 # FL's defaults. A round-old residual overshoots: the next round's training re-learns part of what
 # the frame dropped. Carried at half its size and at most the new delta's norm, after the codec's
 # two whole rounds (start_iter), FL powersgd2 after 10 rounds, seeds 0/1/2, is within 0.33-0.40 pp
-# of fp32 (the whole residual from round 1: 1.7-2.0 pp below; docs/codecs.md).
+# of fp32 (rank 2 from round 1 with the clipped residual: 0.66-1.26 pp below; docs/codecs.md).
 POWERSGD_MEMORY_PARAMS = {"residual_decay": 0.5, "residual_clip": 1.0}
 
 
