@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from commlab.fl.config import OptimizerSection, TrainingSection
+
 ROOT = Path(__file__).resolve().parents[1]
 JOBS_NOTE = ("\n(cases ran concurrently: times and loopback byte counters (gloo, Flower) include the other runs'; "
              "a check of the pipeline, not a measurement)")
@@ -25,7 +27,6 @@ def centralized_fl_argv(clients: int, rounds: int, samples_per_round: int) -> li
     """`commlab.peers.run` flags of the centralized peer at an FL run's budget: the clients' local
     SGD (batch, lr, momentum, weight decay) on the union of their data, as many samples as every
     client trains in every round. Add --profile, --seed, the subsets and where results go."""
-    from commlab.fl.config import OptimizerSection, TrainingSection
     tr, opt = TrainingSection(), OptimizerSection()
     samples = rounds * clients * samples_per_round * tr.local_epochs
     return [sys.executable, "-m", "commlab.peers.run", "--kind", "centralized", "--world", "1",

@@ -1,6 +1,7 @@
 """bench_matrix's seed combination: deltas are paired by seed, then summarised."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -68,8 +69,6 @@ def test_the_centralized_peer_runs_at_each_modes_budget_and_is_tabled_last(monke
                                                           ("powersgd2", {"start_iter": 5}, 5), ("dgc", {}, 8)])
 def test_ddp_bytes_are_those_of_the_steady_state(tmp_path, method, params, first_steady):
     """DGC's warm-up and PowerSGD's whole steps (start_iter) are left out of the bytes per step."""
-    import json
-
     from bench_ddp import summarise
     config = {"method_params": params, "dgc": {"warmup_length": 2, "warmup_unit": "epochs"}}
     (tmp_path / "manifest.json").write_text(json.dumps(
