@@ -22,6 +22,7 @@ results/bench/<--name, adaptive>{.csv,-runs.csv,.md,.json}:
 Policies: `joint`, `joint:<beta>` or `joint:<beta>:<min bits>` (the allocation of qsgd bits and
 rates), `joint:<codec>` (any compressor, e.g. int8_sparse, and the allocation of its rates alone),
 `equal:<bits>` (qsgd at fixed bits, B / M each), `equal:<codec>` (any compressor, B / M each).
+qsgd bits go out as entropy-coded qsgdz frames (--qsgd qsgd: the fixed-width ones).
 
     python benchmarks/bench_adaptive.py                   # 7 policies x 3 seeds, to 97 %
     python benchmarks/bench_adaptive.py --policies joint:0.1 equal:4 --probe-bits 4 --seeds 0 --max-rounds 6 --target 0.9
@@ -39,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from commlab.codecs import CodecError, get_codec
-from commlab.fl.adaptive import PROBE_ROUNDS, variance_factor
+from commlab.fl.adaptive import FAMILIES, PROBE_ROUNDS, variance_factor
 from commlab.progress import Progress
 from commlab.report.markdown import table as markdown_table
 from time_to_accuracy import median, spread, time_to_target
@@ -59,19 +60,19 @@ POLICY_COLUMNS = {"policy": "policy", "reached": "seeds reaching target", "min_s
                   "max_idle_s": "most waiting client idle / round (s)", "up_MB_per_round": "up per round (MB)"}
 
 
-def policy_flags(policy: str) -> list[str]:
+def policy_flags(policy: str, family: str = "qsgdz") -> list[str]:
     """"joint", "joint:<beta>", "joint:<beta>:<min bits>", "joint:<codec>", "equal:<bits>" or
-    "equal:<codec>" -> launcher flags."""
+    "equal:<codec>" -> launcher flags; qsgd bits are `family`'s frames (qsgdz: entropy-coded)."""
     name, _, arg = policy.partition(":")
     if name == "joint":
         beta, _, min_bits = arg.partition(":")
         try:
-            return (["--codec", "qsgd15", "--adaptive", "joint"] + (["--beta", str(float(beta))] if beta else [])
+            return (["--codec", f"{family}15", "--adaptive", "joint"] + (["--beta", str(float(beta))] if beta else [])
                     + (["--min-bits", str(int(min_bits))] if min_bits else []))
         except ValueError:
             pass
     if name == "equal" and arg.isdigit():
-        return ["--codec", "qsgd15", "--adaptive", "equal", "--fixed-bits", arg]
+        return ["--codec", f"{family}15", "--adaptive", "equal", "--fixed-bits", arg]
     if name in ("equal", "joint") and arg:
         try:
             get_codec(arg)
@@ -83,7 +84,7 @@ def policy_flags(policy: str) -> list[str]:
 
 
 def fl_run(policy: str, seed: int, a: argparse.Namespace, run_id: str) -> str:
-    cmd = [sys.executable, "-m", "commlab.fl.run", *policy_flags(policy),
+    cmd = [sys.executable, "-m", "commlab.fl.run", *policy_flags(policy, a.qsgd),
            "--clients", str(CLIENTS), "--rounds", str(a.max_rounds), "--samples-per-round", str(a.samples),
            "--profile", a.profile, "--backend", "local", "--total-uplink-mbit", str(a.uplink_mbit),
            "--probe-bits", str(a.probe_bits), "--speed-factors", a.speed_factors, "--seed", str(seed),
@@ -213,10 +214,12 @@ def main() -> int:
     p.add_argument("--test-subset", type=int, default=2000)
     p.add_argument("--domain-id", type=int, default=94, help="DDS domain of every run (one run at a time)")
     p.add_argument("--results-dir", type=Path, default=Path("results"))
+    p.add_argument("--qsgd", choices=FAMILIES, default="qsgdz",
+                   help="frames of the qsgd bits (joint, equal:<bits>): qsgdz entropy-coded, qsgd fixed-width")
     p.add_argument("--name", default="adaptive", help="file stem under results/bench (keeps earlier tables)")
     a = p.parse_args()
     for policy in a.policies:
-        policy_flags(policy)
+        policy_flags(policy, a.qsgd)
     a.results_dir = a.results_dir.resolve()
     a.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -246,7 +249,7 @@ def main() -> int:
                 f"{a.test_subset}), mnist_cnn, Dirichlet(0.5), seeds {' '.join(map(str, a.seeds))}; target "
                 f"{100 * a.target:g} % test accuracy (runs end there, or at {a.time_limit:g} s of round time, or "
                 f"after {a.max_rounds} rounds); accuracy at a budget of {a.budget:g} s; rounds 1-{PROBE_ROUNDS} "
-                f"probe over each client's own link (joint at {a.probe_bits} bits)")
+                f"probe over each client's own link (joint at {a.probe_bits} bits); qsgd bits as {a.qsgd} frames")
     text = "\n\n".join([settings, markdown_table(per_policy.reindex(columns=list(POLICY_COLUMNS)), POLICY_COLUMNS),
                         *verdict(per_policy), fit_beta(runs), "Per run:",
                         markdown_table(per_run.reindex(columns=list(RUN_COLUMNS)), RUN_COLUMNS)]) + "\n"

@@ -18,7 +18,8 @@ spec.loader.exec_module(bench)
 
 
 def test_policy_flags():
-    assert bench.policy_flags("joint:0.1") == ["--codec", "qsgd15", "--adaptive", "joint", "--beta", "0.1"]
+    assert bench.policy_flags("joint:0.1") == ["--codec", "qsgdz15", "--adaptive", "joint", "--beta", "0.1"]
+    assert bench.policy_flags("equal:4", "qsgd")[:2] == ["--codec", "qsgd15"]
     assert bench.policy_flags("joint:0:2")[-4:] == ["--beta", "0.0", "--min-bits", "2"]
     assert bench.policy_flags("equal:2")[-2:] == ["--fixed-bits", "2"]
     assert bench.policy_flags("equal:int8_sparse") == ["--codec", "int8_sparse", "--adaptive", "equal",

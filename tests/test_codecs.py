@@ -246,6 +246,24 @@ def test_qsgd_size_formula_and_seeded_reproducibility(vec, levels, bucket):
     assert np.all(np.abs(out - vec) <= bucket_norms(vec, bucket) / levels * (1 + 1e-5) + SUBNORMAL_SLACK)
 
 
+@given(vectors, st.integers(1, 255), st.integers(1, 600))
+@example(np.zeros(1000, np.float32), 3, 512)
+def test_qsgdz_sends_qsgds_levels_in_at_most_its_bound(vec, levels, bucket):
+    fixed = get_codec(f"qsgd{levels}", bucket=bucket, seed=7).encode(vec)
+    coded = get_codec(f"qsgdz{levels}", bucket=bucket, seed=7)
+    frame = coded.encode(vec)
+    assert np.array_equal(decode_any(frame), decode_any(fixed))  # same draws, same vector
+    assert len(frame) <= coded.wire_size(vec.size)
+
+
+def test_qsgdz_frames_shrink_with_the_zero_levels():
+    # A bucket of 512 normal values has most of its 3-level levels at 0: the coded frame is well
+    # under half the fixed-width one (measured on an MNIST CNN update: 0.23x at 2 bits).
+    vec = np.random.default_rng(0).standard_normal(512 * 200).astype(np.float32)
+    fixed, coded = (len(get_codec(f"{name}3", seed=0).encode(vec)) for name in ("qsgd", "qsgdz"))
+    assert coded < 0.5 * fixed
+
+
 def test_get_codec_names_and_bad_parameters():
     assert get_codec("minmax4").name == "minmax4" and get_codec("qsgd16").levels == 16
     assert [get_codec(n).lossy for n in ("fp32", "int8", "fp32_sparse", "int8_sparse")] == [False, True, True, True]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import tracemalloc
+import zlib
 
 import numpy as np
 import pytest
@@ -20,7 +21,8 @@ settings.load_profile("codecs-fuzz")
 # A numpy warning (overflow, invalid cast) inside a decoder means a silently wrong vector.
 pytestmark = pytest.mark.filterwarnings("error")
 
-CODECS = ["fp32", "int8", "fp32_sparse", "int8_sparse", "minmax3", "minmax8", "qsgd1", "qsgd16"]
+CODECS = ["fp32", "int8", "fp32_sparse", "int8_sparse", "minmax3", "minmax8", "qsgd1", "qsgd16", "qsgdz3",
+          "qsgdz255"]
 CAP = 1 << 16  # decoders in these tests may produce at most 256 KiB
 
 
@@ -61,7 +63,7 @@ def test_random_bytes(data):
     decode_only_codec_error(data)
 
 
-@given(st.sampled_from(range(7)), st.binary(max_size=120))
+@given(st.sampled_from([*range(7), 12]), st.binary(max_size=120))
 def test_random_bytes_after_a_valid_header_prefix(codec_id, tail):
     head = wire.MAGIC + bytes([wire.VERSION, codec_id, wire.DTYPE_FLOAT32])
     decode_only_codec_error(head + tail)
@@ -184,6 +186,41 @@ def test_qsgd_frame_errors(frame, message):
 def test_qsgd_decodes_a_hand_built_frame_per_bucket():
     out = decode_any(qsgd_frame([2.0, 6.0], levels=2, q=1))
     assert out.tolist() == [1.0, 1.0, 3.0, 3.0]
+
+
+def qsgdz_frame(levels_stream: bytes, signs: bytes = b"", numel: int = 4, norms=(1.0, 1.0), length: int | None = None) -> bytes:
+    """A qsgdz frame (levels 1, buckets of 2) around a given level stream and sign bytes."""
+    head = struct.pack("<I", len(levels_stream) if length is None else length)
+    return wire.build(12, numel, struct.pack("<BI", 1, 2), [np.asarray(norms, "<f4"), head, levels_stream, signs])
+
+
+ONE_LEVEL = bitpack.pack(np.array([1, 0, 0, 0], np.uint8), 1).tobytes()
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (qsgdz_frame(zlib.compress(bytes(10**6))), "does not inflate to exactly the 1 bytes"),  # a zip bomb
+        (qsgdz_frame(zlib.compress(ONE_LEVEL)[:-2], b"\x01"), "does not inflate to exactly"),  # cut short
+        (qsgdz_frame(zlib.compress(ONE_LEVEL) + b"\x00", b""), "does not inflate to exactly"),  # bytes after its end
+        (qsgdz_frame(b"not deflate", b"\x01"), "not valid deflate data"),
+        (qsgdz_frame(zlib.compress(ONE_LEVEL), b"\x01", length=10**6), "overruns"),
+        (qsgdz_frame(zlib.compress(ONE_LEVEL), b""), "0 sign bytes, 1 non-zero levels need 1"),
+        (qsgdz_frame(zlib.compress(ONE_LEVEL), b"\x01\x00"), "2 sign bytes, 1 non-zero levels need 1"),
+        (qsgdz_frame(zlib.compress(ONE_LEVEL), b"\x03"), "sign bits set past the last non-zero level"),
+        (qsgdz_frame(zlib.compress(ONE_LEVEL), b"\x01", norms=(1.0, float("nan"))), "bucket norms must be finite"),
+        (wire.build(12, 4, struct.pack("<BI", 1, 2), [np.ones(2, "<f4")]), "shorter than"),
+    ],
+)
+def test_qsgdz_frame_errors(frame, message):
+    with pytest.raises(CodecError, match=message):
+        decode_any(frame)
+
+
+def test_qsgdz_decodes_a_hand_built_frame():
+    # levels [1, 0, 0, 0] in buckets of 2 with norms 2 and 6, the one non-zero level negative
+    frame = qsgdz_frame(zlib.compress(ONE_LEVEL), b"\x01", norms=(2.0, 6.0))
+    assert decode_any(frame).tolist() == [-2.0, 0.0, 0.0, 0.0]
 
 
 def minmax_frame(head, numel: int = 4, bits: int = 2, chunk: int = 2, q: int = 0, params: bytes | None = None) -> bytes:

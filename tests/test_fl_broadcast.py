@@ -16,7 +16,7 @@ RUN = "run-a"
 
 
 def every_compressor() -> list[str]:
-    concrete = {"minmax<bits>": "minmax4", "qsgd<levels>": "qsgd16", "powersgd<rank>": "powersgd2"}
+    concrete = {"minmax<bits>": "minmax4", "qsgd<levels>": "qsgd16", "qsgdz<levels>": "qsgdz16", "powersgd<rank>": "powersgd2"}
     return [concrete.get(n, n) for n in names()]
 
 

@@ -8,7 +8,9 @@ b_m <= c_m, to minimise
 
     J(q, b) = T(q, b) * R(q),   T = max_m (t_m + P(q_m) / b_m),   R = 1 + beta * sum_m w_m^2 phi(q_m)
 
-P(q) is the exact qsgd frame size (client m needs P / e_m of link capacity), phi(q) = min(d/s^2, sqrt(d)/s) QSGD's variance bound (d the
+P(q) is the qsgd frame size (client m needs P / e_m of link capacity): exact for the fixed-width
+`qsgd<s>` frames, and for the entropy-coded `qsgdz<s>`, whose size depends on the update, each
+client's own estimate from its last update (`frame_size_estimates`); phi(q) = min(d/s^2, sqrt(d)/s) QSGD's variance bound (d the
 bucket size) and w_m the FedAvg weight. For fixed q the best round time T*(q) is the root of
 sum_m P_m / (T - t_m) = B (closed-form b_m = P_m / (T - t_m)), raised to max_m(t_m + P_m/c_m)
 by the link caps; `allocate` evaluates T*(q) R(q) for every bit vector (exact) and returns the best.
@@ -28,9 +30,11 @@ from typing import Sequence
 
 import numpy as np
 
-from commlab.codecs import get_codec
+from commlab.codecs import CodecError, get_codec, wire
+from commlab.codecs.base import codec_class
 
 BITS = tuple(range(1, 9))
+FAMILIES = ("qsgd", "qsgdz")  # fixed-width frames; entropy-coded frames (sizes measured per client)
 MAX_EXACT = 8 ** 5  # bit vectors evaluated exactly; more clients: local search from the best uniform vector
 
 
@@ -39,15 +43,58 @@ def levels(bits: int) -> int:
     return 2 ** bits - 1
 
 
-def codec_name(bits: int) -> str:
-    """The registered compressor for q bits, e.g. 4 -> "qsgd15"."""
-    return f"qsgd{levels(bits)}"
+def codec_name(bits: int, family: str = "qsgd") -> str:
+    """The registered compressor for q bits, e.g. 4 -> "qsgd15", (2, "qsgdz") -> "qsgdz3"."""
+    return f"{family}{levels(bits)}"
+
+
+def family_of(codec: str) -> str:
+    """The qsgd family a codec name belongs to ("qsgdz7" -> "qsgdz"); "qsgd" for any other codec."""
+    try:
+        family = codec_class(codec)[0].name
+    except CodecError:
+        return "qsgd"
+    return family if family in FAMILIES else "qsgd"
 
 
 @functools.lru_cache(maxsize=256)
-def payload_bytes(bits: int, numel: int, bucket: int = 512) -> int:
-    """Exact wire frame bytes of one qsgd update of `numel` values at `bits` (codec wire_size)."""
-    return get_codec(codec_name(bits), bucket=bucket).wire_size(numel)
+def payload_bytes(bits: int, numel: int, bucket: int = 512, family: str = "qsgd") -> int:
+    """Wire frame bytes of one qsgd update of `numel` values at `bits` (codec wire_size): exact for
+    qsgd, deflate's worst case for qsgdz."""
+    return get_codec(codec_name(bits, family), bucket=bucket).wire_size(numel)
+
+
+def frame_size_estimates(update: np.ndarray, family: str, bits: int, frame_len: int, bucket: int = 512,
+                         sample_every: int = 16) -> dict[int, int]:
+    """Frame bytes of `update` at every bits, for entropy-coded frames whose size depends on the
+    data: every `sample_every`-th bucket encoded at each bits (about 40 ms for an MNIST CNN
+    update), scaled to the whole vector, then calibrated so that `bits` gives `frame_len`, the
+    frame actually sent."""
+    whole = update.size // bucket
+    sample = (update[: whole * bucket].reshape(whole, bucket)[::sample_every].ravel()
+              if whole >= 2 * sample_every else update)
+    scale = update.size / max(sample.size, 1)
+    raw = {}
+    for q in BITS:
+        codec = get_codec(codec_name(q, family), bucket=bucket, seed=0)
+        head = wire.overhead(codec.params_struct.size)
+        raw[q] = head + (len(codec.encode(sample)) - head) * scale
+    calibration = frame_len / raw[bits]
+    return {q: max(1, round(v * calibration)) for q, v in raw.items()} | {bits: frame_len}
+
+
+def check_size_estimates(sizes: object, numel: int, bucket: int, family: str) -> dict[int, int] | str:
+    """A client's reported frame sizes ({"1": bytes, ..., "8": bytes} on the wire) as {bits: bytes},
+    or why they are unusable: every bits present, integers within the codec's bound."""
+    if not isinstance(sizes, dict) or sorted(sizes) != sorted(str(q) for q in BITS):
+        return f"frame sizes must name every bits 1..8, got {str(sizes)[:80]}"
+    out = {}
+    for q in BITS:
+        v, bound = sizes[str(q)], payload_bytes(q, numel, bucket, family)
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= bound:
+            return f"frame size at {q} bits must be an integer in 1..{bound} bytes, got {v!r}"
+        out[q] = v
+    return out
 
 
 def variance_factor(bits: int, dim: int = 512) -> float:
@@ -64,9 +111,6 @@ class Allocation:
     rounds_factor: float             # R(bits), relative to unquantized updates
     objective: float                 # round_time_s * rounds_factor
     exact: bool = True               # every bit vector was evaluated
-
-    def codecs(self) -> list[str]:
-        return [codec_name(q) for q in self.bits]
 
 
 def round_time(compute_s: np.ndarray, payload: np.ndarray, total_Bps: float, caps_Bps: np.ndarray) -> np.ndarray:
@@ -98,13 +142,15 @@ def rounds_factor(bits: np.ndarray, weights: np.ndarray, beta: float, dim: int) 
 def allocate(compute_s: Sequence[float], caps_Bps: Sequence[float], total_Bps: float, numel: int, *,
              bucket: int = 512, beta: float = 1.0, weights: Sequence[float] | None = None,
              bits: Sequence[int] = BITS, overhead_bytes: int = 0,
-             efficiency: Sequence[float] | None = None) -> Allocation:
+             efficiency: Sequence[float] | None = None, family: str = "qsgd",
+             frame_bytes: Sequence[dict[int, int] | None] | None = None) -> Allocation:
     """The (q, b) minimising T(q, b) * R(q); see the module docstring. `caps_Bps` may hold inf
     (no known limit). Rates and caps are link rates; `efficiency` (payload goodput / link rate,
     measured per client, default 1) turns them into payload bytes/s: client m needs P_m / e_m.
-    Ties go to the vector found first (more bits first), then bits are sorted so that among
-    clients on the same link (cap and efficiency) a faster one never has fewer bits (such a swap
-    never increases T, and R does not change)."""
+    `frame_bytes` (per client {bits: bytes} or None) replaces the codec's frame size for that
+    client (qsgdz: its estimates). Ties go to the vector found first (more bits first), then bits
+    are sorted so that among clients on the same link (cap and efficiency) with the same frame
+    sizes a faster one never has fewer bits (such a swap never increases T, and R does not change)."""
     t = np.asarray(compute_s, float)
     caps = np.asarray(caps_Bps, float)
     m = t.size
@@ -114,12 +160,17 @@ def allocate(compute_s: Sequence[float], caps_Bps: Sequence[float], total_Bps: f
     if eff.shape != t.shape or not ((eff > 0) & (eff <= 1)).all():
         raise ValueError(f"efficiency must be in (0, 1], one per client, got {eff.tolist()}")
     choices = np.array(sorted(set(bits), reverse=True), int)
-    size = np.zeros(max(BITS) + 1)
+    size = np.zeros((m, max(BITS) + 1))
     for q in choices:
-        size[q] = payload_bytes(int(q), numel, bucket) + overhead_bytes
+        size[:, q] = payload_bytes(int(q), numel, bucket, family)
+    for i, own in enumerate(frame_bytes or []):
+        for q in choices if own else []:
+            size[i, q] = own[int(q)]
+    size += overhead_bytes
+    clients = np.arange(m)[None, :]
 
     def evaluate(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        payload = size[vectors] / eff[None, :]
+        payload = size[clients, vectors] / eff[None, :]
         rt = round_time(t, payload, total_Bps, caps)
         rf = rounds_factor(vectors, w, beta, bucket)
         return rt * rf, rt, rf
@@ -137,9 +188,9 @@ def allocate(compute_s: Sequence[float], caps_Bps: Sequence[float], total_Bps: f
         q = best[1]
     else:
         q = _local_search(choices, m, evaluate)
-    q = _sorted_within_links(q, t, list(zip(caps.tolist(), eff.tolist())))
+    q = _sorted_within_links(q, t, [(c, e, tuple(row)) for c, e, row in zip(caps.tolist(), eff.tolist(), size)])
     obj, rt, rf = (float(x[0]) for x in evaluate(q[None, :]))
-    rates = _rates_for(t, size[q] / eff, rt, caps, total_Bps)
+    rates = _rates_for(t, size[np.arange(m), q] / eff, rt, caps, total_Bps)
     return Allocation(tuple(int(x) for x in q), rates, rt, rf, obj, exact)
 
 
@@ -212,11 +263,13 @@ def _spread(rates: np.ndarray, caps: np.ndarray, total_Bps: float) -> np.ndarray
             break
         grow = np.minimum(rates[free] * (1 + left / rates[free].sum()), caps[free])
         rates[free] = grow
-    return np.minimum(rates, caps) * (1 - 1e-12)
+    rates = np.minimum(rates, caps)
+    # b_m = P_m / (T* - t_m) inherits T*'s bisection error, relatively large when T* - t_m is tiny.
+    return rates * (min(1.0, total_Bps / rates.sum()) * (1 - 1e-12))
 
 
-def _sorted_within_links(q: np.ndarray, t: np.ndarray, links: list[tuple[float, float]]) -> np.ndarray:
-    """Among clients on the same link (cap, efficiency): more bits to the faster ones."""
+def _sorted_within_links(q: np.ndarray, t: np.ndarray, links: list[tuple]) -> np.ndarray:
+    """Among clients on the same link (cap, efficiency, frame sizes): more bits to the faster ones."""
     q = q.copy()
     for link in set(links):
         idx = np.array([i for i, x in enumerate(links) if x == link])
@@ -334,8 +387,10 @@ class Planner:
     the reports of the round's accepted updates folded into the estimates."""
 
     def __init__(self, section: AdaptiveSection, clients: Sequence[str], numel: int, bucket: int = 512,
-                 log=print):
+                 log=print, family: str = "qsgd"):
         self.section, self.clients, self.numel, self.bucket, self.log = section, list(clients), numel, bucket, log
+        self.family = family
+        self.size_estimates: dict[str, dict[int, int]] = {}  # qsgdz: each client's frame bytes per bits
         self.estimates = LinkEstimates(section.smoothing)
         self._reports: dict[str, object] = {}
         self.frame_bytes: dict[str, int] = {}  # each client's last accepted frame (rates-only joint)
@@ -351,7 +406,7 @@ class Planner:
         ready = [c for c in self.clients if self.estimates.ready([c]) and (s.sets_bits or c in self.frame_bytes)]
         bits = {c: s.probe_bits for c in self.clients} if s.sets_bits else {}
         if not ready:
-            what = codec_name(s.probe_bits) if s.sets_bits else "the run's codec"
+            what = codec_name(s.probe_bits, self.family) if s.sets_bits else "the run's codec"
             self.log(f"adaptive round {rnd}: probe, {what} over each client's own link")
             return bits, {}
         est = self.estimates
@@ -361,7 +416,8 @@ class Planner:
         try:
             if s.sets_bits:
                 alloc = allocate(compute, caps, total, self.numel, bucket=self.bucket, beta=s.beta,
-                                 bits=range(s.min_bits, max(BITS) + 1), efficiency=efficiency)
+                                 bits=range(s.min_bits, max(BITS) + 1), efficiency=efficiency, family=self.family,
+                                 frame_bytes=[self.size_estimates.get(c) for c in ready])
             else:
                 alloc = allocate_rates(compute, caps, total, [self.frame_bytes[c] for c in ready], efficiency)
         except ValueError as e:  # estimates were checked one by one; never stop the run over them
@@ -388,8 +444,14 @@ class Planner:
             per_sample = msg.compute_s / msg.num_samples
             problem = self.estimates.report(c, per_sample, msg.prev_upload_Bps, msg.prev_rate_Bps,
                                             msg.prev_at_link_rate)
+            if problem is None and self.family == "qsgdz" and msg.frame_bytes_by_bits:
+                sizes = check_size_estimates(msg.frame_bytes_by_bits, self.numel, self.bucket, self.family)
+                problem = sizes if isinstance(sizes, str) else None
+                if problem is None:
+                    self.size_estimates[c] = sizes
             if problem is not None:
                 self.estimates.forget(c)
+                self.size_estimates.pop(c, None)
                 self.log(f"adaptive round {rnd}: bad report from {c} ({problem}): back to the probe setting")
         self._reports = {k: v for k, v in self._reports.items() if k[0] > rnd}
 
@@ -425,7 +487,7 @@ class ClientSide:
             self.bits = None
             return cmd.codec
         self.bits = q
-        return codec_name(q)
+        return codec_name(q, family_of(cmd.codec))
 
     def stretch(self, train_s: float) -> float:
         """Emulated slower compute: sleep (1/speed_factor - 1) x the measured training time."""
@@ -467,6 +529,15 @@ class ClientSide:
         self.prev_upload_Bps = self.goodput_Bps if math.isfinite(self.goodput_Bps) else 0.0
         self.prev_at_link_rate = not self.can_shape or self.rate_bps >= self.link_bps
         self.prev_rate_Bps = self.rate_bps / 8 if self.can_shape else 0.0
+
+    def size_report(self, cmd, update: np.ndarray, frame_len: int) -> dict[str, int]:
+        """Entropy-coded frames at allocated bits: the update's frame bytes at every bits (keys as
+        strings, as JSON carries them), so the controller can weigh bits it has not seen; {} else."""
+        if self.bits is None or family_of(cmd.codec) != "qsgdz":
+            return {}
+        bucket = cmd.codec_params.get("bucket", 512)
+        sizes = frame_size_estimates(update, "qsgdz", self.bits, frame_len, bucket)
+        return {str(q): v for q, v in sizes.items()}
 
     def report(self, compute_s: float) -> dict:
         """ClientUpdate fields (the goodput is the previous upload's: this one is not done yet)."""

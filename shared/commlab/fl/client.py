@@ -241,6 +241,7 @@ class Client:
                                             seed=client.index)
             start = time.perf_counter()  # a host's encode time includes swapping the client's memory in and out
             payload = self.memory.encode(client.index, rnd, delta, compression)
+            sizes = self.adaptive.size_report(cmd, delta, len(payload))
         except CodecError as e:  # e.g. a diverged update the codec cannot represent: the round goes on without it
             self.log(f"{who}round {rnd}: no update sent, the codec refused it: {e}")
             return
@@ -251,7 +252,7 @@ class Client:
         upload_start = time.perf_counter()
         try:
             update = ClientUpdate(round=rnd, client_id=client.name, num_samples=len(indices), payload=payload,
-                                  **self.adaptive.report(train_s + stretch_s))
+                                  frame_bytes_by_bits=sizes, **self.adaptive.report(train_s + stretch_s))
             self.update_pub.publish(update_identity.sign(self.node.settings.keyring, update), to={CONTROLLER})
             self.adaptive.after_upload(cmd, len(payload), upload_start, self.update_pub, cmd.deadline_s)
         except DdsError as e:  # controller gone: keep listening, a restarted one re-announces the round

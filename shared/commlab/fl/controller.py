@@ -18,7 +18,7 @@ import torch
 from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import Codec, get_codec
 from commlab.fl import update_identity
-from commlab.fl.adaptive import Planner
+from commlab.fl.adaptive import Planner, family_of
 from commlab.fl.broadcast import ModelSender
 from commlab.config_schema import to_dict
 from commlab.data import Dataset
@@ -63,7 +63,8 @@ class Controller:
         self.rounds_table = writer.table("rounds", COLUMNS["rounds"])
         # Per-client qsgd bits and uplink rates from the clients' reports (docs/adaptive.md).
         self.planner = None if cfg.adaptive is None else Planner(
-            cfg.adaptive, cfg.client_ids(), strategy.weights.size, cfg.codec.params.get("bucket", 512), log)
+            cfg.adaptive, cfg.client_ids(), strategy.weights.size, cfg.codec.params.get("bucket", 512), log,
+            family_of(cfg.codec.name))
         # Who trains (docs/scale.md): a seeded sample of the available clients each round, or for
         # fedbuff up to per_round clients at a time, each from the newest model version.
         self.per_round, self.availability = cfg.per_round(), cfg.availability_trace()

@@ -81,6 +81,8 @@ class ClientUpdate:
     prev_upload_Bps: float = 0.0
     prev_rate_Bps: float = 0.0
     prev_at_link_rate: bool = False
+    # adaptive with entropy-coded qsgdz frames: this update's frame bytes at each bits ("1".."8").
+    frame_bytes_by_bits: dict[str, Any] = field(default_factory=dict)
     # HMAC under the key of client_id (fl.update_identity) in an authenticated run: a process that
     # hosts several clients may speak for each of them, and for no other.
     identity_tag: str = ""
