@@ -43,9 +43,11 @@ bench-fedbuff: $(STAMP) ## FedBuff vs FedAvg: wall time to 97 % on hetero, 20 cl
 # Adaptive bits and bandwidth per client (docs/adaptive.md); PROFILE=hetero4 CLIENTS=4 to match the bench.
 UPLINK_MBIT ?= 8
 SPEEDS ?= 1,1,0.5,0.25
+# Entropy-coded qsgd frames; qsgd15: the fixed-width ones.
+ADAPTIVE_CODEC ?= qsgdz15
 .PHONY: fl-adaptive bench-adaptive test-adaptive
-fl-adaptive: $(STAMP) ## FL with per-client qsgd bits and uplink rates each round: CLIENTS ROUNDS BACKEND PROFILE SAMPLES UPLINK_MBIT SPEEDS FL_ARGS
-	$(PYTHON) -m commlab.fl.run --codec qsgd15 --adaptive joint --total-uplink-mbit $(UPLINK_MBIT) --speed-factors $(SPEEDS) --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --backend $(BACKEND) --profile $(PROFILE) $(FL_ARGS)
+fl-adaptive: $(STAMP) ## FL with per-client qsgd bits and uplink rates each round: CLIENTS ROUNDS BACKEND PROFILE SAMPLES UPLINK_MBIT SPEEDS ADAPTIVE_CODEC FL_ARGS
+	$(PYTHON) -m commlab.fl.run --codec $(ADAPTIVE_CODEC) --adaptive joint --total-uplink-mbit $(UPLINK_MBIT) --speed-factors $(SPEEDS) --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --backend $(BACKEND) --profile $(PROFILE) $(FL_ARGS)
 
 bench-adaptive: $(STAMP) ## adaptive (qsgd bits and rates; int8_sparse's rates) vs qsgd 2/4/8 bits, fp32, int8_sparse (equal split) on hetero4, 3 seeds to 97 %, 4 clients in namespaces (root) -> results/bench/adaptive.{csv,md}
 	$(PYTHON) benchmarks/bench_adaptive.py $(ADAPTIVE_ARGS)

@@ -503,7 +503,7 @@ def test_adaptive_run_in_namespaces(tmp_path):
 
     from commlab.testbed.netns_run import run_fl_netns
     ctl, clients = build_configs(parse_args([
-        "--codec", "qsgd15", "--adaptive", "joint", "--total-uplink-mbit", "4", "--clients", "2", "--rounds", "4",
+        "--codec", "qsgdz15", "--adaptive", "joint", "--total-uplink-mbit", "4", "--clients", "2", "--rounds", "4",
         "--samples-per-round", "64", "--train-subset", "2000", "--test-subset", "300", "--profile", "hetero4",
         "--speed-factors", "1,0.5", "--results-dir", str(tmp_path), "--run-id", "adaptive-ns", "--domain-id", "216"]))
     run_dir = run_fl_netns(ctl, clients, "hetero4", net=246)
