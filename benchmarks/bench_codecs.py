@@ -1,8 +1,9 @@
 """Codec benchmark: wire size, encode/decode throughput against a memcpy of the same vector
-measured in the same run, and reconstruction error, for the MNIST CNN parameter vector and a
-10M-element vector. Prints a table and writes results/bench/codecs.csv.
+measured in the same run, and reconstruction error, for the MNIST CNN parameter vector, an MNIST
+CNN update (what an FL client uploads) and a 10M-element vector. Prints a table and writes
+results/bench/codecs.csv (with each frame's bytes).
 
-    python benchmarks/bench_codecs.py [--reps 5] [--budget 2.0] [--codecs fp32,int8,...]
+    python benchmarks/bench_codecs.py [--reps 5] [--budget 2.0] [--codecs fp32,int8,...] [--vectors mnist_cnn_update]
 """
 from __future__ import annotations
 
@@ -19,14 +20,30 @@ from commlab.progress import Progress
 
 CODECS = ["fp32", "int8", "fp32_sparse", "int8_sparse", "minmax8", "minmax4", "minmax2", "qsgd16", "qsgd4",
           "signsgd", "terngrad", "randomk"]
-FIELDS = ["vector", "numel", "codec", "wire_ratio", "encode_MBps", "decode_MBps", "encode_x_memcpy",
+FIELDS = ["vector", "numel", "codec", "wire_bytes", "wire_ratio", "encode_MBps", "decode_MBps", "encode_x_memcpy",
           "decode_x_memcpy", "roundtrip_x_memcpy", "max_abs_err", "mean_abs_err", "memcpy_MBps"]
 
 
-def vectors() -> dict[str, np.ndarray]:
-    cnn = flatten_params(build_model("mnist_cnn"))
-    big = np.random.default_rng(0).standard_normal(10_000_000).astype(np.float32)
-    return {"mnist_cnn": cnn, "random_10M": big}
+def mnist_cnn_update() -> np.ndarray:
+    """What an FL client uploads: the change of the seed-0 MNIST CNN after 2 local epochs (SGD, lr
+    0.05, momentum 0.9, batch 32) on the first 1,000 training samples. Unlike the weights, most of
+    its values are small against their neighbours', which entropy-coded frames (qsgdz) exploit."""
+    import torch
+
+    from commlab.data.dataset import load_dataset
+    from commlab.models import train_epoch
+    data, model = load_dataset("mnist"), build_model("mnist_cnn", seed=0)
+    start = flatten_params(model).copy()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for epoch in range(2):
+        train_epoch(model, data.train_x, data.train_y, np.arange(1000), batch_size=32, lr=0.05, seed=epoch,
+                    optimizer=opt)
+    return flatten_params(model) - start
+
+
+VECTORS = {"mnist_cnn": lambda: flatten_params(build_model("mnist_cnn")),
+           "mnist_cnn_update": mnist_cnn_update,
+           "random_10M": lambda: np.random.default_rng(0).standard_normal(10_000_000).astype(np.float32)}
 
 
 def best_times(fns: dict, reps: int, budget_s: float) -> dict[str, float]:
@@ -57,7 +74,7 @@ def bench(name: str, vec: np.ndarray, codec_name: str, reps: int, budget_s: floa
     err = np.abs(out - vec)
     return {
         "vector": name, "numel": vec.size, "codec": codec_name,
-        "wire_ratio": len(frame) / vec.nbytes,
+        "wire_bytes": len(frame), "wire_ratio": len(frame) / vec.nbytes,
         "encode_MBps": mb / t_enc, "decode_MBps": mb / t_dec,
         "encode_x_memcpy": t_copy / t_enc, "decode_x_memcpy": t_copy / t_dec,
         "roundtrip_x_memcpy": t_copy / (t_enc + t_dec),
@@ -77,13 +94,18 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5, help="minimum repetitions per codec")
     parser.add_argument("--budget", type=float, default=2.0, help="seconds per codec for extra repetitions")
     parser.add_argument("--codecs", default=",".join(CODECS))
+    parser.add_argument("--vectors", default=",".join(VECTORS), help=f"some of {', '.join(VECTORS)}")
     parser.add_argument("--out", type=Path, default=Path("results/bench/codecs.csv"))
     args = parser.parse_args()
     print("| vector | codec | wire/fp32 | enc MB/s | dec MB/s | enc x memcpy | dec x memcpy | "
           "enc+dec x memcpy | max abs err | mean abs err |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     rows = []
-    cases = [(name, vec, codec_name) for name, vec in vectors().items() for codec_name in args.codecs.split(",")]
+    unknown = set(args.vectors.split(",")) - set(VECTORS)
+    if unknown:
+        parser.error(f"unknown vector(s) {', '.join(sorted(unknown))}; known: {', '.join(VECTORS)}")
+    vectors = {name: VECTORS[name]() for name in args.vectors.split(",")}
+    cases = [(name, vec, codec_name) for name, vec in vectors.items() for codec_name in args.codecs.split(",")]
     with Progress(len(cases), "case") as progress:
         for name, vec, codec_name in cases:
             rows.append(bench(name, vec, codec_name, args.reps, args.budget))
@@ -94,8 +116,9 @@ def main() -> None:
         writer = csv.DictWriter(fh, FIELDS)
         writer.writeheader()
         writer.writerows(rows)
-    memcpy = ", ".join(f"{r['vector']} {r['memcpy_MBps']:.0f}" for r in rows if r["codec"] == "int8")
-    print(f"\nmemcpy MB/s beside int8: {memcpy}; x memcpy = time(memcpy) / time(codec), same vector, same run")
+    first = {r["vector"]: r for r in reversed(rows)}
+    memcpy = ", ".join(f"{v} {r['memcpy_MBps']:.0f} (beside {r['codec']})" for v, r in first.items())
+    print(f"\nmemcpy MB/s: {memcpy}; x memcpy = time(memcpy) / time(codec), same vector, same run")
     print(f"wrote {args.out}")
 
 
