@@ -451,6 +451,30 @@ def test_client_side_codec_and_reports():
     assert side.size_report(cmd(client_bits={"client-0": 3}), vec, 1000) == {}
 
 
+def test_allocated_rate_holds_for_the_upload_only(monkeypatch):
+    """The uplink is shaped to the allocated rate for the upload, then back to the client's own
+    link, so the next broadcast's acknowledgements do not queue behind an upload's share of B."""
+    import commlab.netem
+    applied = []
+    monkeypatch.setattr(commlab.netem, "set_rate", lambda bps: applied.append(bps))
+    side = ClientSide("client-0", "hetero4", "lo", log=lambda s: None)
+    side.can_shape, side.rate_bps = True, side.link_bps                  # as in its own namespace
+
+    class Pub:
+        def wait_for_acks(self, timeout_s):
+            assert applied[-1] == 0.25e6                                  # still the allocated rate
+            return True
+    import time
+    command = cmd(client_bits={"client-0": 2}, client_rates_Bps={"client-0": 0.25e6 / 8})
+    side.before_upload(command)
+    side.after_upload(command, 30_000, time.perf_counter() - 1.0, Pub(), 1.0)
+    assert applied == [0.25e6, 2e6] and side.rate_bps == 2e6
+    assert side.row(0.0)["rate_bps"] == 0.25e6                           # the csv: the upload's rate
+    assert side.report(1.0)["prev_rate_Bps"] == 0.25e6 / 8 and not side.report(1.0)["prev_at_link_rate"]
+    side.before_upload(command)
+    assert applied == [0.25e6, 2e6, 0.25e6]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(__import__("os").geteuid() != 0, reason="network namespaces need root")
 def test_rate_change_is_really_applied():
