@@ -97,6 +97,10 @@ class RandomCodec(Codec):
     codec rebuilt from it (a resumed run, a host swapping its logical clients) draws on where the
     old one stopped instead of repeating its draws."""
     rng: np.random.Generator
+    # Seeded by the node (build_compression's `seed`: the FL client index, the DDP rank) unless its
+    # params name a seed. qsgd: otherwise unseeded, so two runs of one seed drew differently.
+    # terngrad and randomk keep their seed 0 on every node, as the compressor matrix measured them.
+    seeded_by_node: ClassVar[bool] = False
 
     def state_dict(self) -> dict:
         return {"rng": self.rng.bit_generator.state}

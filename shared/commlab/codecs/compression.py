@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from commlab.codecs.base import Codec, codec_class, get_codec
+from commlab.codecs.base import Codec, RandomCodec, codec_class, get_codec
 from commlab.codecs.dgc import Dgc
 from commlab.codecs.errors import CodecError
 from commlab.codecs.memory import DgcMemory, ErrorFeedback, Memory, NoMemory
@@ -103,7 +103,11 @@ def build_compression(name: str, params: dict[str, Any], layout: list[tuple[str,
     if name != Dgc.name:
         ef_params = POWERSGD_MEMORY_PARAMS if issubclass(codec_class(name)[0], PowerSgd) else {}
         ef = {k: params.get(k, default) for k, default in ef_params.items()}
-        codec = get_codec(name, layout=layout, **{k: v for k, v in params.items() if k not in ef_params})
+        codec_params = {k: v for k, v in params.items() if k not in ef_params}
+        cls = codec_class(name)[0]
+        if issubclass(cls, RandomCodec) and cls.seeded_by_node:
+            codec_params.setdefault("seed", seed)
+        codec = get_codec(name, layout=layout, **codec_params)
         if not codec.lossy or codec.unbiased:
             return Compression(codec, NoMemory())
         return Compression(codec, ErrorFeedback(ef.get("residual_decay", 1.0), ef.get("residual_clip")))
