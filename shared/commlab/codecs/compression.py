@@ -101,10 +101,10 @@ def build_compression(name: str, params: dict[str, Any], layout: list[tuple[str,
     masking, clipping, warm-up), error feedback for any other biased lossy codec, none for
     lossless and for unbiased ones (see Codec.unbiased)."""
     if name != Dgc.name:
-        cls = codec_class(name)[0]
-        ef_params = POWERSGD_MEMORY_PARAMS if issubclass(cls, PowerSgd) else {}
+        ef_params = POWERSGD_MEMORY_PARAMS if issubclass(codec_class(name)[0], PowerSgd) else {}
         ef = {k: params.get(k, default) for k, default in ef_params.items()}
         codec_params = {k: v for k, v in params.items() if k not in ef_params}
+        cls = codec_class(name)[0]
         if issubclass(cls, RandomCodec) and cls.seeded_by_node:
             codec_params.setdefault("seed", seed)
         codec = get_codec(name, layout=layout, **codec_params)

@@ -59,7 +59,7 @@ class QSGD(RandomCodec):
             raise CodecError(f"qsgd bucket must be an integer in [1, 2**32), got {bucket!r}")
         self.levels = levels
         self.bucket = bucket
-        self.name = f"{type(self).name}{levels}"  # qsgd4, qsgdz4
+        self.name = f"qsgd{levels}"
         self.rng = np.random.default_rng(seed)
 
     def _quantize(self, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -159,6 +159,10 @@ class QSGDZ(QSGD):
     length (uint32) and the zlib-deflated bit-packed levels, then one sign bit per non-zero level."""
     name = "qsgdz"
     codec_id = 12
+
+    def __init__(self, levels: int = 16, bucket: int = 512, seed: int | np.random.Generator | None = None, **kw) -> None:
+        super().__init__(levels, bucket, seed, **kw)
+        self.name = f"qsgdz{levels}"
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         norms, q = self._quantize(vec)
