@@ -1,5 +1,7 @@
 """What authentication costs: DDS goodput with and without authenticated messages
 (commlab.dds.auth: HMAC-SHA256 tags over the header, a GMAC or BLAKE3 over the payload), in one run.
+Two key setups: two holders of the run key (DDP ranks, trusted nodes), and a trusted sender to an
+untrusted receiver (the FL controller to a client: Ed25519 signatures and a BLAKE3 digest too).
 
 Loopback: the two alternate `--repeat` times and the median goodput of each is compared (the
 machine is shared and noisy). 10 Mbit/s tbf between two network namespaces (root): the
@@ -34,6 +36,14 @@ def probe(prefix: list[str], role: str, side: dict, peer: dict, sizes: str, doma
             *(["--key-file", str(key)] if key else [])]
 
 
+def write_keys(folder: Path, trusted: set[str]) -> dict[str, Path]:
+    keys = {}
+    for name, ring in make_keyrings("bench-auth", ["send", "recv"], trusted=trusted).items():
+        keys[name] = folder / f"{name}-{len(trusted)}.key"
+        write_keyring(keys[name], ring)
+    return keys
+
+
 def measure(label: str, prefixes: tuple[list[str], list[str]], sides: tuple[dict, dict], sizes: str, domain: int,
             mtu: bool, repeat: int, keys: dict[str, Path], progress: Progress) -> list[dict]:
     runs: dict[bool, list[list[dict]]] = {False: [], True: []}
@@ -61,13 +71,13 @@ def main() -> int:
     p.add_argument("--results-dir", type=Path, default=Path("results"))
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="commlab-keys-") as folder:
-        keys = {}
-        for name, ring in make_keyrings("bench-auth", ["send", "recv"], trusted={"send", "recv"}).items():
-            keys[name] = Path(folder) / f"{name}.key"
-            write_keyring(keys[name], ring)
+        keys = write_keys(Path(folder), {"send", "recv"})
+        signed = write_keys(Path(folder), {"send"})
         lo = {"if": "lo", "addr": "127.0.0.1"}
-        with Progress(2 * a.repeat + 4, "run", in_place=False) as progress:
+        with Progress(4 * a.repeat + 4, "run", in_place=False) as progress:
             rows = measure("loopback", ([], []), (lo, lo), LOOPBACK_SIZES, 186, False, a.repeat, keys, progress)
+            rows += measure("loopback, signed", ([], []), (lo, lo), LOOPBACK_SIZES, 186, False, a.repeat, signed,
+                            progress)
             try:
                 with veth_pair("ba", 203, rate="10mbit") as (sa, sb):
                     rows += measure("10mbit-tbf", (sa.exec_prefix(), sb.exec_prefix()),

@@ -183,7 +183,7 @@ def test_wire_bytes_formula_and_stats_deltas():
 
 
 def test_matched_handles_asks_again_when_a_match_arrives_mid_call():
-    from commlab.dds.endpoints import matched_handles
+    from commlab.dds.reading import matched_handles
     answers = iter([IndexError("invalid index"), [7, 9]])
 
     def flaky():  # the binding's race: the count grew between its two C calls

@@ -142,10 +142,10 @@ def fl_run(tmp_path: Path, domain: int, rogues: bool) -> dict:
                 procs[name].say()
                 procs[name].wait_for("forged" if name != "replay" else "replayed")
             # Every forgery is rejected on arrival (reader threads run while the controller halts).
-            ctl_proc.wait_for("replayed: 'client-0' sequence number", "from client-0 rejected: wrong_key",
-                              "from client-1 rejected: unauthenticated")
+            ctl_proc.wait_for("replayed: 'client-0' sequence number", "from client-0 dropped: wrong_key",
+                              "from client-1 dropped: unauthenticated")
             for topic in ("TrainCmd", "ModelBlob", "Stop"):
-                procs["client-0"].wait_for(f"topic {topic}: message")
+                procs["client-0"].wait_for(f"topic {topic}: unauthenticated chunk")
             ctl_proc.proc.send_signal(signal.SIGUSR1)
         for name in ("controller", "client-0", "client-1"):
             assert procs[name].proc.wait(300) == 0, procs[name].text()[-3000:]
@@ -226,7 +226,7 @@ def ddp_run(tmp_path: Path, domain: int, rogues: bool) -> dict:
                 procs[keyed].wait_for("matched")
                 procs[keyed].say()
                 procs[keyed].wait_for("injected")
-            procs[0].wait_for("coll_ddp: message", "rejected: unauthenticated", "rejected: wrong_run")
+            procs[0].wait_for("coll_ddp: unauthenticated chunk", "dropped: unauthenticated", "dropped: wrong_run")
             procs[1].proc.send_signal(signal.SIGUSR1)
         for r in (0, 1):
             assert procs[r].proc.wait(300) == 0, procs[r].text()[-3000:]

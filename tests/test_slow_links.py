@@ -33,7 +33,9 @@ def test_progress_counts_idle_time_from_the_last_chunk():
     progress = Progress(stats, clock)
     clock.now = 50
     assert progress.idle_s() == 50
-    stats.add(chunks_received=1)
+    stats.add(chunks_received=1)  # a chunk that did not join a message (e.g. failed authentication)
+    assert progress.idle_s() == 50
+    stats.add(chunks_received=1, chunks_accepted=1)
     assert progress.idle_s() == 0
     clock.now = 80
     assert progress.idle_s() == 30
@@ -50,7 +52,7 @@ class Link:
         end = self.clock.now + timeout_s
         while self.chunks and self.chunks[0] <= end:
             self.clock.now = max(self.clock.now, self.chunks.pop(0))
-            self.stats.add(chunks_received=1)
+            self.stats.add(chunks_received=1, chunks_accepted=1)
         due = [t for t in self.updates if t <= end]
         if due:
             self.clock.now = max(self.clock.now, min(due))

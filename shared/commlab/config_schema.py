@@ -134,7 +134,9 @@ def positive(where: str, **values: float) -> None:
 
 def existing(where: str, name: str, path: str | None) -> None:
     if path is not None and not Path(path).exists():
-        raise ConfigError(f"{where}{name}: file not found: {path}")
+        # repr when the path holds control characters: the error stays one line
+        shown = path if path.isprintable() else repr(path)
+        raise ConfigError(f"{where}{name}: file not found: {shown}")
 
 
 # The benchmarking range every container and namespace of the testbed uses: the only networks

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 HALT_ENV = "COMMLAB_HALT_AT"
 
@@ -31,7 +32,9 @@ def halt_at(point: str, n: int) -> None:
 
     previous = signal.signal(signal.SIGUSR1, resume)
     print(f"HALTED at {point}@{n}", flush=True)
+    # Polled, not signal.pause(): a signal that the kernel hands to another thread (DDS has
+    # several) sets the handler's flag but never wakes a main thread blocked in pause().
     while not resumed:  # other handlers (SIGTERM: clean exit) still run; SIGKILL ends it
-        signal.pause()
+        time.sleep(0.05)
     signal.signal(signal.SIGUSR1, previous)
     print(f"RESUMED at {point}@{n}", flush=True)

@@ -1,8 +1,17 @@
 """Who is out there: every node announces its name, participant and roles on a durable topic.
 
-An announcement is keyed by node name with TransientLocal durability, so late joiners and peers
+Each node's writer keeps its last announcement (TransientLocal, depth 1), so late joiners and peers
 that re-match after a restart (a new participant under the same name) see it; an update replaces
-the previous one. A peer whose participant lease expires or which leaves turns NOT_ALIVE here.
+the previous one. The topic has no key: a process that invents names by the hundred thousand adds
+samples to be rejected, not instances that every reader would keep. A peer is lost when the writer
+whose announcement was accepted is no longer matched (it left, or its participant's lease expired).
+
+A peer that comes back (paused, starved or cut off for longer than its lease, then rediscovered)
+is accepted again: DDS delivers its durable announcement once more, and the copy identical to the
+one accepted before, carried by a writer of the participant it names, is the same announcement,
+not a replay. Its `matched` info is forgotten while it is gone (what it had matched may have been
+unmatched meanwhile), its return is counted (Peer.returns, for protocols that re-send what it may
+have missed), and this node announces itself anew, so the peer learns of it whatever it missed.
 """
 # No `from __future__ import annotations`: the IDL binding resolves these hints at runtime.
 import json
@@ -12,9 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cyclonedds.core import InstanceState
+from cyclonedds.core import DDSException
 from cyclonedds.idl import IdlStruct
-from cyclonedds.idl.annotations import key
 from cyclonedds.idl.types import uint64
 from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
@@ -23,19 +31,18 @@ from cyclonedds.topic import Topic
 from .auth import AuthError, Opener, Sealer
 from .cdr import SampleInfo, serdata_bytes
 from .qos import announcement
-from .reading import ReaderLoop
+from .reading import ReaderLoop, matched_handles
 from .stats import CommStats
+from .throttle import ThrottledWarning
 
 log = logging.getLogger(__name__)
 
 ANNOUNCE_TOPIC = "commlab_announce"
-ANNOUNCE_READER_DEPTH = 32
 
 
 @dataclass
 class Announce(IdlStruct, typename="commlab.dds.Announce"):
     name: str
-    key("name")
     participant: str
     incarnation: uint64
     info: str  # JSON: {"subscribes": [topic], "groups": {group: rank}, "matched": {topic: [writer participant]}}
@@ -49,6 +56,8 @@ class Peer:
     info: dict[str, Any]
     alive: bool = True
     writer: int = 0  # publication handle of the writer whose announcement was accepted
+    announced: str = ""  # the accepted announcement's info as sent (sealed): a redelivery is identical
+    returns: int = 0  # times it came back after it was lost
 
 
 @dataclass
@@ -57,42 +66,64 @@ class PeerDirectory:
     own_name: str
     peers: dict[str, Peer] = field(default_factory=dict)
     changed: threading.Condition = field(default_factory=threading.Condition)
-    # An invalid sample (the instance was disposed or lost its writer) carries no data, only the
-    # handle of its instance: remember which name each instance handle announced.
-    names: dict[int, str] = field(default_factory=dict)
     generation: int = 0  # bumped by every sample, so a publisher can tell that nothing changed
     opener: Opener | None = None  # set: only authenticated announcements count
     stats: CommStats = field(default_factory=CommStats)
-
+    # The participant of a matched writer (by publication handle), None if it is not matched.
+    writer_participant: Callable[[int], str | None] = lambda handle: None
+    returned: bool = False  # a peer came back since the announcer last looked (it then announces anew)
+    warn: Callable[..., None] = field(default_factory=lambda: ThrottledWarning(log))  # rejections: any rate
 
     def on_sample(self, sample: int, info: SampleInfo) -> None:
+        if not info.valid_data:  # the instance's state changed: writers are followed by their matches
+            return
+        a = Announce.deserialize(serdata_bytes(sample))
         with self.changed:
-            if info.valid_data:
-                a = Announce.deserialize(serdata_bytes(sample))
-                peer_info = self.accept(a) if a.name != self.own_name else None
-                if peer_info is not None:
-                    self.names[info.instance_handle] = a.name
-                    self.peers[a.name] = Peer(a.name, a.participant, a.incarnation, peer_info,
-                                              writer=info.publication_handle)
-            elif info.instance_state != InstanceState.Alive:  # NOT_ALIVE_*: the writer left or its lease expired
-                peer = self.peers.get(self.names.get(info.instance_handle, ""))
-                # Only the announcing writer's own dispose counts (a rogue writer of the same name
-                # leaving must not end the real node); with no writers left, everyone has gone.
-                own = info.instance_state == InstanceState.NotAliveNoWriters or \
-                    (peer is not None and info.publication_handle == peer.writer)
-                if peer is not None and own:
-                    peer.alive = False
+            if a.name != self.own_name:
+                self._take(a, info)
             self.generation += 1
             self.changed.notify_all()
 
-    def accept(self, a: Announce) -> dict[str, Any] | None:
+    def on_matched(self, writers: set[int]) -> None:
+        """The announcement writers matched now: a peer whose accepted writer is not among them
+        left or lost its lease (a rogue writer of the same name leaving ends nothing)."""
+        with self.changed:
+            for peer in self.peers.values():
+                if peer.alive and peer.writer not in writers:
+                    peer.alive = False
+                    peer.info = {**peer.info, "matched": {}}  # may be stale by the time it returns
+                    log.warning("peer %r lost: it left or its lease expired", peer.name)
+            self.generation += 1
+            self.changed.notify_all()
+
+    def _take(self, a: Announce, info: SampleInfo) -> None:
+        before = self.peers.get(a.name)
+        if before is not None and (before.participant, before.incarnation, before.announced) == \
+                (a.participant, a.incarnation, a.info) and self.writer_participant(info.publication_handle) == a.participant:
+            peer_info = before.info if before.alive else self.accept(a, redelivered=True)
+        else:
+            peer_info = self.accept(a)
+        if peer_info is None:
+            return
+        back = before is not None and not before.alive and before.incarnation == a.incarnation
+        returns = (before.returns if before is not None and before.incarnation == a.incarnation else 0) + back
+        self.peers[a.name] = Peer(a.name, a.participant, a.incarnation, peer_info, writer=info.publication_handle,
+                                  announced=a.info, returns=returns)
+        if back:
+            self.returned = True
+            log.warning("peer %r is back (return %d)", a.name, returns)
+
+    def accept(self, a: Announce, redelivered: bool = False) -> dict[str, Any] | None:
         """The announced info, or None (logged, counted) if it fails authentication or is no JSON
-        object: an announcement nobody can vouch for never enters the directory (the barrier)."""
+        object: an announcement nobody can vouch for never enters the directory (the barrier).
+        `redelivered`: the copy of one accepted before, so its sequence number is not new."""
         text = a.info
         if self.opener is not None and self.opener.ring.key_with(a.name) is None:
             return None  # a node this one shares no key with (another client): not its peer
         try:
-            if self.opener is not None:
+            if self.opener is not None and redelivered:
+                text = json.loads(a.info)["meta"]  # authenticated when it was first accepted
+            elif self.opener is not None:
                 text = self.opener.open_whole(ANNOUNCE_TOPIC, a.name, a.incarnation, a.info, b"")
             info = json.loads(text)
             if not isinstance(info, dict):
@@ -100,10 +131,10 @@ class PeerDirectory:
             return info
         except AuthError as e:
             self.stats.add(**{f"auth_{e.reason}": 1})
-            log.warning("announcement of %r rejected: %s", a.name, e)
+            self.warn(e.reason, "announcement of %r rejected: %s", a.name, e)
         except (ValueError, RecursionError) as e:
             self.stats.add(malformed_chunks=1)
-            log.warning("announcement of %r dropped: %s", a.name, e)
+            self.warn("malformed", "announcement of %r dropped: %s", a.name, e)
         return None
 
     def wait_for(self, ready: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
@@ -129,15 +160,43 @@ class Announcer:
         self.name, self.incarnation, self.sealer = name, incarnation, sealer
         self.participant_id = str(participant.guid)
         topic = Topic(participant, ANNOUNCE_TOPIC, Announce, qos=announcement(write_timeout_s))
-        self.directory = PeerDirectory(name, opener=opener, stats=stats)
         self._writer = DataWriter(participant, topic, qos=announcement(write_timeout_s))
-        self._reader = DataReader(participant, topic, qos=announcement(write_timeout_s, ANNOUNCE_READER_DEPTH))
-        self._loop = ReaderLoop(participant, self._reader, "announce", self.directory.on_sample)
+        self._reader = DataReader(participant, topic, qos=announcement(write_timeout_s, reader=True))
+        self.directory = PeerDirectory(name, opener=opener, stats=stats, writer_participant=self._writer_participant)
+        self._matched_version: tuple[int, int] = (-1, -1)
+        self._loop = ReaderLoop(participant, self._reader, "announce", self.directory.on_sample, self._on_tick,
+                                wake_on_match=True)
         self.info: dict[str, Any] = {"subscribes": [], "groups": {}, "matched": {}}
         self._lock = threading.Lock()  # reader threads update `matched`
         # Not announced until the first barrier: an announcement promises that the node's readers
         # exist, so that peers' publishers wait for them to match before writing.
         self.announced = False
+
+    def _writer_participant(self, handle: int) -> str | None:
+        try:
+            data = self._reader.get_matched_publication_data(handle - 2**64 if handle >= 2**63 else handle)
+        except DDSException:  # no longer matched
+            return None
+        return None if data is None else str(data.participant_key)
+
+    def _on_tick(self) -> None:
+        """Follow the matched writers (peers lost); announce anew after a peer came back: it may
+        have missed (or refused) what we said."""
+        status = self._reader.get_subscription_matched_status()
+        version = (status.total_count, status.current_count)
+        if version != self._matched_version:
+            self._matched_version = version
+            # The binding lists handles as signed int64, SampleInfo (cdr.py) as unsigned.
+            self.directory.on_matched({h % 2**64 for h in matched_handles(self._reader.get_matched_publications)})
+        with self.directory.changed:
+            returned, self.directory.returned = self.directory.returned, False
+        if returned and self.announced:
+            self.publish()
+
+    def returns(self, name: str) -> int:
+        """How often peer `name` (this incarnation of it) came back after it was lost."""
+        peer = self.directory.peers.get(name)
+        return 0 if peer is None else peer.returns
 
     def publish(self) -> None:
         with self._lock:
@@ -179,8 +238,5 @@ class Announcer:
         self.publish()
 
     def close(self) -> None:
+        # Peers see the writer unmatched as soon as the participant is deleted (host.close).
         self._loop.stop()
-        try:
-            self._writer.dispose(Announce(self.name, self.participant_id, self.incarnation, ""))
-        except Exception:  # leaving anyway; peers fall back on the lease
-            pass

@@ -24,24 +24,9 @@ from .errors import DdsWriteTimeout, MessageError
 from .host import EndpointHost
 from .messages import from_wire, to_wire
 from .qos import lossless
-from .reading import ReaderLoop
+from .reading import ReaderLoop, matched_handles
 from .reassembly import Assembled, Reassembler
 from .stats import wire_bytes
-
-
-def matched_handles(list_matched: Callable[[], list[int]], attempts: int = 5) -> list[int]:
-    """Instance handles of the matched endpoints, robust to a match arriving mid-call.
-
-    cyclonedds 11.0.1 sizes its buffer from a first count and then indexes by the second call's
-    return value, which is the current total: an endpoint matching in between raises IndexError.
-    Matching settles within milliseconds, so asking again gives a consistent list.
-    """
-    for _ in range(attempts - 1):
-        try:
-            return list_matched()
-        except IndexError:
-            time.sleep(0.001)
-    return list_matched()
 
 
 log = logging.getLogger(__name__)
@@ -203,7 +188,7 @@ class ChunkReader:
             log.warning("topic %s: undecodable chunk of %d bytes dropped: %s", self.name, size, e)
             return
         done = self._assembler.add(head, lambda buf, offset: serdata_to_ser(
-            sample, head.payload_offset, head.payload_len, address_of(buf) + offset))
+            sample, head.payload_offset, head.payload_len, address_of(buf) + offset), info.publication_handle)
         if done is not None:
             self.node.stats.add(messages_received=1, payload_received=len(done.payload))
             self._on_message(done)

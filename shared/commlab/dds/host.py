@@ -45,7 +45,7 @@ class EndpointHost:
         self.writers: list[Writer] = []  # the barrier waits until each has matched its readers
         ring = settings.keyring.for_node(name) if settings.keyring is not None else None
         self.sealer = Sealer(ring, self.incarnation) if ring is not None else None
-        self.opener = Opener(ring) if ring is not None else None
+        self.opener = None if ring is None else Opener(ring, lambda: self.stats.add(auth_windows_replaced=1))
         self.announcer = Announcer(self.participant, name, self.incarnation, settings.write_timeout_s,
                                    self.sealer, self.opener, self.stats)
 

@@ -21,14 +21,20 @@ def lossless(write_timeout_s: float) -> Qos:
     )
 
 
-def announcement(write_timeout_s: float, depth: int = 1) -> Qos:
-    """One durable sample per node name: late joiners and re-started peers see every live node.
-    Readers keep `depth` samples per name (ANNOUNCE_READER_DEPTH): several writers may announce
-    one name (a rogue beside the real node), and a rejected sample must not displace the real
-    one before the reader thread has taken it."""
+ANNOUNCE_BACKLOG = 1024  # announcements a reader holds before its thread takes them
+
+
+def announcement(write_timeout_s: float, reader: bool = False) -> Qos:
+    """One durable sample per node: late joiners and re-started peers see every live node's last
+    announcement. A reader keeps every sample until its thread takes them, up to ANNOUNCE_BACKLOG:
+    several writers share the keyless topic (a rogue beside the real nodes), so a flood must
+    neither displace a real announcement (KeepLast would) nor grow the memory without bound; past
+    the backlog a sample is refused and its reliable writer sends it again later."""
+    backlog = ANNOUNCE_BACKLOG if reader else -1
     return Qos(
         Policy.Reliability.Reliable(max_blocking_time=duration(seconds=write_timeout_s)),
-        Policy.History.KeepLast(depth),
+        Policy.History.KeepAll if reader else Policy.History.KeepLast(1),
+        Policy.ResourceLimits(max_samples=backlog, max_instances=-1, max_samples_per_instance=backlog),
         Policy.Durability.TransientLocal,
         Policy.DurabilityService(cleanup_delay=0, history=Policy.History.KeepLast(1),
                                  max_samples=-1, max_instances=-1, max_samples_per_instance=-1),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable
 
 from cyclonedds.core import DDSStatus, GuardCondition, InstanceState, ReadCondition, SampleState, ViewState, WaitSet
@@ -15,6 +16,21 @@ from .cdr import SampleInfo, Taker, serdata_unref
 log = logging.getLogger(__name__)
 TAKE_AT_ONCE = 256
 TICK = duration(milliseconds=200)
+
+
+def matched_handles(list_matched: Callable[[], list[int]], attempts: int = 5) -> list[int]:
+    """Instance handles of the matched endpoints, robust to a match arriving mid-call.
+
+    cyclonedds 11.0.1 sizes its buffer from a first count and then indexes by the second call's
+    return value, which is the current total: an endpoint matching in between raises IndexError.
+    Matching settles within milliseconds, so asking again gives a consistent list.
+    """
+    for _ in range(attempts - 1):
+        try:
+            return list_matched()
+        except IndexError:
+            time.sleep(0.001)
+    return list_matched()
 
 
 class ReaderLoop:

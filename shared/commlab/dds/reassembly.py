@@ -16,6 +16,12 @@ sender cannot fill the memory:
   message that would exceed a cap evicts the incomplete messages that have gone longest without
   a chunk, that sender's first for the sender cap; one larger than a cap is not held at all.
 Every such event is logged (one line) and counted in CommStats, never delivered.
+
+Authenticated (with an Opener): nothing that has not authenticated leaves a trace. A message is
+keyed by the DDS writer that carried it as well as by its claimed (sender, incarnation, msg_id),
+so chunks that another participant sends under the same claimed id never touch it; a chunk that
+fails authentication reserves no buffer, marks no id as done and counts as no progress
+(CommStats.chunks_accepted counts only chunks of authenticated messages); its warning is throttled.
 """
 from __future__ import annotations
 
@@ -29,9 +35,11 @@ from .cdr import unfilled_bytes
 from .auth import AuthError, Opened, Opener
 from .chunk import ChunkHead
 from .stats import CommStats
+from .throttle import ThrottledWarning
 
 log = logging.getLogger(__name__)
-MessageKey = tuple[str, int, int]
+MessageId = tuple[str, int, int]  # (sender, incarnation, msg_id) as the chunk claims them
+MessageKey = tuple[str, int, int, int]  # MessageId and the publication handle of the writer that carried it
 REMEMBERED_DONE = 4096  # completed ids kept to recognise late duplicates of finished messages
 MAX_MESSAGE_BYTES = 1 << 32  # a head claiming more is malformed (the buffer is allocated up front)
 SENDER_BYTES = 1 << 31  # default caps on incomplete messages' buffers; settings.reassembly_caps derives tighter ones
@@ -90,15 +98,16 @@ class Reassembler:
         self._partial: OrderedDict[MessageKey, Partial] = OrderedDict()
         self._held: dict[str, int] = {}  # buffer bytes of incomplete messages per sender
         self._done: OrderedDict[MessageKey, bool] = OrderedDict()  # value: was delivered
+        self._warn_unauthenticated = ThrottledWarning(log, clock=clock)
 
     def held_bytes(self, sender: str | None = None) -> int:
         """Buffer bytes of incomplete messages (of one sender, or of all)."""
         return self._held.get(sender, 0) if sender is not None else sum(self._held.values())
 
-    def add(self, h: ChunkHead, copy_payload: CopyPayload) -> Assembled | None:
-        """Feed one chunk; copy_payload is called (once) only if the chunk is accepted. Returns
-        the message when this chunk completes it."""
-        key = (h.sender, h.incarnation, h.msg_id)
+    def add(self, h: ChunkHead, copy_payload: CopyPayload, writer: int = 0) -> Assembled | None:
+        """Feed one chunk carried by DDS writer `writer` (its publication handle); copy_payload is
+        called (once) only if the chunk is accepted. Returns the message when this chunk completes it."""
+        key = (h.sender, h.incarnation, h.msg_id, writer)
         if key in self._done:
             if self._done[key]:  # a late copy of a delivered message; chunks of a dropped one are just ignored
                 self.stats.add(duplicate_chunks=1)
@@ -106,7 +115,10 @@ class Reassembler:
         place = placement(h)
         p = self._partial.get(key)
         if isinstance(place, str):
-            self._drop(key, f"malformed chunk {h.index}/{h.count} from {h.sender}: {place}")
+            if p is None and self.opener is not None:  # belongs to no authenticated message: no trace
+                self._ignore(key, "malformed_chunks", f"malformed chunk {h.index}/{h.count}: {place}")
+            else:
+                self._drop(key, f"malformed chunk {h.index}/{h.count} from {h.sender}: {place}")
             return None
         stride, offset = place
         now = self.clock()
@@ -138,6 +150,7 @@ class Reassembler:
             if p.opened is not None:  # authenticated while the chunk is still in cache
                 p.opened.update(memoryview(p.buffer)[offset:offset + h.payload_len])
         p.received.add(h.index)
+        self.stats.add(chunks_accepted=1)
         if h.index == 0:
             p.meta = h.meta
         if len(p.received) < p.count:
@@ -161,8 +174,14 @@ class Reassembler:
                                                    "without its authenticated first chunk")
             return self.opener.open(self.topic, h.sender, h.incarnation, h.total_bytes, h.meta)
         except AuthError as e:
-            self._reject(key, e)
+            self._ignore(key, f"auth_{e.reason}", str(e))
             return None
+
+    def _ignore(self, key: MessageKey, counter: str, why: str) -> None:
+        """A chunk of no authenticated message: counted, logged (rate-limited), not remembered."""
+        self.stats.add(**{counter: 1})
+        self._warn_unauthenticated(counter, "topic %s: unauthenticated chunk of message %s claiming to be from %s "
+                                            "dropped: %s", self.topic, key[2], key[0], why)
 
     def _reject(self, key: MessageKey, e: AuthError) -> None:
         self._forget(key, delivered=False)
@@ -216,7 +235,7 @@ class Reassembler:
         while len(self._done) > REMEMBERED_DONE:
             self._done.popitem(last=False)
 
-    def expire(self, now: float | None = None) -> list[MessageKey]:
+    def expire(self, now: float | None = None) -> list[MessageId]:
         """Drop incomplete messages that received no chunk for timeout_s; returns their ids."""
         now = self.clock() if now is None else now
         old = [k for k, p in self._partial.items() if now - p.last > self.timeout_s]
@@ -226,4 +245,4 @@ class Reassembler:
             log.warning("topic %s: message %s from %s expired with %d/%d chunks: no chunk for %.1fs "
                         "(started %.1fs ago)", self.topic, k[2], k[0], len(p.received), p.count,
                         now - p.last, now - p.started)
-        return old
+        return [k[:3] for k in old]

@@ -60,6 +60,7 @@ class CommStats:
     messages_received: int = 0
     chunks_sent: int = 0
     chunks_received: int = 0
+    chunks_accepted: int = 0     # chunks that joined a message (with authentication: an authenticated one)
     wait_s: float = 0.0          # blocked on the network: matching, blocked writes, waiting for data
     duplicate_chunks: int = 0
     malformed_chunks: int = 0
@@ -73,6 +74,7 @@ class CommStats:
     auth_replayed: int = 0
     auth_out_of_window: int = 0
     auth_altered: int = 0
+    auth_windows_replaced: int = 0  # a sender's replay window dropped for its newer incarnation's
     interface: str | None = field(default=None, repr=False, compare=False)  # counters read if not loopback
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -117,11 +119,12 @@ def delta(earlier: dict[str, float], later: dict[str, float]) -> dict[str, float
 
 
 class Progress:
-    """How long this node has received no chunk (of any message, on any topic).
+    """How long this node has received no chunk of an authenticated message (on any topic).
 
     A wait for something a large message brings over a slow link counts its timeout from the last
     chunk that arrived, not from its start: it outlasts a fixed limit while the transfer goes on
-    and ends once the transfer stalls. A change of chunks_received, seen at a poll, is progress.
+    and ends once the transfer stalls. A change of chunks_accepted, seen at a poll, is progress:
+    chunks that fail authentication are not, so nobody without a key can keep a wait going.
 
         progress = Progress(node.stats)
         while not ready():
@@ -131,10 +134,10 @@ class Progress:
 
     def __init__(self, stats: CommStats, clock: Callable[[], float] = time.monotonic):
         self.stats, self.clock = stats, clock
-        self._seen, self._at = stats.chunks_received, clock()
+        self._seen, self._at = stats.chunks_accepted, clock()
 
     def idle_s(self) -> float:
-        now, seen = self.clock(), self.stats.chunks_received
+        now, seen = self.clock(), self.stats.chunks_accepted
         if seen != self._seen:
             self._seen, self._at = seen, now
         return now - self._at
