@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -11,7 +12,7 @@ from commlab.config_schema import from_dict
 from commlab.dds import CommStats
 from commlab.fl.client import Client
 from commlab.fl.config import ClientConfig
-from commlab.fl.messages import Stop, TrainCmd
+from commlab.fl.messages import ModelRequest, Stop, TrainCmd
 
 
 class Topic:
@@ -23,13 +24,24 @@ class Topic:
     def receive(self, timeout_s: float | None = None):
         return self.messages.pop(0) if self.messages else None
 
-    def publish(self, msg) -> None:
+    def publish(self, msg, to=()) -> None:
         self.messages.append(msg)
+
+
+class Announcer:
+    """How often each peer came back after it was lost (commlab.dds.announce)."""
+
+    def __init__(self) -> None:
+        self.returned: dict[str, int] = {}
+
+    def returns(self, name: str) -> int:
+        return self.returned.get(name, 0)
 
 
 class Node:
     def __init__(self, inbox: dict[type, list]):
-        self.inbox, self.stats = inbox, CommStats()
+        self.inbox, self.stats, self.announcer = inbox, CommStats(), Announcer()
+        self.settings = SimpleNamespace(keyring=None)
 
     def subscriber(self, cls: type) -> Topic:
         return Topic(self.inbox.get(cls, []))
@@ -87,3 +99,41 @@ def test_an_update_the_codec_refuses_is_one_line_and_the_client_goes_on(tmp_path
     cmd.codec = "int8"
     client.run_round(cmd)
     assert sent == [] and lines[-1].startswith("round 1: no update sent, the codec refused it: int8")
+
+
+def test_a_command_for_the_round_already_uploaded_gets_the_same_update_again(tmp_path, monkeypatch):
+    """The controller lost the update (or a restarted one asks again): the same bytes go out, the
+    client does not train again (its compression memory has moved on since)."""
+    import commlab.fl.client as client_module
+    cfg = from_dict(ClientConfig, {"run_id": "run", "results_dir": str(tmp_path), "dds": {"domain_id": 1},
+                                   "client_id": 0, "num_clients": 1})
+    trained: list[int] = []
+
+    def local_update(*args, **kwargs):
+        trained.append(1)
+        return np.full(6, 0.5 * len(trained), np.float32), 0.0
+    monkeypatch.setattr(client_module, "local_update", local_update)
+    client = Client(cfg, Node({}), torch.nn.Linear(2, 2), None, {0: np.arange(8)}, lambda line: None)
+    client._wait_for_model = lambda rnd, deadline_s: 0.0
+    client.replica.weights, client.replica.round = np.zeros(6, np.float32), 0
+    sent = client.update_pub.messages
+    client.run_round(_cmd(1, 1))
+    client.run_round(_cmd(1, 1))
+    assert len(trained) == 1 and len(sent) == 2 and sent[0] is sent[1]
+    client.replica.round = 1
+    client.run_round(_cmd(2, 1))
+    assert len(trained) == 2 and sent[2].round == 2 and sent[2].payload != sent[0].payload
+
+
+def test_a_controller_that_comes_back_is_told_which_model_the_client_holds(tmp_path):
+    cfg = from_dict(ClientConfig, {"run_id": "run", "results_dir": str(tmp_path), "dds": {"domain_id": 1},
+                                   "client_id": 0, "num_clients": 1})
+    node = Node({})
+    client = Client(cfg, node, torch.nn.Linear(2, 2), None, {0: np.arange(8)}, lambda line: None)
+    requests = client.request_pub.messages
+    client._greet_returned_controller()
+    assert requests == []  # never lost: nothing to say
+    node.announcer.returned["controller"] = 1
+    client._greet_returned_controller()
+    client._greet_returned_controller()
+    assert requests == [ModelRequest(run_id="run", client_id="client-0", have="")]

@@ -80,7 +80,7 @@ def start_run(tmp_path: Path, domain: int, rounds: int, deadline: float = 6.0, c
         "--samples-per-round", "128", "--batch-size", "32", "--train-subset", "2000", "--test-subset", "300",
         "--results-dir", str(tmp_path / "results"), "--run-id", run_id, "--domain-id", str(domain),
         "--downlink-codec", downlink, *extra]))
-    ctl["round_hard_limit_s"] = 60.0
+    ctl["round_hard_limit_s"] = max(60.0, deadline)
     paths, procs = {}, {}
     for node, cfg in zip(fl_roster_of(cls), [ctl, *cls]):  # the controller first
         paths[node.name] = tmp_path / f"{node.name}.json"

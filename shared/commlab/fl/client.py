@@ -76,6 +76,12 @@ class Client:
         self._row_start = node.stats.snapshot()
         # Per-client bits and uplink rate (docs/adaptive.md), and the emulated compute speed.
         self.adaptive = ClientSide(cfg.name, cfg.link_profile, cfg.dds.interface, cfg.speed_factor, log)
+        # The updates of the last round this process uploaded, by client: a command for that round
+        # again (the controller lost them, or a restarted one asks) gets the same bytes, not a new
+        # training run whose compression memory has moved on.
+        self.sent_round: int | None = None
+        self.sent: dict[str, ClientUpdate] = {}
+        self.controller_returns = 0  # times the controller came back after it was lost, as seen here
 
     def run(self) -> None:
         # Announces this client (its readers exist now) and waits for the controller to appear.
@@ -83,6 +89,7 @@ class Client:
         # Idle means nothing arrived at all: chunks of a model still coming over a slow link count.
         progress = Progress(self.node.stats)
         while True:
+            self._greet_returned_controller()
             self._apply_blobs(0.0)
             cmd = self.cmd_sub.receive(POLL_S)
             if cmd is None:
@@ -113,6 +120,18 @@ class Client:
                 self.log(f"round {cmd.round}: not selected, waiting for the next command")
             return False
         return True
+
+    def _greet_returned_controller(self) -> None:
+        """Once the controller is back after it was lost (its lease expired), tell it which model
+        this client holds (a ModelRequest): it sends the whole model if that is not its own, and the
+        round's command again if this client has yet to answer it."""
+        returns = self.node.announcer.returns(CONTROLLER)
+        if returns == self.controller_returns:
+            return
+        self.controller_returns = returns
+        self.log(f"the controller is back: telling it this client holds {self.replica.digest or 'no model'}")
+        self.requested_after = None
+        self._request_model(self.weights_round if self.weights_round is not None else -1)
 
     def _stopped(self) -> bool:
         """True once a Stop of this run arrived (a Stop of another run on the domain is ignored)."""
@@ -181,6 +200,7 @@ class Client:
         start = time.perf_counter()
         progress = Progress(self.node.stats)  # the deadline counts from the last chunk that arrived
         while self.weights_round != rnd - 1:
+            self._greet_returned_controller()
             if self.weights_round is not None and self.weights_round >= rnd:
                 self.log(f"round {rnd}: skipped, the model of round {rnd - 1} never came (now at {self.weights_round})")
                 return None
@@ -201,8 +221,32 @@ class Client:
             self.memory.reset()
         return name
 
+    def _already_sent(self, cmd: TrainCmd) -> list[HostedClient]:
+        """The clients `cmd` names that still have to train: a command for the round this process
+        last uploaded gets those updates again (DDS delivers a writer's samples in order, so a
+        second command for a round is a deliberate one, never a late copy of the first)."""
+        named = [c for c in self.clients if cmd.names(c.name)]
+        if cmd.newer_base_ok or cmd.round != self.sent_round:
+            return named
+        for client in [c for c in named if c.name in self.sent]:
+            self.log(f"round {cmd.round}: the controller asks again: sending {client.name}'s update again")
+            self._upload(client, self.sent[client.name])
+        return [c for c in named if c.name not in self.sent]
+
+    def _upload(self, client: HostedClient, update: ClientUpdate) -> bool:
+        who = "" if self.cfg.procs is None else f"{client.name} "
+        try:
+            self.update_pub.publish(update, to={CONTROLLER})
+            return True
+        except DdsError as e:  # controller gone: keep listening; it asks again once it is back
+            self.log(f"{who}round {update.round}: update not delivered ({e}); waiting for the controller")
+            return False
+
     def run_round(self, cmd: TrainCmd) -> None:
         rnd = cmd.round
+        todo = self._already_sent(cmd)
+        if not todo:
+            return
         if self.weights is None and rnd > cmd.first_round:
             # Started after the controller's whole-model broadcast (a restart): no delta can apply.
             self._request_model(rnd - 1)
@@ -218,7 +262,7 @@ class Client:
             return
         fit = FitIns(round=rnd, epochs=cmd.epochs, lr=cmd.lr, batch_size=cmd.batch_size,
                      subset_size=cmd.subset_size, seed=cmd.seed)
-        for client in [c for c in self.clients if cmd.names(c.name)]:
+        for client in todo:
             self._train(client, cmd, rnd, fit, comm_s)
             comm_s = 0.0  # the model was waited for once, before the first
 
@@ -250,13 +294,14 @@ class Client:
         halt_at("before_upload", rnd)
         self.adaptive.before_upload(cmd)
         upload_start = time.perf_counter()
-        try:
-            update = ClientUpdate(round=rnd, client_id=client.name, num_samples=len(indices), payload=payload,
-                                  frame_bytes_by_bits=sizes, **self.adaptive.report(train_s + stretch_s))
-            self.update_pub.publish(update_identity.sign(self.node.settings.keyring, update), to={CONTROLLER})
+        update = update_identity.sign(self.node.settings.keyring, ClientUpdate(
+            round=rnd, client_id=client.name, num_samples=len(indices), payload=payload, frame_bytes_by_bits=sizes,
+            **self.adaptive.report(train_s + stretch_s)))
+        if self.sent_round != rnd:
+            self.sent_round, self.sent = rnd, {}
+        self.sent[client.name] = update
+        if self._upload(client, update):
             self.adaptive.after_upload(cmd, len(payload), upload_start, self.update_pub, cmd.deadline_s)
-        except DdsError as e:  # controller gone: keep listening, a restarted one re-announces the round
-            self.log(f"{who}round {rnd}: update not delivered ({e}); waiting for the controller")
         comm_s += self.node.stats.wait_s - waited
         comm = self.node.stats.since(self._row_start)
         self._row_start = self.node.stats.snapshot()

@@ -9,6 +9,7 @@ UpdateCollector, persistence the checkpoint module.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,6 +38,21 @@ from commlab.metrics import RunWriter, backend_name, write_transport_totals
 from commlab.models import evaluate, flatten_params, layout_of, load_params, weights_digest
 from commlab.roster import CONTROLLER
 from commlab.tables import COLUMNS
+
+
+@dataclass
+class OpenRound:
+    """A synchronous round while its updates are collected: what to send again, and to whom."""
+    cmd: TrainCmd
+    collector: UpdateCollector
+    returns: dict[str, int]  # node -> its returns (announce.Peer.returns) when the command last went to it
+    asked: set[str] = field(default_factory=set)  # nodes that asked for the model since
+
+    def unanswered_by_node(self, node_of: Callable[[str], str | None]) -> dict[str, list[str]]:
+        by_node: dict[str, list[str]] = {}
+        for client in sorted(set(self.collector.expected) - self.collector.answered()):
+            by_node.setdefault(node_of(client) or client, []).append(client)
+        return by_node
 
 
 class Controller:
@@ -70,6 +86,7 @@ class Controller:
         self.per_round, self.availability = cfg.per_round(), cfg.availability_trace()
         self.dispatch = None if not isinstance(strategy, FedBuff) else Dispatch(
             cfg.client_ids(), self.per_round, cfg.training.seed, self.availability)
+        self.open_round: OpenRound | None = None  # the synchronous round being collected
 
     def run(self) -> None:
         cfg = self.cfg
@@ -116,8 +133,10 @@ class Controller:
                         first_round=self.start_round, clients=named, newer_base_ok=newer_base_ok)
 
     def receive_update(self, timeout_s: float) -> ClientUpdate | None:
-        """The next update, serving requests for the whole model while waiting for it."""
+        """The next update, serving requests for the whole model and re-sending the round's command
+        to clients that came back while waiting for it."""
         self.serve_model_requests()
+        self.resend_to_returned()
         msg = self.update_sub.receive(timeout_s)
         if msg is not None and self.planner is not None:
             self.planner.offer(msg)  # its report counts once the collector accepted the update
@@ -127,12 +146,36 @@ class Controller:
         """One whole-model broadcast for every client of this run whose replica is out of sync."""
         wanted = []
         while (req := self.request_sub.receive(0.0)) is not None:
-            if req.run_id == self.cfg.run_id and req.client_id in self.cfg.node_names() and req.have != self.sender.digest:
+            if req.run_id != self.cfg.run_id or req.client_id not in self.cfg.node_names():
+                continue
+            if self.open_round is not None:  # a node that asks may have missed the round's command
+                self.open_round.asked.add(req.client_id)
+            if req.have != self.sender.digest:
                 wanted.append(req.client_id)
         if wanted:
             self.log(f"sending the whole model (round {self.sender.round}) to resync {', '.join(sorted(set(wanted)))}")
             self.blob_pub.publish(self.sender.full(self.sender.round))
             self.resyncs += 1
+
+    def resend_to_returned(self) -> None:
+        """The round's command again, to each node with clients yet to answer that came back after
+        it was lost (its DDS lease expired: paused, starved, cut off) or asked for the model since
+        the command went out: either may have missed the command, or the controller its update. A
+        client that already uploaded this round sends the same update again (fl.client)."""
+        r = self.open_round
+        if r is None:
+            return
+        for node, clients in r.unanswered_by_node(self.cfg.node_of).items():
+            returns = self.node.announcer.returns(node)
+            if returns == r.returns.get(node, 0) and node not in r.asked:
+                continue
+            r.returns[node] = returns
+            r.asked.discard(node)
+            self.log(f"round {r.cmd.round}: sending the command again to {node} ({', '.join(clients)} yet to answer)")
+            try:
+                self.cmd_pub.publish(replace(r.cmd, clients=";".join(clients)), to={node})
+            except DdsError as e:  # gone again: the next return or request tries once more
+                self.log(f"round {r.cmd.round}: command not delivered to {node} ({e})")
 
     def alive(self) -> set[str]:
         """The clients whose process is alive."""
@@ -149,13 +192,18 @@ class Controller:
         if not sample:  # nobody may train: the model stays, every replica still moves to round rnd
             self.finish_round(rnd, started, before, self.strategy.weights, RoundReplies(), 0.0)
             return
-        self.cmd_pub.publish(self.command(rnd, sample))
+        cmd = self.command(rnd, sample)
         collector = UpdateCollector(rnd, sample, self.codec, self.strategy.weights.size, self.log, self.cfg.node_of,
                                     self.unsigned)
-        replies = collector.collect(self.receive_update, started, cfg.round_deadline_s, cfg.round_hard_limit_s,
-                                    min(cfg.min_clients, len(sample)), idle_s=Progress(self.node.stats).idle_s,
-                                    alive=self.alive, lost_grace_s=cfg.lost_client_grace_s,
-                                    sender=lambda: self.update_sub.last_sender)
+        self.open_round = OpenRound(cmd, collector, {n: self.node.announcer.returns(n) for n in cfg.node_names()})
+        self.cmd_pub.publish(cmd)
+        try:
+            replies = collector.collect(self.receive_update, started, cfg.round_deadline_s, cfg.round_hard_limit_s,
+                                        min(cfg.min_clients, len(sample)), idle_s=Progress(self.node.stats).idle_s,
+                                        alive=self.alive, lost_grace_s=cfg.lost_client_grace_s,
+                                        sender=lambda: self.update_sub.last_sender)
+        finally:
+            self.open_round = None
         if self.planner is not None:
             self.planner.observe(rnd, replies.participants())
         agg_start = time.perf_counter()
