@@ -136,4 +136,4 @@ def test_a_controller_that_comes_back_is_told_which_model_the_client_holds(tmp_p
     node.announcer.returned["controller"] = 1
     client._greet_returned_controller()
     client._greet_returned_controller()
-    assert requests == [ModelRequest(run_id="run", client_id="client-0", have="")]
+    assert requests == [ModelRequest(run_id="run", client_id="client-0", have="", rejoined=True)]

@@ -130,8 +130,7 @@ class Client:
             return
         self.controller_returns = returns
         self.log(f"the controller is back: telling it this client holds {self.replica.digest or 'no model'}")
-        self.requested_after = None
-        self._request_model(self.weights_round if self.weights_round is not None else -1)
+        self._send_request(rejoined=True)
 
     def _stopped(self) -> bool:
         """True once a Stop of this run arrived (a Stop of another run on the domain is ignored)."""
@@ -187,9 +186,12 @@ class Client:
             return
         self.requested_after = controller_round
         self.log(f"replica {self.replica.digest or 'empty'} is out of sync: asking for the whole model")
+        self._send_request(rejoined=False)
+
+    def _send_request(self, rejoined: bool) -> None:
         try:
             self.request_pub.publish(ModelRequest(run_id=self.cfg.run_id, client_id=self.cfg.name,
-                                                  have=self.replica.digest))
+                                                  have=self.replica.digest, rejoined=rejoined))
         except DdsError as e:  # controller gone: a restarted one sends the whole model anyway
             self.log(f"model request not delivered ({e})")
 

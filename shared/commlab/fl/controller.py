@@ -46,7 +46,7 @@ class OpenRound:
     cmd: TrainCmd
     collector: UpdateCollector
     returns: dict[str, int]  # node -> its returns (announce.Peer.returns) when the command last went to it
-    asked: set[str] = field(default_factory=set)  # nodes that asked for the model since
+    asked: set[str] = field(default_factory=set)  # nodes that rejoined (fl.messages.ModelRequest) since
 
     def unanswered_by_node(self, node_of: Callable[[str], str | None]) -> dict[str, list[str]]:
         by_node: dict[str, list[str]] = {}
@@ -148,7 +148,7 @@ class Controller:
         while (req := self.request_sub.receive(0.0)) is not None:
             if req.run_id != self.cfg.run_id or req.client_id not in self.cfg.node_names():
                 continue
-            if self.open_round is not None:  # a node that asks may have missed the round's command
+            if self.open_round is not None and req.rejoined:  # it may have missed the round's command
                 self.open_round.asked.add(req.client_id)
             if req.have != self.sender.digest:
                 wanted.append(req.client_id)
@@ -159,8 +159,8 @@ class Controller:
 
     def resend_to_returned(self) -> None:
         """The round's command again, to each node with clients yet to answer that came back after
-        it was lost (its DDS lease expired: paused, starved, cut off) or asked for the model since
-        the command went out: either may have missed the command, or the controller its update. A
+        it was lost (its DDS lease expired: paused, starved, cut off) or said it rejoined since the
+        command went out: either may have missed the command, or the controller its update. A
         client that already uploaded this round sends the same update again (fl.client)."""
         r = self.open_round
         if r is None:

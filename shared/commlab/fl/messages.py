@@ -113,10 +113,12 @@ class ModelBlob:
 @dataclass
 class ModelRequest:
     """A client asks for the whole model: its replica (digest `have`, "" for none) cannot take the
-    deltas being broadcast."""
+    deltas being broadcast. `rejoined`: it says so because it lost the controller for a while (the
+    whole model only if `have` is not the controller's), and may have missed the round's command."""
     run_id: str
     client_id: str
     have: str = ""
+    rejoined: bool = False
 
 
 @dataclass
