@@ -221,10 +221,10 @@ def test_compressor_matrix_is_drawn_and_tabled(tmp_path):
     bench = results / "bench"
     bench.mkdir()
     pd.DataFrame([
-        {"mode": "fl", "compressor": "fp32", "status": "ok", "bytes_vs_fp32": 1.0, "accuracy_delta_pp": 0.0},
-        {"mode": "fl", "compressor": "int8", "status": "ok", "bytes_vs_fp32": 0.25, "accuracy_delta_pp": -0.1},
-        {"mode": "ddp", "compressor": "dgc", "status": "ok", "bytes_vs_fp32": 0.0014, "accuracy_delta_pp": -0.3},
-        {"mode": "ddp", "compressor": "terngrad", "status": "exit 1", "bytes_vs_fp32": None, "accuracy_delta_pp": None},
+        {"mode": "fl", "compressor": "fp32", "status": "ok", "bytes_x_of_fp32": 1.0, "accuracy_delta_pp": 0.0},
+        {"mode": "fl", "compressor": "int8", "status": "ok", "bytes_x_of_fp32": 0.25, "accuracy_delta_pp": -0.1},
+        {"mode": "ddp", "compressor": "dgc", "status": "ok", "bytes_x_of_fp32": 0.0014, "accuracy_delta_pp": -0.3},
+        {"mode": "ddp", "compressor": "terngrad", "status": "exit 1", "bytes_x_of_fp32": None, "accuracy_delta_pp": None},
     ]).to_csv(bench / "matrix.csv", index=False)
     (bench / "matrix.md").write_text("FL: 2 clients\n\n| mode | compressor |\n|---|---|\n| fl | int8 |\n")
     (bench / "matrix.json").write_text(json.dumps({"settings": {"fl": "FL: 2 clients", "ddp": "DDP: WORLD=3"}}))

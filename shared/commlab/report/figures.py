@@ -187,7 +187,7 @@ def ddp_figures(frames: dict[str, pd.DataFrame], settings: dict, group: str, out
 
 
 def matrix_figure(matrix: pd.DataFrame, settings: str, out: Path) -> Path:
-    """bench-matrix: bytes a node sends vs fp32/dense (log scale) against the accuracy delta, one
+    """bench-matrix: bytes a node sends as x of fp32 (log scale) against the accuracy delta, one
     point per compressor and mode; the centralized peer (no bytes) as a dashed line per mode."""
     fig, ax = plt.subplots(figsize=(8, 5.5))
     ok = matrix[matrix["status"] == "ok"]
@@ -199,13 +199,13 @@ def matrix_figure(matrix: pd.DataFrame, settings: str, out: Path) -> Path:
                        label=f"centralized ({mode.upper()} budget)")
         if part.empty:
             continue
-        ax.scatter(part["bytes_vs_fp32"], part["accuracy_delta_pp"], marker=marker, color=color, label=mode.upper())
+        ax.scatter(part["bytes_x_of_fp32"], part["accuracy_delta_pp"], marker=marker, color=color, label=mode.upper())
         for _, row in part.iterrows():
-            ax.annotate(row["compressor"], (row["bytes_vs_fp32"], row["accuracy_delta_pp"]), fontsize=7,
+            ax.annotate(row["compressor"], (row["bytes_x_of_fp32"], row["accuracy_delta_pp"]), fontsize=7,
                         xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.axhline(0, color="grey", lw=0.8)
-    ax.set_xlabel("bytes sent per node, share of fp32 (FL: per round; DDP: per step and peer)")
+    ax.set_xlabel("bytes sent per node, x of fp32 (FL: per round; DDP: per step and peer)")
     ax.set_ylabel("test accuracy - fp32/dense (percentage points)")
     ax.set_title(f"Compressor matrix: bytes vs accuracy\n{settings}", fontsize=8)
     ax.grid(True, alpha=0.3, which="both")
