@@ -53,11 +53,11 @@ RUN_COLUMNS = {"policy": "policy", "seed": "seed", "status": "status", "time_s":
                "round_to_target": "round reaching target", "accuracy_at_budget": "accuracy at budget (%)",
                "final_accuracy": "final accuracy (%)", "median_round_s": "median round time (s)",
                "mean_idle_s": "mean client idle / round (s)", "max_idle_s": "idle of the most waiting client (s)",
-               "up_MB_per_round": "up per round (MB)", "bits": "bits per client (rounds 3+)"}
+               "up_MB_per_round": "up per round, all rounds (MB)", "bits": "bits per client (rounds 3+)"}
 POLICY_COLUMNS = {"policy": "policy", "reached": "seeds reaching target", "min_s": "min (s)",
                   "median_s": "median (s)", "max_s": "max (s)", "acc_min": "accuracy at budget: min (%)",
                   "acc_median": "median (%)", "acc_max": "max (%)", "mean_idle_s": "client idle / round (s)",
-                  "max_idle_s": "most waiting client idle / round (s)", "up_MB_per_round": "up per round (MB)"}
+                  "max_idle_s": "most waiting client idle / round (s)", "up_MB_per_round": "up per round, all rounds (MB)"}
 
 
 def policy_flags(policy: str, family: str = "qsgdz") -> list[str]:

@@ -20,7 +20,7 @@ from commlab.progress import Progress
 
 CODECS = ["fp32", "int8", "fp32_sparse", "int8_sparse", "minmax8", "minmax4", "minmax2", "qsgd16", "qsgd4",
           "signsgd", "terngrad", "randomk"]
-FIELDS = ["vector", "numel", "codec", "wire_bytes", "wire_ratio", "encode_MBps", "decode_MBps", "encode_x_memcpy",
+FIELDS = ["vector", "numel", "codec", "wire_bytes", "wire_x_of_fp32", "encode_MBps", "decode_MBps", "encode_x_memcpy",
           "decode_x_memcpy", "roundtrip_x_memcpy", "max_abs_err", "mean_abs_err", "memcpy_MBps"]
 
 
@@ -74,7 +74,7 @@ def bench(name: str, vec: np.ndarray, codec_name: str, reps: int, budget_s: floa
     err = np.abs(out - vec)
     return {
         "vector": name, "numel": vec.size, "codec": codec_name,
-        "wire_bytes": len(frame), "wire_ratio": len(frame) / vec.nbytes,
+        "wire_bytes": len(frame), "wire_x_of_fp32": len(frame) / vec.nbytes,
         "encode_MBps": mb / t_enc, "decode_MBps": mb / t_dec,
         "encode_x_memcpy": t_copy / t_enc, "decode_x_memcpy": t_copy / t_dec,
         "roundtrip_x_memcpy": t_copy / (t_enc + t_dec),
@@ -84,7 +84,7 @@ def bench(name: str, vec: np.ndarray, codec_name: str, reps: int, budget_s: floa
 
 
 def fmt(row: dict) -> str:
-    return (f"| {row['vector']} | {row['codec']} | {row['wire_ratio']:.4f} | {row['encode_MBps']:.0f} | "
+    return (f"| {row['vector']} | {row['codec']} | {row['wire_x_of_fp32']:.4f} | {row['encode_MBps']:.0f} | "
             f"{row['decode_MBps']:.0f} | {row['encode_x_memcpy']:.3f} | {row['decode_x_memcpy']:.3f} | "
             f"{row['roundtrip_x_memcpy']:.3f} | {row['max_abs_err']:.3g} | {row['mean_abs_err']:.3g} |")
 
@@ -97,7 +97,7 @@ def main() -> None:
     parser.add_argument("--vectors", default=",".join(VECTORS), help=f"some of {', '.join(VECTORS)}")
     parser.add_argument("--out", type=Path, default=Path("results/bench/codecs.csv"))
     args = parser.parse_args()
-    print("| vector | codec | wire/fp32 | enc MB/s | dec MB/s | enc x memcpy | dec x memcpy | "
+    print("| vector | codec | x of fp32 | enc MB/s | dec MB/s | enc x memcpy | dec x memcpy | "
           "enc+dec x memcpy | max abs err | mean abs err |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     rows = []

@@ -53,7 +53,8 @@ def fl_summary(run_dir: Path, target: float) -> dict:
     reached = rounds.index[rounds["test_accuracy"] >= target]
     return {"round_time_s": rounds["round_time_s"].mean(), "train_time_s": train.mean(),
             "round_over_train": rounds["round_time_s"].mean() / train.mean(),
-            "bytes_up_per_round": rounds["bytes_up"].mean(), "bytes_down_per_round": rounds["bytes_down"].mean(),
+            "bytes_up_per_round_incl_warmup": rounds["bytes_up"].mean(),
+            "bytes_down_per_round": rounds["bytes_down"].mean(),
             "time_to_target_s": float(elapsed[reached[0]]) if len(reached) else float("nan"),
             "final_accuracy": float(rounds["test_accuracy"].iloc[-1])}
 
@@ -80,8 +81,8 @@ def part_broadcast(a: argparse.Namespace, progress: Progress) -> pd.DataFrame:
         rounds = pd.read_csv(run_dir / "rounds.csv").iloc[1:]  # round 1 may carry repairs of the first broadcast
         label = f"broadcast, {clients} clients"
         rows.append({"clients": clients, "model_bytes": model, "bytes_down_per_round": rounds["bytes_down"].mean(),
-                     "vs_one_model": rounds["bytes_down"].mean() / model,
-                     "interface_vs_one_model": rounds["iface_bytes_down"].mean() / model})
+                     "x_of_one_model": rounds["bytes_down"].mean() / model,
+                     "interface_x_of_one_model": rounds["iface_bytes_down"].mean() / model})
         progress.update(progress.done + 1, label)
     return pd.DataFrame(rows)
 
@@ -97,10 +98,11 @@ def part_ddp(a: argparse.Namespace, progress: Progress) -> pd.DataFrame:
         s = summarise_ddp(a.results_dir / run_id)
         label = f"ddp dgc, multicast {multicast}"
         rows.append({"allgather": "multicast" if multicast == "data" else "unicast",
-                     "bytes_sent_per_step": s["bytes_sent_per_step"], "step_time_ms": s["step_time_ms"]})
+                     "bytes_sent_per_step_after_warmup": s["bytes_sent_per_step_after_warmup"],
+                     "step_time_ms": s["step_time_ms"]})
         progress.update(progress.done + 1, label)
     df = pd.DataFrame(rows)
-    df["vs_unicast"] = df["bytes_sent_per_step"] / df["bytes_sent_per_step"].iloc[0]
+    df["x_of_unicast"] = df["bytes_sent_per_step_after_warmup"] / df["bytes_sent_per_step_after_warmup"].iloc[0]
     return df
 
 

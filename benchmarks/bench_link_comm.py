@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
               f"/round/client, round {s['round_time_s']:.1f} s, final acc {s['final_accuracy']:.3f}  ({d})")
     ratio = stats[0]["comm_time_s"] / stats[1]["comm_time_s"]
     print(f"fp32 / {a.codec} communication time per round: {ratio:.1f}x "
-          f"(bytes {stats[0]['bytes_up_per_client'] / stats[1]['bytes_up_per_client']:.1f}x)")
+          f"(bytes up: {a.codec} {stats[1]['bytes_up_per_client'] / stats[0]['bytes_up_per_client']:.4g} x of fp32)")
     return 0 if ratio >= 4 else 1
 
 

@@ -28,8 +28,8 @@ from bench_peers_common import (JOBS_NOTE, add_ratios, add_run_args, apply_smoke
 CASES = ("dds-dense-ring", "dds-dense-naive", "dds-int8", "dds-dgc", "dds-powersgd2",
          "gloo-none", "gloo-fp16", "gloo-powersgd", "centralized")
 KNOWN = (*CASES, "dds-dense")  # dds-dense: the collective `auto` picks (naive with multicast data, else ring)
-FIELDS = ["case", "bytes_sent_per_rank_step", "step_time_s", "comm_time_s", "test_accuracy",
-          "bytes_vs_gloo_none", "step_time_vs_gloo_none", "acc_delta_vs_gloo_none_pts", "steps", "run_wall_s",
+FIELDS = ["case", "bytes_sent_per_rank_step_after_warmup", "step_time_s", "comm_time_s", "test_accuracy",
+          "bytes_x_of_gloo_none", "step_time_x_of_gloo_none", "acc_delta_vs_gloo_none_pts", "steps", "run_wall_s",
           "status", "run_id"]
 SMOKE = {"world": 2, "epochs": 1, "train_subset": 640, "test_subset": 200}
 
@@ -56,7 +56,7 @@ def measure(run_dir: Path, skip: int) -> dict:
     steps = pd.concat([pd.read_csv(p) for p in sorted(run_dir.glob("steps-rank*.csv"))], ignore_index=True)
     after = steps[steps["step"] >= min(skip, int(steps["step"].max()))]
     epochs = pd.read_csv(run_dir / "epochs-rank0.csv")
-    return {"bytes_sent_per_rank_step": round(after.groupby("rank")["bytes_sent"].mean().mean()),
+    return {"bytes_sent_per_rank_step_after_warmup": round(after.groupby("rank")["bytes_sent"].mean().mean()),
             "step_time_s": round(after["step_time_s"].median(), 4),
             "comm_time_s": round(after["comm_time_s"].median(), 4),
             "test_accuracy": round(float(epochs["test_accuracy"].iloc[-1]), 4),
@@ -82,8 +82,8 @@ def main() -> int:
         return 2
     rows = run_cases(cases, "bench-peers", a.results_dir, lambda case, run_id: command(case, a, run_id),
                      lambda case, run_dir: measure(run_dir, a.skip), a.jobs)
-    add_ratios(rows, "gloo-none", {"bytes_vs_gloo_none": "bytes_sent_per_rank_step",
-                                   "step_time_vs_gloo_none": "step_time_s"}, "acc_delta_vs_gloo_none_pts")
+    add_ratios(rows, "gloo-none", {"bytes_x_of_gloo_none": "bytes_sent_per_rank_step_after_warmup",
+                                   "step_time_x_of_gloo_none": "step_time_s"}, "acc_delta_vs_gloo_none_pts")
     write_table(rows, FIELDS, a.out,
                 f"{a.profile}, world {a.world}, {a.epochs} epoch(s) of {a.train_subset} samples, batch 32/rank; "
                 f"bytes and times over steps >= {a.skip}" + JOBS_NOTE * (a.jobs > 1),

@@ -31,8 +31,8 @@ from bench_peers_common import (JOBS_NOTE, add_ratios, add_run_args, apply_smoke
 from commlab.fl.config import TrainingSection
 
 CASES = ("dds-fp32", "dds-int8_sparse", "flower", "flower-deployment", "centralized")
-FIELDS = ["case", "bytes_up_per_client_round", "bytes_down_per_round", "round_time_s", "overhead_s",
-          "test_accuracy", "rounds", "bytes_up_vs_flower", "round_time_vs_flower", "acc_delta_vs_flower_pts",
+FIELDS = ["case", "bytes_up_per_client_round_incl_warmup", "bytes_down_per_round", "round_time_s", "overhead_s",
+          "test_accuracy", "rounds", "bytes_up_x_of_flower", "round_time_x_of_flower", "acc_delta_vs_flower_pts",
           "bytes_from", "run_wall_s", "status", "run_id"]
 SMOKE = {"rounds": 2, "samples_per_round": 300, "train_subset": 2000, "test_subset": 500}
 
@@ -54,7 +54,7 @@ def command(case: str, a: argparse.Namespace, run_id: str) -> list[str]:
 def measure(case: str, run_dir: Path) -> dict:
     if case == "centralized":
         epochs = pd.read_csv(run_dir / "epochs-rank0.csv")
-        return {"bytes_up_per_client_round": 0, "bytes_down_per_round": 0, "bytes_from": "none (one process)",
+        return {"bytes_up_per_client_round_incl_warmup": 0, "bytes_down_per_round": 0, "bytes_from": "none (one process)",
                 "test_accuracy": round(float(epochs["test_accuracy"].iloc[-1]), 4)}
     rounds = pd.read_csv(run_dir / "rounds.csv")
     iface = rounds["iface_bytes_up"].notna().all() and rounds["iface_bytes_down"].notna().all()
@@ -63,7 +63,7 @@ def measure(case: str, run_dir: Path) -> dict:
     clients = pd.concat([pd.read_csv(p) for p in sorted(run_dir.glob("clients-*.csv"))], ignore_index=True)
     slowest = clients.groupby("round")["train_time_s"].max()
     overhead = (rounds.set_index("round")["round_time_s"] - slowest).dropna()
-    return {"bytes_up_per_client_round": round((up / rounds["n_participants"]).mean()),
+    return {"bytes_up_per_client_round_incl_warmup": round((up / rounds["n_participants"]).mean()),
             "bytes_down_per_round": round(down.mean()),
             "round_time_s": round(rounds["round_time_s"].median(), 3),
             "overhead_s": round(overhead.median(), 3),
@@ -88,8 +88,8 @@ def main() -> int:
         return 2
     rows = run_cases(cases, "bench-peers-fl", a.results_dir, lambda case, run_id: command(case, a, run_id), measure,
                      a.jobs)
-    add_ratios(rows, "flower", {"bytes_up_vs_flower": "bytes_up_per_client_round",
-                                "round_time_vs_flower": "round_time_s"}, "acc_delta_vs_flower_pts")
+    add_ratios(rows, "flower", {"bytes_up_x_of_flower": "bytes_up_per_client_round_incl_warmup",
+                                "round_time_x_of_flower": "round_time_s"}, "acc_delta_vs_flower_pts")
     samples = a.rounds * a.clients * a.samples_per_round * TrainingSection().local_epochs
     write_table(rows, FIELDS, a.out,
                 f"{a.profile}, {a.clients} clients, {a.rounds} rounds of {a.samples_per_round} samples per client, "

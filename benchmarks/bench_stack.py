@@ -59,7 +59,7 @@ def main() -> int:
     print(markdown_table(df, {c: c for c in df.columns}))
     compose, swarm = rows
     for key in ("bytes_up", "bytes_down", "iface_bytes_up", "iface_bytes_down"):
-        print(f"{key}: swarm/compose {swarm[key] / compose[key]:.4f}")
+        print(f"{key}: swarm {swarm[key] / compose[key]:.4f} x of compose")
     print(f"accuracy: swarm - compose {100 * (swarm['test_accuracy'] - compose['test_accuracy']):+.2f} pp")
     return 0
 

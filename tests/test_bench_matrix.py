@@ -27,7 +27,7 @@ def test_deltas_are_paired_by_seed_and_their_median_is_reported():
     assert table.loc["dgc", "accuracy_delta_pp"] == pytest.approx(-0.5)
     assert table.loc["dgc", "delta_min_pp"] == pytest.approx(-0.5)
     assert table.loc["dgc", "delta_max_pp"] == pytest.approx(-0.5)
-    assert table.loc["dgc", "bytes_vs_fp32"] == pytest.approx(0.01)
+    assert table.loc["dgc", "bytes_x_of_fp32"] == pytest.approx(0.01)
     assert table.loc["dgc", "seeds"] == 3 and table.index[0] == "fp32"
 
 
@@ -77,4 +77,4 @@ def test_ddp_bytes_are_those_of_the_steady_state(tmp_path, method, params, first
     pd.DataFrame([{"step": k, "bytes_sent": 1000 if k < first_steady else 10, "bytes_received": 10, "density": 1.0,
                    **zeros} for k in range(12)]).to_csv(tmp_path / "steps-rank0.csv", index=False)
     pd.DataFrame([{"test_accuracy": 0.9}]).to_csv(tmp_path / "epochs-rank0.csv", index=False)
-    assert summarise(tmp_path)["bytes_sent_per_step"] == 10
+    assert summarise(tmp_path)["bytes_sent_per_step_after_warmup"] == 10

@@ -79,14 +79,14 @@ def printed_centralized(bench: Bench) -> None:
 def test_ddp_smoke_table(ddp):
     t = ddp.table
     assert list(t.index) == DDP_CASES and (t["status"] == "ok").all(), t["status"].to_dict()
-    finite(t, DDP_CASES, ["bytes_sent_per_rank_step", "step_time_s", "comm_time_s", "test_accuracy",
-                          "bytes_vs_gloo_none", "step_time_vs_gloo_none", "acc_delta_vs_gloo_none_pts", "steps"])
+    finite(t, DDP_CASES, ["bytes_sent_per_rank_step_after_warmup", "step_time_s", "comm_time_s", "test_accuracy",
+                          "bytes_x_of_gloo_none", "step_time_x_of_gloo_none", "acc_delta_vs_gloo_none_pts", "steps"])
     assert (t["steps"] == 10).all()  # 640 samples, world 2, batch 32
     assert ((t["test_accuracy"] > 0) & (t["test_accuracy"] <= 1)).all()
-    assert t.loc["gloo-none", ["bytes_vs_gloo_none", "step_time_vs_gloo_none"]].tolist() == [1.0, 1.0]
+    assert t.loc["gloo-none", ["bytes_x_of_gloo_none", "step_time_x_of_gloo_none"]].tolist() == [1.0, 1.0]
     assert t.loc["gloo-none", "acc_delta_vs_gloo_none_pts"] == 0.0
-    assert t.loc["centralized", "bytes_sent_per_rank_step"] == 0
-    assert (t.drop(index="centralized")["bytes_sent_per_rank_step"] > 0).all()
+    assert t.loc["centralized", "bytes_sent_per_rank_step_after_warmup"] == 0
+    assert (t.drop(index="centralized")["bytes_sent_per_rank_step_after_warmup"] > 0).all()
     printed_centralized(ddp)
 
 
@@ -94,7 +94,7 @@ def test_ddp_smoke_dds_bytes_and_identical_training(ddp):
     """DDS bytes are its own wire counts (not timing): with 2 ranks the ring and the naive exchange
     each send one 6.65 MB vector a step; int8 a quarter; dgc and powersgd2 a small share. DDS dense
     (either collective) and gloo without a hook train identically (test_peers' former check)."""
-    b = ddp.table["bytes_sent_per_rank_step"]
+    b = ddp.table["bytes_sent_per_rank_step_after_warmup"]
     for case in ("dds-dense-ring", "dds-dense-naive"):
         assert 6_600_000 < b[case] < 7_300_000, (case, b[case])
     assert 0.24 < b["dds-int8"] / b["dds-dense-ring"] < 0.3
@@ -135,17 +135,17 @@ def test_fl_smoke_table(fl):
     t = fl.table
     assert list(t.index) == FL_CASES and (t["status"] == "ok").all(), t["status"].to_dict()
     comm = ["dds-fp32", "dds-int8_sparse", "flower", "flower-deployment"]
-    finite(t, comm, ["bytes_up_per_client_round", "bytes_down_per_round", "round_time_s", "overhead_s",
-                     "test_accuracy", "rounds", "bytes_up_vs_flower", "round_time_vs_flower",
+    finite(t, comm, ["bytes_up_per_client_round_incl_warmup", "bytes_down_per_round", "round_time_s", "overhead_s",
+                     "test_accuracy", "rounds", "bytes_up_x_of_flower", "round_time_x_of_flower",
                      "acc_delta_vs_flower_pts"])
     finite(t, ["centralized"], ["test_accuracy", "acc_delta_vs_flower_pts"])
     assert (t.loc[comm, "rounds"] == 2).all() and ((t["test_accuracy"] > 0) & (t["test_accuracy"] <= 1)).all()
-    assert t.loc["flower", ["bytes_up_vs_flower", "round_time_vs_flower"]].tolist() == [1.0, 1.0]
-    assert t.loc["centralized", "bytes_up_per_client_round"] == 0
+    assert t.loc["flower", ["bytes_up_x_of_flower", "round_time_x_of_flower"]].tolist() == [1.0, 1.0]
+    assert t.loc["centralized", "bytes_up_per_client_round_incl_warmup"] == 0
     # bytes are the DDS CommStats (fp32: the 6.65 MB model plus headers) and the shared lo counters for
     # Flower (an upper bound); int8_sparse sends a small share of fp32
-    assert (t.loc[["dds-fp32", "flower", "flower-deployment"], "bytes_up_per_client_round"] > 6_000_000).all()
-    assert t.loc["dds-int8_sparse", "bytes_up_per_client_round"] < 0.1 * t.loc["dds-fp32", "bytes_up_per_client_round"]
+    assert (t.loc[["dds-fp32", "flower", "flower-deployment"], "bytes_up_per_client_round_incl_warmup"] > 6_000_000).all()
+    assert t.loc["dds-int8_sparse", "bytes_up_per_client_round_incl_warmup"] < 0.1 * t.loc["dds-fp32", "bytes_up_per_client_round_incl_warmup"]
     printed_centralized(fl)
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from commlab.report.__main__ import main
-from commlab.report.figures import DDP_FIGURES, FL_FIGURES
+from commlab.report.figures import ADAPTIVE_FIGURES, DDP_FIGURES, FL_FIGURES, adaptive_figures
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results"
 FL_LAN = "fl-mnist_cnn-mnist-lan-c3-r5-local"
@@ -59,9 +59,9 @@ def test_fl_numbers_equal_metrics_files(report):
         assert s["final_accuracy"] == pytest.approx(float(rounds[-1]["test_accuracy"]))
     # The int8_sparse run lost client2 in round 4: 14 client rows, not 15.
     assert len(rows(sparse, "clients*.csv")) == 14
-    ratio = mean(col(rows(fp32, "rounds.csv"), "bytes_up")) / mean(col(rows(sparse, "rounds.csv"), "bytes_up"))
-    assert summary.loc[sparse, "compression_ratio"] == pytest.approx(ratio)
-    assert summary.loc[fp32, "compression_ratio"] == pytest.approx(1.0)
+    x_of_fp32 = mean(col(rows(sparse, "rounds.csv"), "bytes_up")) / mean(col(rows(fp32, "rounds.csv"), "bytes_up"))
+    assert summary.loc[sparse, "bytes_up_x_of_fp32"] == pytest.approx(x_of_fp32)
+    assert summary.loc[fp32, "bytes_up_x_of_fp32"] == pytest.approx(1.0)
     # Time to target: sum of round times up to the first round at or above 0.97.
     rounds = rows(fp32, "rounds.csv")
     first = next(i for i, r in enumerate(rounds) if float(r["test_accuracy"]) >= 0.97)
@@ -87,10 +87,10 @@ def test_ddp_numbers_equal_metrics_files(report):
         last = max(int(r["epoch"]) for r in epochs)
         assert s["final_accuracy"] == pytest.approx(
             mean(float(r["test_accuracy"]) for r in epochs if int(r["epoch"]) == last))
-    ratio = (mean(col(rows(dense, "steps-rank*.csv"), "bytes_sent"))
-             / mean(col(rows(dgc, "steps-rank*.csv"), "bytes_sent")))
-    assert summary.loc[dgc, "compression_ratio"] == pytest.approx(ratio)
-    assert ratio > 5  # DGC sends far less than dense
+    x_of_fp32 = (mean(col(rows(dgc, "steps-rank*.csv"), "bytes_sent"))
+                 / mean(col(rows(dense, "steps-rank*.csv"), "bytes_sent")))
+    assert summary.loc[dgc, "bytes_up_x_of_fp32"] == pytest.approx(x_of_fp32)
+    assert x_of_fp32 < 0.2  # DGC sends far less than dense
 
 
 def last_epoch_bytes(run: str) -> float:
@@ -104,17 +104,18 @@ def test_ddp_last_epoch_leaves_out_the_dgc_warmup(report):
     dense, dgc = "20250101-120000-ddp-dense-301", "20250101-121000-ddp-dgc-302"
     for run in (dense, dgc):
         assert summary.loc[run, "bytes_up_per_unit_last_epoch"] == pytest.approx(last_epoch_bytes(run))
-    ratio = last_epoch_bytes(dense) / last_epoch_bytes(dgc)
-    assert summary.loc[dgc, "compression_ratio_last_epoch"] == pytest.approx(ratio)
-    assert summary.loc[dense, "compression_ratio_last_epoch"] == pytest.approx(1.0)
+    x_of_fp32 = last_epoch_bytes(dgc) / last_epoch_bytes(dense)
+    assert summary.loc[dgc, "bytes_up_x_of_fp32_last_epoch"] == pytest.approx(x_of_fp32)
+    assert summary.loc[dense, "bytes_up_x_of_fp32_last_epoch"] == pytest.approx(1.0)
     # The fixture's warm-up (density 25% down to 0.1%) mostly falls in epoch 0.
-    assert ratio > 3 * summary.loc[dgc, "compression_ratio"]
+    assert x_of_fp32 < summary.loc[dgc, "bytes_up_x_of_fp32"] / 3
     ddp_table = text.split(f"## {DDP}")[1].split("##")[0]
-    assert "| ratio vs dense | bytes up per step, last epoch | ratio vs dense, last epoch |" in ddp_table
-    assert f"| {ratio:.4g} |" in ddp_table
+    assert ("| bytes up per step, incl. warm-up | x of fp32 | bytes up per step, last epoch only "
+            "| x of fp32, last epoch only |") in ddp_table
+    assert f"| {x_of_fp32:.4g} |" in ddp_table
     # FL has no epochs: its columns and table are as before.
     fl = summary[summary["kind"] == "fl"]
-    assert fl["bytes_up_per_unit_last_epoch"].isna().all() and fl["compression_ratio_last_epoch"].isna().all()
+    assert fl["bytes_up_per_unit_last_epoch"].isna().all() and fl["bytes_up_x_of_fp32_last_epoch"].isna().all()
     assert "last epoch" not in text.split(f"## {FL_LAN}")[1].split("##")[0]
 
 
@@ -160,7 +161,7 @@ def test_only_named_runs(tmp_path, capsys):
     run = "20250101-121000-ddp-dgc-302"
     assert main(["--results", str(FIXTURE), "--runs", run, "--out", str(tmp_path)]) == 0
     assert list(pd.read_csv(tmp_path / "summary.csv")["run_id"]) == [run]
-    assert np.isnan(pd.read_csv(tmp_path / "summary.csv")["compression_ratio"][0])  # no dense run named
+    assert np.isnan(pd.read_csv(tmp_path / "summary.csv")["bytes_up_x_of_fp32"][0])  # no dense run named
     with pytest.raises(SystemExit) as e:
         main(["--results", str(FIXTURE), "--runs", "no-such-run", "--out", str(tmp_path)])
     assert e.value.code == 2
@@ -221,10 +222,11 @@ def test_compressor_matrix_is_drawn_and_tabled(tmp_path):
     bench = results / "bench"
     bench.mkdir()
     pd.DataFrame([
-        {"mode": "fl", "compressor": "fp32", "status": "ok", "bytes_vs_fp32": 1.0, "accuracy_delta_pp": 0.0},
-        {"mode": "fl", "compressor": "int8", "status": "ok", "bytes_vs_fp32": 0.25, "accuracy_delta_pp": -0.1},
-        {"mode": "ddp", "compressor": "dgc", "status": "ok", "bytes_vs_fp32": 0.0014, "accuracy_delta_pp": -0.3},
-        {"mode": "ddp", "compressor": "terngrad", "status": "exit 1", "bytes_vs_fp32": None, "accuracy_delta_pp": None},
+        {"mode": "fl", "compressor": "fp32", "status": "ok", "bytes_x_of_fp32": 1.0, "accuracy_delta_pp": 0.0},
+        {"mode": "fl", "compressor": "int8", "status": "ok", "bytes_x_of_fp32": 0.25, "accuracy_delta_pp": -0.1},
+        {"mode": "ddp", "compressor": "dgc", "status": "ok", "bytes_x_of_fp32": 0.0014, "accuracy_delta_pp": -0.3},
+        {"mode": "ddp", "compressor": "terngrad", "status": "exit 1", "bytes_x_of_fp32": None,
+         "accuracy_delta_pp": None},
     ]).to_csv(bench / "matrix.csv", index=False)
     (bench / "matrix.md").write_text("FL: 2 clients\n\n| mode | compressor |\n|---|---|\n| fl | int8 |\n")
     (bench / "matrix.json").write_text(json.dumps({"settings": {"fl": "FL: 2 clients", "ddp": "DDP: WORLD=3"}}))
@@ -235,13 +237,51 @@ def test_compressor_matrix_is_drawn_and_tabled(tmp_path):
     assert image.std() > 0.01  # something was drawn
 
 
-def test_adaptive_runs_get_bits_and_uplink_share_figures(tmp_path):
-    from commlab.report.figures import ADAPTIVE_FIGURES, adaptive_figures
+def test_a_matrix_written_before_x_of_fp32_is_named_not_drawn(tmp_path, capsys):
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE / "20250101-121000-ddp-dgc-302", results / "20250101-121000-ddp-dgc-302")
+    (results / "bench").mkdir()
+    pd.DataFrame([{"mode": "fl", "compressor": "fp32", "status": "ok", "bytes_vs_fp32": 1.0, "accuracy_delta_pp": 0.0}]
+                 ).to_csv(results / "bench" / "matrix.csv", index=False)
+    assert main(["--results", str(results), "--out", str(tmp_path / "out")]) == 0
+    assert "make bench-matrix again" in capsys.readouterr().out
+    assert not (tmp_path / "out" / "matrix.png").exists()
+
+
+def test_adaptive_runs_get_bits_and_uplink_share_figures():
     clients = pd.DataFrame({"run_id": "r", "series": "qsgd15", "round": [1, 1, 2, 2], "client_id": [0, 1, 0, 1],
                             "bits": [4, 8, 2, 6], "rate_bps": [2e6, 6e6, 1e6, 3e6]})
-    paths = adaptive_figures(clients, "test", "g", tmp_path)
-    assert [p.name for p in paths] == [f"g-{n}.png" for n in ADAPTIVE_FIGURES]
-    for p in paths:
-        assert matplotlib.image.imread(p).std() > 0
+    figures = adaptive_figures(clients, ["test"])
+    assert list(figures) == list(ADAPTIVE_FIGURES)
+    share = [line.get_ydata().tolist() for line in figures["rate-share"].axes[0].get_lines()]
+    assert share == [[0.25, 0.25], [0.75, 0.75]]  # of each round's allocated uplink
     # Runs without allocations (bits empty) draw nothing.
-    assert adaptive_figures(clients.assign(bits=np.nan), "test", "g", tmp_path / "none") == []
+    assert adaptive_figures(clients.assign(bits=np.nan), ["test"]) == {}
+
+
+def test_ratios_are_x_of_fp32_this_run_over_fp32(report):
+    """One convention for every ratio of bytes: this run's / the fp32 run's (DDP: the dense run's),
+    headed "x of fp32", so compressed runs are below 1; the report says so before its tables."""
+    _, summary, text = report
+    assert "ratio vs" not in text and "compression_ratio" not in summary.columns
+    assert 'Ratios are "x of fp32": this run\'s bytes divided by the reference run\'s' in text
+    for group, compressed in ((FL_LAN, "20250101-101000-fl-int8_sparse-102"), (DDP, "20250101-121000-ddp-dgc-302")):
+        table = text.split(f"## {group}")[1].split("##")[0]
+        headings = table.split("\n")[4].split(" | ")
+        assert headings[4] == "x of fp32"
+        cell = next(line for line in table.split("\n") if compressed in line).split(" | ")[4]
+        assert float(cell) == pytest.approx(summary.loc[compressed, "bytes_up_x_of_fp32"], rel=1e-3)
+        assert float(cell) < 1
+
+
+def test_each_group_gallery_opens_with_accuracy_over_wall_time(report):
+    _, _, text = report
+    for group in (FL_LAN, FL_DOCKER, DDP):
+        gallery = text.split(f"### Figures: {group}")[1].split("\n## ")[0]
+        images = [line.split("](")[1].rstrip(")") for line in gallery.split("\n") if line.startswith("![")]
+        assert images[0] == f"{group}-accuracy-time.png"
+        assert len(images) == len(FL_FIGURES if group.startswith("fl") else DDP_FIGURES)
+    legend = text.split("## Reading the tables")[1].split("\n## ")[0]
+    for heading in ("bytes up per round, incl. warm-up", "bytes up per step, incl. warm-up",
+                    "bytes up per step, last epoch only", "x of fp32"):
+        assert f"**{heading}**" in legend

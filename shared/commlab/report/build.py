@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.figure import Figure
 
-from .figures import ddp_figures, fl_figures, matrix_figure
+from .figures import CAPTIONS, MATRIX_COLUMNS, ddp_figures, fl_figures, matrix_figure, save, settings_items
 from .frames import ddp_frames, fl_frames, latest_per_series
 from .markdown import render
 from .runs import Run, Skipped, load_runs
@@ -33,9 +34,33 @@ def _window(runs: list[Run]) -> int:
     return max(1, steps // 50)
 
 
-def _matrix_settings(matrix: Path) -> str:
+def _matrix_settings(matrix: Path) -> list[str]:
     meta = matrix.with_suffix(".json")
-    return "\n".join(json.loads(meta.read_text())["settings"].values()) if meta.exists() else ""
+    return list(json.loads(meta.read_text())["settings"].values()) if meta.exists() else []
+
+
+def group_figures(members: list[Run], settings: dict, target: float) -> dict[str, Figure]:
+    """The figures of one settings group's runs (those shown), by name in gallery order."""
+    items = settings_items(settings)
+    if settings["kind"] == "fl":
+        return fl_figures(fl_frames(members), items, target)
+    window = _window(members)
+    return ddp_figures(ddp_frames(members, window), items, target, window)
+
+
+def _matrix_section(matrix: Path, out: Path, warnings: list[str]) -> tuple[list[Path], str]:
+    """The bench-matrix figure and table, written by benchmarks/bench_matrix.py (make bench-matrix)."""
+    table = pd.read_csv(matrix)
+    missing = [c for c in MATRIX_COLUMNS if c not in table.columns]
+    if missing:
+        warnings.append(f"{matrix} lacks columns {missing} (written by an older bench_matrix): "
+                        "make bench-matrix again to draw it")
+        return [], ""
+    path = out / "matrix.png"
+    matrix_figure(table, _matrix_settings(matrix)).savefig(path)
+    md = matrix.with_suffix(".md")
+    return [path], ("\n## Compressor matrix (make bench-matrix)\n\n" + (md.read_text() if md.exists() else "")
+                    + "\n![matrix](matrix.png)\n")
 
 
 def build_report(results: Path, out: Path, run_ids: list[str] | None = None,
@@ -58,23 +83,16 @@ def build_report(results: Path, out: Path, run_ids: list[str] | None = None,
     summary.to_csv(files[0], index=False)
 
     groups = {r.group: r.settings for r in sorted(shown, key=lambda r: r.group)}
-    figures: dict[str, list[str]] = {}
+    figures: dict[str, list[tuple[str, str]]] = {}
     for group, settings in groups.items():
-        members = [r for r in shown if r.group == group]
-        if settings["kind"] == "fl":
-            paths = fl_figures(fl_frames(members), settings, group, out, target)
-        else:
-            window = _window(members)
-            paths = ddp_figures(ddp_frames(members, window), settings, group, out, target, window)
-        figures[group] = [p.name for p in paths]
+        drawn = group_figures([r for r in shown if r.group == group], settings, target)
+        paths = save(drawn, out, group)
+        figures[group] = [(CAPTIONS[settings["kind"]][name], p.name) for name, p in zip(drawn, paths)]
         files += paths
-    text = render(summary, groups, figures, skipped, warnings, command, target)
     matrix = results / "bench" / "matrix.csv"
-    if matrix.exists():  # written by benchmarks/bench_matrix.py (make bench-matrix)
-        files.append(matrix_figure(pd.read_csv(matrix), _matrix_settings(matrix), out))
-        text += ("\n## Compressor matrix (make bench-matrix)\n\n"
-                 + (matrix.with_suffix(".md").read_text() if matrix.with_suffix(".md").exists() else "")
-                 + "\n![matrix](matrix.png)\n")
+    matrix_files, matrix_text = _matrix_section(matrix, out, warnings) if matrix.exists() else ([], "")
+    files += matrix_files
+    text = render(summary, groups, figures, skipped, warnings, command, target) + matrix_text
     (out / "report.md").write_text(text)
     files.append(out / "report.md")
     message = (f"Report on {len(runs)} run(s) in {len(groups)} settings group(s): {out / 'report.md'}"

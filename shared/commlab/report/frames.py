@@ -56,7 +56,7 @@ def ddp_frames(runs: list[Run], window: int) -> dict[str, pd.DataFrame]:
     first = per_step.groupby("run_id")["step"].transform("min")
     per_step["window"] = (per_step["step"] - first) // max(window, 1)
     per_window = per_step.groupby(["run_id", "group", "series", "window"], as_index=False).agg(
-        step=("step", "max"), bytes_sent=("bytes_sent", "mean"),
+        step=("step", "max"), bytes_sent=("bytes_sent", "mean"), step_time_s=("step_time_s", "mean"),
         comm_time_mean_s=("comm_time_mean_s", "mean"), comm_time_max_s=("comm_time_max_s", "mean"))
     epochs = _tagged(runs, "epochs")
     per_epoch = epochs.groupby(["run_id", "group", "series", "epoch"], as_index=False).agg(

@@ -1,10 +1,12 @@
 """The summary table: one row per run, comparable within its settings group.
 
 Bytes are what the codec changes: FL uploads per round (all clients together; the download is the
-broadcast model), DDP bytes sent per step and rank. The compression ratio divides the reference
-run's bytes (fp32 for FL, dense for DDP; the latest such run of the same group) by the run's own.
-DDP also gets the bytes and the ratio over the last epoch only: the whole-run mean of a DGC run is
-dominated by its warm-up (density 25% down to the final one), the last epoch shows the steady state.
+broadcast model), DDP bytes sent per step and rank, both averaged over every round or step, warm-up
+included. Ratios follow one convention, "x of fp32": the run's bytes divided by the reference run's
+(fp32 for FL, dense for DDP, which sends the fp32 gradients; the latest such run of the same group),
+so 1 is the reference and smaller is fewer bytes. DDP also gets the bytes and their ratio over the
+last epoch only: the whole-run mean of a DGC run is dominated by its warm-up (density 25% down to
+the final one), the last epoch shows the steady state.
 """
 from __future__ import annotations
 
@@ -13,11 +15,11 @@ import pandas as pd
 
 from .runs import KINDS, Run
 
-REFERENCE = {"fl": "fp32", "ddp": "dense"}
+REFERENCE = {"fl": "fp32", "ddp": "dense"}  # the series whose bytes are "fp32"
 COLUMNS = ["group", "kind", "series", "run_id", "shown", "status", "backend", "model", "dataset",
            "link_profile", "size", "length", "training", "unit", "units", "bytes_up_per_unit",
-           "bytes_down_per_unit", "compression_ratio", "bytes_up_per_unit_last_epoch",
-           "compression_ratio_last_epoch", "comm_time_mean_s", "comm_time_max_s",
+           "bytes_down_per_unit", "bytes_up_x_of_fp32", "bytes_up_per_unit_last_epoch",
+           "bytes_up_x_of_fp32_last_epoch", "comm_time_mean_s", "comm_time_max_s",
            "unit_time_mean_s", "total_time_s", "final_accuracy", "target_accuracy",
            "time_to_target_s", "target_reached_at"]
 
@@ -80,8 +82,8 @@ def summarize(runs: list[Run], shown: list[Run], frames: dict[str, dict[str, pd.
         rows.append(row)
     df = pd.DataFrame(rows, columns=COLUMNS)
     ref = df[df["shown"] & (df["series"] == df["kind"].map(REFERENCE))]
-    for col, ratio in (("bytes_up_per_unit", "compression_ratio"),
-                       ("bytes_up_per_unit_last_epoch", "compression_ratio_last_epoch")):
-        df[ratio] = df["group"].map(ref.set_index("group")[col]) / df[col]
+    for col, ratio in (("bytes_up_per_unit", "bytes_up_x_of_fp32"),
+                       ("bytes_up_per_unit_last_epoch", "bytes_up_x_of_fp32_last_epoch")):
+        df[ratio] = df[col] / df["group"].map(ref.set_index("group")[col])
     return df.sort_values(["group", "shown", "series", "run_id"], ascending=[True, False, True, True],
                           kind="stable").reset_index(drop=True)
