@@ -46,17 +46,17 @@ BENCHES = {
          "mean_abs_err": ("mean abs error", ".3g")}),
     "auth": Bench(
         "Authentication: DDS goodput with and without authenticated messages",
-        "benchmarks/bench_auth.py", (), ("--repeat", "2"), "results/bench/auth.csv",
+        "benchmarks/bench_auth.py", (), ("--repeat", "3"), "results/bench/auth.csv",
         {"link": ("link", ""), "size": ("message bytes", ",.0f"), "count": ("messages", ""),
-         "repeat": ("repetitions (median)", ""), "plain_MBps": ("plain MB/s", ".1f"),
-         "auth_MBps": ("authenticated MB/s", ".1f"), "goodput_cost": ("goodput cost", ".1%"),
+         "repeat": ("repetitions (median)", ""), "plain_MBps": ("plain MB/s", ".2f"),
+         "auth_MBps": ("authenticated MB/s", ".2f"), "goodput_cost": ("goodput cost", ".1%"),
          "plain_s": ("plain s", ".3f"), "auth_s": ("authenticated s", ".3f")}),
     "transport": Bench(
         "Transport: DDS against TCP goodput between the same two endpoints",
         "benchmarks/bench_transport.py", ("--json", "results/bench/transport.json"), ("--repeat", "1"),
         "results/bench/transport.json",
         {"link": ("link", ""), "size": ("message bytes", ",.0f"), "count": ("messages", ""),
-         "repeat": ("repetitions (median)", ""), "dds_MBps": ("DDS MB/s", ".1f"), "tcp_MBps": ("TCP MB/s", ".1f"),
+         "repeat": ("repetitions (median)", ""), "dds_MBps": ("DDS MB/s", ".2f"), "tcp_MBps": ("TCP MB/s", ".2f"),
          "ratio": ("DDS / TCP", ".2f"), "dds_wire_bytes_est": ("DDS wire bytes (estimate)", ",.0f"),
          "payload_bytes": ("payload bytes", ",.0f")}),
 }
