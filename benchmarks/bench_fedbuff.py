@@ -1,4 +1,4 @@
-"""FedBuff against synchronous FedAvg on heterogeneous clients (issue 18, docs/scale.md): wall time
+"""FedBuff against synchronous FedAvg on heterogeneous clients (docs/scale.md): wall time
 until the test accuracy first reaches the target, 20 clients on the `hetero` links in network
 namespaces (root), same seeds, data, samples and learning rate for both strategies.
 

@@ -1,4 +1,4 @@
-"""The peer benchmarks' smoke modes, as CI runs them (issue 16): `bench_peers.py --smoke` (DDS DDP cases
+"""The peer benchmarks' smoke modes, as CI runs them: `bench_peers.py --smoke` (DDS DDP cases
 beside torch DDP over gloo and the centralized trainer) and `bench_peers_fl.py --smoke` (DDS FL beside
 Flower FedAvg and the centralized trainer), each once on loopback into a temporary results folder.
 Checked: the table is written, every case's row is there with status ok and finite numbers, the ratio

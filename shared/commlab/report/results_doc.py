@@ -1,0 +1,149 @@
+"""Generated result tables: run a benchmark, then write the rows it saved as a markdown table under
+docs/results/, headed by what a reader needs to reproduce or doubt the numbers: the exact command,
+the commit, the date, the machine and the wall time. Numbers in the docs come from these files, so
+none is typed by hand.
+
+    python -m commlab.report.results_doc [--quick] [--out-dir docs/results] codecs auth transport
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+HEADER_FIELDS = ("command", "commit", "date", "machine", "wall time")
+Column = tuple[str, str]  # (heading, format spec for float(value); "" keeps the value as written)
+
+
+@dataclass(frozen=True)
+class Bench:
+    title: str
+    script: str
+    args: tuple[str, ...]  # every run
+    quick: tuple[str, ...]  # added by --quick: small settings, a run of minutes
+    rows: str  # the file the benchmark writes its rows to (.csv or a .json list)
+    columns: dict[str, Column]
+
+
+BENCHES = {
+    "codecs": Bench(
+        "Codecs: wire bytes, encode/decode speed against memcpy, reconstruction error",
+        "benchmarks/bench_codecs.py", (), ("--reps", "1", "--budget", "0.2", "--vectors", "mnist_cnn"),
+        "results/bench/codecs.csv",
+        {"vector": ("vector", ""), "numel": ("values", ",.0f"), "codec": ("codec", ""),
+         "wire_bytes": ("wire bytes", ",.0f"), "wire_ratio": ("wire, x of fp32", ".4f"),
+         "encode_MBps": ("encode MB/s", ".0f"), "decode_MBps": ("decode MB/s", ".0f"),
+         "roundtrip_x_memcpy": ("encode+decode, x of memcpy", ".3f"), "max_abs_err": ("max abs error", ".3g"),
+         "mean_abs_err": ("mean abs error", ".3g")}),
+    "auth": Bench(
+        "Authentication: DDS goodput with and without authenticated messages",
+        "benchmarks/bench_auth.py", (), ("--repeat", "3"), "results/bench/auth.csv",
+        {"link": ("link", ""), "size": ("message bytes", ",.0f"), "count": ("messages", ""),
+         "repeat": ("repetitions (median)", ""), "plain_MBps": ("plain MB/s", ".2f"),
+         "auth_MBps": ("authenticated MB/s", ".2f"), "goodput_cost": ("goodput cost", ".1%"),
+         "plain_s": ("plain s", ".3f"), "auth_s": ("authenticated s", ".3f")}),
+    "transport": Bench(
+        "Transport: DDS against TCP goodput between the same two endpoints",
+        "benchmarks/bench_transport.py", ("--json", "results/bench/transport.json"), ("--repeat", "1"),
+        "results/bench/transport.json",
+        {"link": ("link", ""), "size": ("message bytes", ",.0f"), "count": ("messages", ""),
+         "repeat": ("repetitions (median)", ""), "dds_MBps": ("DDS MB/s", ".2f"), "tcp_MBps": ("TCP MB/s", ".2f"),
+         "ratio": ("DDS / TCP", ".2f"), "dds_wire_bytes_est": ("DDS wire bytes (estimate)", ",.0f"),
+         "payload_bytes": ("payload bytes", ",.0f")}),
+}
+
+
+def git_commit(root: Path) -> str:
+    """Short commit of ``root``, "+dirty" when anything but the generated tables differs from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+    dirty = git("status", "--porcelain", "--", ".", ":(exclude)docs/results")
+    return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {model}, kernel {platform.release()}"
+
+
+def duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+
+def header(command: str, commit: str, date: datetime, machine_text: str, wall_s: float) -> list[str]:
+    """The lines above every table; ``command`` is markdown (code spans included)."""
+    values = (command, f"`{commit}`", date.strftime("%Y-%m-%d %H:%M UTC"), machine_text, duration(wall_s))
+    return [f"- {field}: {value}" for field, value in zip(HEADER_FIELDS, values)]
+
+
+def cell(value: object, spec: str) -> str:
+    if not spec or value in ("", None):
+        return str(value)
+    return format(float(value), spec)
+
+
+def table(rows: list[dict], columns: dict[str, Column]) -> list[str]:
+    lines = ["| " + " | ".join(h for h, _ in columns.values()) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(cell(row[k], spec) for k, (_, spec) in columns.items()) + " |"
+                    for row in rows]
+
+
+def document(title: str, head: list[str], rows: list[dict], columns: dict[str, Column]) -> str:
+    return "\n".join([f"# {title}", "", "Generated; do not edit: `make results` rewrites this file.", "",
+                      *head, "", *table(rows, columns), ""])
+
+
+def read_rows(path: Path) -> list[dict]:
+    if path.suffix == ".json":
+        return json.loads(path.read_text())
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def run(name: str, quick: bool, out_dir: Path, root: Path) -> Path:
+    """Run benchmark ``name`` in ``root`` (its output goes to the terminal) and write its table."""
+    bench = BENCHES[name]
+    args = [bench.script, *bench.args, *(bench.quick if quick else ())]
+    command = f"`{shlex.join(['python', *args])}` (run by `make results{' QUICK=1' if quick else ''}`)"
+    commit, date, start = git_commit(root), datetime.now(timezone.utc), time.monotonic()
+    done = subprocess.run([sys.executable, *args], cwd=root)
+    wall_s = time.monotonic() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{name}: `{shlex.join(args)}` exited {done.returncode}; {out_dir} left as it was")
+    out = out_dir / f"{name}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    head = header(command, commit, date, machine(), wall_s)
+    out.write_text(document(bench.title, head, read_rows(root / bench.rows), bench.columns))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m commlab.report.results_doc", description=__doc__.split("\n\n")[0])
+    p.add_argument("benches", nargs="+", choices=list(BENCHES))
+    p.add_argument("--quick", action="store_true", help="small settings: minutes instead of the published run")
+    p.add_argument("--out-dir", type=Path, default=Path("docs/results"))
+    args = p.parse_args(argv)
+    for name in args.benches:
+        print(f"wrote {run(name, args.quick, args.out_dir, Path.cwd())}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
