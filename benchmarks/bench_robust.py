@@ -30,7 +30,12 @@ import pandas as pd
 from commlab.progress import Progress
 from commlab.report.markdown import table as markdown_table
 
-DIVERGED_LOSS = 1e6  # mean test cross-entropy; an untrained 10-class model has about 2.3
+# Mean test cross-entropy; an untrained 10-class model has about 2.3. A -100x flip takes FedAvg to
+# thousands in one round, and the honest deltas from that model are already non-finite.
+DIVERGED_LOSS = 1e3
+# Round deadline (s): honest rounds here take well under it; a round left with only the forged
+# update (the honest ones were non-finite and rejected) closes here, not at the launcher's 300 s.
+ROUND_DEADLINE_S = 120
 TARGET_PP = 5.0      # a robust rule under attack should end within this of clean FedAvg
 COLUMNS = {"setting": "setting", "rule": "rule", "attack": "attacker", "status": "status",
            "test_accuracy": "final test accuracy (%)", "delta_vs_fedavg_pp": "vs clean FedAvg (pp)",
@@ -83,7 +88,8 @@ def fl_run(setting: Setting, rule: str, attacked: bool, a: argparse.Namespace, r
     cmd = [sys.executable, "-m", "commlab.fl.run", *rule_args(rule, setting.clients, a),
            "--clients", str(setting.clients), "--partition", setting.partition, "--rounds", str(a.rounds),
            "--samples-per-round", str(setting.samples), "--test-subset", str(a.test_subset), "--backend", "local",
-           "--seed", str(a.seed), "--results-dir", str(a.results_dir), "--run-id", run_id]
+           "--deadline", str(ROUND_DEADLINE_S), "--seed", str(a.seed), "--results-dir", str(a.results_dir),
+           "--run-id", run_id]
     if a.train_subset:
         cmd += ["--train-subset", str(a.train_subset)]
     if attacked:
