@@ -150,7 +150,8 @@ def verdicts(table: pd.DataFrame) -> list[str]:
         gap = -float(best["delta_vs_fedavg_pp"])
         outcome = "within the target" if gap <= TARGET_PP else f"misses it by {gap - TARGET_PP:.2f} pp"
         lines.append(f"- {setting}: best under attack {best['rule']}, {100 * best['test_accuracy']:.2f} %, "
-                     f"{gap:.2f} pp below clean FedAvg ({outcome} of {TARGET_PP:g} pp)")
+                     f"{abs(gap):.2f} pp {'below' if gap >= 0 else 'above'} clean FedAvg "
+                     f"({outcome} of {TARGET_PP:g} pp)")
     return lines
 
 
@@ -197,7 +198,8 @@ def main() -> int:
     table.to_csv(out / "robust.csv", index=False)
     text = report(table, curves, a, time.monotonic() - started)
     (out / "robust.md").write_text(text)
-    (out / "robust.json").write_text(json.dumps({"stamp": stamp, "argv": sys.argv[1:], "curves": curves}, indent=2))
+    (out / "robust.json").write_text(json.dumps({"stamp": stamp, "argv": sys.argv[1:], "curves": curves,
+                                                 "bench_wall_s": round(time.monotonic() - started)}, indent=2))
     print(text)
     return 0 if all(s == "ok" or s.startswith("diverged") for s in table["status"]) else 1
 

@@ -32,10 +32,11 @@ def test_every_rule_builds_a_valid_config_for_every_setting(tmp_path):
 def test_deltas_and_verdict_per_setting():
     rows = [("3", "fedavg", "none", 0.90), ("3", "fedavg", "x", 0.10), ("3", "fltrust", "none", 0.92),
             ("3", "fltrust", "x", 0.86), ("3", "median", "x", 0.60), ("10", "fedavg", "none", 0.95),
-            ("10", "krum", "x", 0.80)]
+            ("10", "krum", "x", 0.80), ("4", "fedavg", "none", 0.90), ("4", "median", "x", 0.92)]
     table = bench.with_deltas(pd.DataFrame(rows, columns=["setting", "rule", "attack", "test_accuracy"]))
-    assert table["delta_vs_fedavg_pp"].round(6).tolist() == [0, -80, 2, -4, -30, 0, -15]
+    assert table["delta_vs_fedavg_pp"].round(6).tolist() == [0, -80, 2, -4, -30, 0, -15, 0, 2]
     assert table["delta_vs_own_clean_pp"].round(6).tolist()[:4] == [0, -80, 0, -6]
     assert bench.verdicts(table) == [
         "- 3: best under attack fltrust, 86.00 %, 4.00 pp below clean FedAvg (within the target of 5 pp)",
-        "- 10: best under attack krum, 80.00 %, 15.00 pp below clean FedAvg (misses it by 10.00 pp of 5 pp)"]
+        "- 10: best under attack krum, 80.00 %, 15.00 pp below clean FedAvg (misses it by 10.00 pp of 5 pp)",
+        "- 4: best under attack median, 92.00 %, 2.00 pp above clean FedAvg (within the target of 5 pp)"]
