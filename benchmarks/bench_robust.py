@@ -7,7 +7,7 @@ Every row is a real FL run through the launcher (local processes on loopback, sa
 settings). Prints and writes results/bench/robust.{csv,md,json}: final test accuracy, its delta
 to clean FedAvg and to the same rule clean, each run's wall time, and the accuracy of every round
 (docs/security.md); the table's header names the command that produced it. A run whose test loss
-passes DIVERGED_LOSS is stopped there and reported with its last round: its model is lost, and the
+passes DIVERGED_LOSS is ended there and reported with its last round: its model is lost, and the
 next round could only end at the clients' idle timeout (every client's delta from such a model is
 non-finite, so none is sent).
 
