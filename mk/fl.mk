@@ -36,7 +36,7 @@ test-fl-slow: $(STAMP) ## FL fault tests with real node processes (client killed
 	$(PYTHON) -m pytest -q tests/test_fl_faults.py
 
 .PHONY: bench-robust
-bench-robust: $(STAMP) ## FedAvg/median/trimmed mean/norm clip, clean and with 1 of 4 clients sign-flipped x10 -> results/bench/robust.{csv,md}
+bench-robust: $(STAMP) ## every aggregation rule clean and with one sign-flipped client: 4 iid x10, 3 and 10 non-IID x100 (ROBUST_ARGS) -> results/bench/robust.{csv,md}
 	$(PYTHON) benchmarks/bench_robust.py $(ROBUST_ARGS)
 
 # FedBuff vs synchronous FedAvg to 97 % on hetero links, 20 clients in namespaces (docs/scale.md).

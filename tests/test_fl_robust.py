@@ -1,15 +1,21 @@
-"""Robust aggregation (median, trimmed mean, norm clipping), the num_samples cap, their config
-and the test-only attack hook; no transport."""
+"""Robust aggregation (median, trimmed mean, norm clipping, Krum, FLTrust), the num_samples cap,
+their config and the test-only attack hook; no transport."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commlab.config_schema import ConfigError, from_dict
+from commlab.builders import build_node_model
+from commlab.config_schema import ConfigError, DatasetSection, ModelSection, from_dict
 from commlab.fl import checkpoint as ck
 from commlab.fl.config import AttackSection, ClientConfig, ControllerConfig
 from commlab.fl.run import build_configs, parse_args
-from commlab.fl.strategy import STRATEGIES, FedAvg, FitRes, Median, NormClip, TrimmedMean
+from commlab.fl.root_update import RootUpdate
+from commlab.fl.strategy import STRATEGIES, FedAvg, FitIns, FitRes, Krum, Median, NormClip, TrimmedMean
+from commlab.models import flatten_params
+from commlab.train_step import DEFAULT_TRAIN_STEP
 
 COMMON = dict(epochs=1, lr=0.1, batch_size=8, subset_size=10, seed=0)
 
@@ -76,8 +82,79 @@ def test_norm_clip_fixed_and_adaptive():
                                [1 / 3], rtol=1e-6)
 
 
+def test_krum_picks_the_honest_update_the_others_are_closest_to():
+    # n = 7 >= 2f + 3 for f = 2: each score sums the squared distances to the 3 nearest others
+    honest = [[1.0, 1.0], [1.1, 0.9], [0.9, 1.1], [1.0, 1.2], [1.2, 1.0]]
+    results = [res(f"h{i}", h) for i, h in enumerate(honest)] + [res("x", [-100.0, -100.0]), res("y", [50.0, -80.0])]
+    new = make("krum", [0.0, 0.0], num_malicious=2).aggregate(1, results, [])
+    np.testing.assert_array_equal(new, np.float32([1.0, 1.0]))  # h0, the centre of the honest ones
+    # 3 clients, f = 1 (n < 2f + 3): one neighbour per score; the two honest ones tie, the first wins
+    three = [res("a", [1.0, 0.0]), res("b", [0.0, 1.0]), res("c", [-100.0, -100.0])]
+    np.testing.assert_array_equal(make("krum", [0.0, 0.0]).aggregate(1, three[::-1], []), [1.0, 0.0])
+
+
+def test_multi_krum_averages_the_best_scored_like_fedavg():
+    results = [res("a", [1.0, 0.0], n=2), res("b", [0.0, 1.0], n=6), res("c", [1.0, 1.0], n=2),
+               res("d", [40.0, 0.0]), res("e", [0.0, -40.0])]
+    new = make("krum", [0.0, 0.0], num_malicious=2, keep=3).aggregate(1, results, [])
+    np.testing.assert_allclose(new, [0.4, 0.8], rtol=1e-6)  # (2*a + 6*b + 2*c) / 10
+    # fewer updates than keep (a client failed): all of them, like FedAvg
+    two = make("krum", [0.0, 0.0], num_malicious=1, keep=3).aggregate(1, results[:2], [("c", "no update")])
+    np.testing.assert_allclose(two, [0.25, 0.75], rtol=1e-6)
+
+
+def test_fltrust_scores_by_cosine_and_rescales_to_the_reference():
+    reference = lambda weights, fit: np.float32([2.0, 0.0])  # noqa: E731
+    results = [res("a", [10.0, 0.0]), res("b", [1.0, 1.0]), res("c", [-1000.0, 5.0]), res("d", [0.0, 3.0])]
+    new = make("fltrust", [0.0, 0.0], reference=reference).aggregate(1, results, [])
+    # a: score 1, rescaled to [2, 0]; b: score 1/sqrt(2), rescaled to [sqrt 2, sqrt 2]; c and d: score 0
+    s = 1 / np.sqrt(2)
+    np.testing.assert_allclose(new, (np.array([2.0, 0.0]) + s * np.array([np.sqrt(2), np.sqrt(2)])) / (1 + s),
+                               rtol=1e-6)
+    # nobody agrees with the reference: the model stays
+    stays = make("fltrust", [0.5, 0.5], reference=reference).aggregate(1, results[2:], [])
+    np.testing.assert_array_equal(stays, [0.5, 0.5])
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), noise=st.floats(0.0, 0.3), name=st.sampled_from(["krum", "fltrust"]))
+def test_a_100x_flipped_update_among_3_stays_close_to_the_honest_mean(seed, noise, name):
+    """Three non-identical updates around a common direction (each within `noise` of it, relative),
+    the last one sent as -100x: Multi-Krum (keep 2) and FLTrust stay near the honest two's mean."""
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal(50)
+    near = lambda: base + noise * np.linalg.norm(base) * rng.uniform(0, 1) * unit(rng.standard_normal(50))  # noqa: E731
+    honest = [near() for _ in range(3)]
+    results = [res("client-0", honest[0]), res("client-1", honest[1]), res("client-2", -100 * honest[2])]
+    kw = {"num_malicious": 1, "keep": 2} if name == "krum" else {"reference": lambda w, fit: near().astype(np.float32)}
+    new = make(name, np.zeros(50), **kw).aggregate(1, results, [])
+    honest_mean = (honest[0] + honest[1]) / 2
+    # each rescaled honest update is within 3 * noise of base, their mean within noise of it
+    assert np.linalg.norm(new - honest_mean) <= 4 * noise * np.linalg.norm(base) + 1e-4 * np.linalg.norm(base)
+
+
+def unit(v: np.ndarray) -> np.ndarray:
+    return v / np.linalg.norm(v)
+
+
+def test_root_update_is_deterministic_and_trains_like_a_client():
+    root = RootUpdate(ModelSection(), DatasetSection(train_subset=300, test_subset=10), samples=40, seed=0,
+                      momentum=0.9, train_step=DEFAULT_TRAIN_STEP, threads=1)
+    weights = flatten_params(build_node_model(ModelSection(), 0, 1))
+    fit = FitIns(round=1, epochs=1, lr=0.05, batch_size=16, subset_size=64, seed=3)
+    first, again = root(weights, fit), root(weights, fit)
+    assert first.tobytes() == again.tobytes() and np.linalg.norm(first) > 0
+    assert root(weights, replace(fit, seed=4)).tobytes() != first.tobytes()
+
+
+def fixed_reference(weights, fit):
+    """A stand-in for the server's root update: deterministic in the weights and the round."""
+    return np.sin(weights + np.float32(fit.seed % 7)).astype(np.float32)
+
+
 @pytest.mark.parametrize("name, kw", [("fedavg", {}), ("median", {}), ("trimmed_mean", {"trim_fraction": 0.25}),
-                                      ("norm_clip", {"clip_norm": 2.0})])
+                                      ("norm_clip", {"clip_norm": 2.0}), ("krum", {"num_malicious": 1, "keep": 2}),
+                                      ("fltrust", {"reference": fixed_reference})])
 def test_checkpoint_resume_continues_bit_identically(tmp_path, name, kw):
     rng = np.random.default_rng(1)
     rounds = [[res(f"c{i}", rng.standard_normal(50)) for i in range(4)] for _ in range(3)]
@@ -99,6 +176,9 @@ def test_strategy_classes_refuse_bad_parameters():
         TrimmedMean(np.zeros(1, np.float32), trim_fraction=0.5, **COMMON)
     with pytest.raises(ValueError, match="clip_norm"):
         NormClip(np.zeros(1, np.float32), clip_norm=0.0, **COMMON)
+    for kw in ({"num_malicious": -1}, {"keep": 0}):
+        with pytest.raises(ValueError, match="need num_malicious >= 0 and keep >= 1"):
+            Krum(np.zeros(1, np.float32), **kw, **COMMON)
     assert issubclass(Median, FedAvg)
 
 
@@ -109,13 +189,22 @@ def controller(tmp_path, *argv):
 
 
 @pytest.mark.parametrize("strategy, message", [
-    ({"name": "krum"}, "strategy.name: unknown strategy 'krum' (known: fedavg, median, trimmed_mean, norm_clip, fedbuff)"),
+    ({"name": "bulyan"},
+     "strategy.name: unknown strategy 'bulyan' (known: fedavg, median, trimmed_mean, norm_clip, krum, fltrust, fedbuff)"),
     ({"name": "fedavg", "trim_fraction": 0.2}, "strategy.trim_fraction: only for strategy trimmed_mean, not fedavg"),
     ({"name": "median", "clip_norm": 1.0}, "strategy.clip_norm: only for strategy norm_clip, not median"),
     ({"name": "trimmed_mean", "trim_fraction": 0.5}, "strategy.trim_fraction: must be in [0, 0.5), got 0.5"),
     ({"name": "norm_clip", "clip_norm": 0}, "strategy.clip_norm: must be > 0, got 0.0"),
+    ({"name": "fedavg", "keep": 2}, "strategy.keep: only for strategy krum, not fedavg"),
+    ({"name": "krum", "root_samples": 100}, "strategy.root_samples: only for strategy fltrust, not krum"),
+    ({"name": "krum", "num_malicious": -1}, "strategy.num_malicious: must be >= 0, got -1"),
+    ({"name": "krum", "keep": 0}, "strategy.keep: must be > 0, got 0"),
+    ({"name": "krum", "keep": 5}, "sampling.clients_per_round: krum cannot keep 5 of the 4 updates of a round"),
+    ({"name": "fltrust", "root_samples": 0}, "strategy.root_samples: must be > 0, got 0"),
+    ({"name": "fltrust", "root_momentum": 1.0}, "strategy.root_momentum: must be in [0, 1), got 1.0"),
     ({"name": "median", "trim": 1},
-     "unknown key strategy.trim (allowed: clip_norm, name, server_lr, server_momentum, trim_fraction)"),
+     "unknown key strategy.trim (allowed: clip_norm, keep, name, num_malicious, root_momentum, root_samples, "
+     "server_lr, server_momentum, trim_fraction)"),
 ])
 def test_strategy_config_errors_are_one_line(tmp_path, strategy, message):
     cfg, _ = controller(tmp_path)
@@ -138,6 +227,17 @@ def test_launcher_builds_strategy_and_attack(tmp_path):
     assert (momentum.strategy.server_momentum, momentum.strategy.server_lr) == (0.7, 0.5)
     with pytest.raises(ConfigError, match=r"strategy.server_momentum: must be in \[0, 1\), got 1.0"):
         controller(tmp_path, "--server-momentum", "1")
+
+
+def test_launcher_builds_krum_and_fltrust(tmp_path):
+    krum = from_dict(ControllerConfig, controller(tmp_path, "--strategy", "krum", "--keep", "3")[0])
+    assert krum.strategy_params() == {"num_malicious": 1, "keep": 3}
+    fltrust = from_dict(ControllerConfig, controller(tmp_path, "--strategy", "fltrust", "--root-samples", "200",
+                                                     "--momentum", "0.5")[0])
+    reference = fltrust.strategy_params()["reference"]
+    assert isinstance(reference, RootUpdate) and (reference.samples, reference.momentum) == (200, 0.5)
+    with pytest.raises(ConfigError, match="strategy.keep: only for strategy krum, not median"):
+        controller(tmp_path, "--strategy", "median", "--keep", "2")
 
 
 def test_attack_config_and_effect(tmp_path):

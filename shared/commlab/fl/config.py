@@ -14,8 +14,9 @@ from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, Mode
                                    positive, to_dict)
 from commlab.dds.messages import MAX_TEXT
 from commlab.fl.adaptive import AdaptiveSection
+from commlab.fl.root_update import RootUpdate
 from commlab.fl.sampling import Availability, load_availability, per_round_count
-from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES
+from commlab.fl.strategy_config import StrategySection
 from commlab.roster import client_host_name, client_name, client_node, fl_roster, hosted_clients
 from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
@@ -58,34 +59,6 @@ class TrainingSection:
     def check(self, where: str) -> None:
         positive(where, local_epochs=self.local_epochs, batch_size=self.batch_size, lr=self.lr,
                   samples_per_round=self.samples_per_round)
-
-
-@dataclass(frozen=True)
-class StrategySection:
-    name: str = "fedavg"                 # fedavg | median | trimmed_mean | norm_clip | fedbuff (commlab.fl.strategy)
-    server_lr: float = 1.0
-    server_momentum: float = 0.0
-    trim_fraction: float | None = None   # trimmed_mean only: share cut at each end per coordinate (default 0.25)
-    clip_norm: float | None = None       # norm_clip only: L2 bound of a delta (default: the round's median norm)
-
-    def check(self, where: str) -> None:
-        if self.name not in STRATEGIES and self.name not in ASYNC_STRATEGIES:
-            raise ConfigError(f"{where}name: unknown strategy {self.name!r} (known: {', '.join([*STRATEGIES, *ASYNC_STRATEGIES])})")
-        positive(where, server_lr=self.server_lr)
-        if not 0 <= self.server_momentum < 1:
-            raise ConfigError(f"{where}server_momentum: must be in [0, 1), got {self.server_momentum}")
-        for key, owner in (("trim_fraction", "trimmed_mean"), ("clip_norm", "norm_clip")):
-            if getattr(self, key) is not None and self.name != owner:
-                raise ConfigError(f"{where}{key}: only for strategy {owner}, not {self.name}")
-        if self.trim_fraction is not None and not 0 <= self.trim_fraction < 0.5:
-            raise ConfigError(f"{where}trim_fraction: must be in [0, 0.5), got {self.trim_fraction}")
-        if self.clip_norm is not None:
-            positive(where, clip_norm=self.clip_norm)
-
-    def params(self) -> dict[str, Any]:
-        """Keyword arguments of this strategy's class beyond FedAvg's."""
-        return {"trimmed_mean": {"trim_fraction": 0.25 if self.trim_fraction is None else self.trim_fraction},
-                "norm_clip": {"clip_norm": self.clip_norm}}.get(self.name, {})
 
 
 @dataclass(frozen=True)
@@ -211,6 +184,9 @@ class ControllerConfig:
                                           or self.sampling.availability is not None):
             raise ConfigError(f"{where}clients_per_round: adaptive allocates for every client each round; "
                               "not with sampling, availability or fedbuff")
+        if self.strategy.name == "krum" and self.strategy.params()["keep"] > k:
+            raise ConfigError(f"{where}clients_per_round: krum cannot keep {self.strategy.params()['keep']} of the "
+                              f"{k} updates of a round")
         if self.strategy.name == "fedbuff" and self.strategy_params()["buffer_size"] > k:
             raise ConfigError(f"{where}clients_per_round: {k} clients training at once cannot fill fedbuff.buffer_size "
                               f"{self.strategy_params()['buffer_size']}")
@@ -228,6 +204,11 @@ class ControllerConfig:
         """Keyword arguments of the strategy's class beyond FedAvg's (fedbuff's from its own section)."""
         if self.strategy.name == "fedbuff":
             return to_dict(self.fedbuff or FedBuffSection())
+        if self.strategy.name == "fltrust":
+            s = self.strategy
+            return {"reference": RootUpdate(self.model, self.dataset, samples=s.root_samples or 100, seed=self.seed,
+                                            momentum=0.9 if s.root_momentum is None else s.root_momentum,
+                                            train_step=self.train_step, threads=self.threads)}
         return self.strategy.params()
 
     def client_ids(self) -> list[str]:

@@ -85,8 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backend", choices=("local", "docker", "swarm", "auto"), default="local")
     p.add_argument("--profile", default="lan", help="link profile (commlab.netem): applied in containers, or "
                    "with --backend local in network namespaces (root; without root the run is unshaped)")
-    p.add_argument("--strategy", default="fedavg", help="aggregation: fedavg, median, trimmed_mean, norm_clip "
-                   "(docs/security.md), or fedbuff: asynchronous, buffered (docs/scale.md)")
+    p.add_argument("--strategy", default="fedavg", help="aggregation: fedavg, median, trimmed_mean, norm_clip, krum, "
+                   "fltrust (docs/security.md), or fedbuff: asynchronous, buffered (docs/scale.md)")
     p.add_argument("--per-round", type=per_round_arg, metavar="N|FRACTION",
                    help="clients sampled each round (seeded by --seed and the round): a count, or a share in (0, 1] "
                    "such as 0.1; fedbuff: clients training at the same time (default: all)")
@@ -98,6 +98,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-staleness", type=int, default=10, help="fedbuff: older updates are rejected")
     p.add_argument("--trim-fraction", type=float, help="trimmed_mean: share cut at each end (default 0.25)")
     p.add_argument("--clip-norm", type=float, help="norm_clip: L2 bound (default: the round's median norm)")
+    p.add_argument("--num-malicious", type=int, help="krum: f, the attackers its score allows for (default 1)")
+    p.add_argument("--keep", type=int, help="krum: best-scored updates averaged (default 1: Krum; more: Multi-Krum)")
+    p.add_argument("--root-samples", type=int, help="fltrust: training samples the server holds as its clean "
+                   "root set (default 100)")
     p.add_argument("--server-lr", type=float, default=1.0, help="step on the averaged update (1: FedAvg)")
     p.add_argument("--server-momentum", type=float, default=0.0, help="FedAvgM's beta (0: FedAvg)")
     p.add_argument("--attack", choices=("sign_flip",), help="TEST ONLY: the last --attackers clients forge "
@@ -146,6 +150,9 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
                   "training": {"local_epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
                                "samples_per_round": a.samples_per_round, "seed": a.seed},
                   "strategy": {"name": a.strategy, "trim_fraction": a.trim_fraction, "clip_norm": a.clip_norm,
+                               "num_malicious": a.num_malicious, "keep": a.keep, "root_samples": a.root_samples,
+                               # fltrust's server update trains like the clients
+                               "root_momentum": a.momentum if a.strategy == "fltrust" else None,
                                "server_lr": a.server_lr, "server_momentum": a.server_momentum},
                   "round_deadline_s": a.deadline, "round_hard_limit_s": max(600.0, 2 * a.deadline),
                   "init_path": a.init_path, "seed": a.seed}

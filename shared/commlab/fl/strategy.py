@@ -3,8 +3,8 @@
 The strategy never touches the transport: the controller hands it decoded results and the
 failures (clients that did not answer or whose update was rejected), and publishes what it returns.
 
-FedAvg is the reference; Median, TrimmedMean and NormClip change only how a round's deltas are
-combined (`combine`), so server lr/momentum and checkpoints work the same for all of them. FedBuff
+FedAvg is the reference; Median, TrimmedMean, NormClip, Krum and FLTrust change only how a round's
+deltas are combined (`combine`), so server lr/momentum and checkpoints work the same for all of them. FedBuff
 adds a buffer of asynchronous, staleness-weighted updates (the controller runs its own loop for it).
 Every strategy weighs a reply by at most the subset_size it asked for: a client cannot buy
 influence by reporting more samples than it was told to train on.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -159,6 +160,71 @@ class NormClip(FedAvg):
         return super().combine(clipped)
 
 
+class Krum(FedAvg):
+    """Krum and Multi-Krum (Blanchard et al. 2017): a delta's score is the sum of its squared L2
+    distances to its n - f - 2 nearest other deltas (f = num_malicious); the `keep` best-scored
+    deltas are averaged like FedAvg (keep=1: Krum, the single best one). The guarantee needs
+    n >= 2f + 3; below that the score still uses at least one neighbour (as Flower's Krum does),
+    so an outlier far from every other delta still scores worst. Ties go to the client first in
+    client order, so the same updates always select the same clients."""
+
+    def __init__(self, weights: np.ndarray, *, num_malicious: int = 1, keep: int = 1, **kw):
+        if num_malicious < 0 or keep < 1:
+            raise ValueError(f"need num_malicious >= 0 and keep >= 1, got {num_malicious}, {keep}")
+        super().__init__(weights, **kw)
+        self.num_malicious, self.keep = num_malicious, keep
+
+    def scores(self, results: list[FitRes]) -> np.ndarray:
+        deltas = _stack(results)
+        n = len(results)
+        squared = np.full((n, n), np.inf)  # a delta is not its own neighbour
+        for i in range(n):
+            for j in range(i + 1, n):
+                squared[i, j] = squared[j, i] = float(np.sum((deltas[i] - deltas[j]) ** 2))
+        neighbours = min(n - 1, max(1, n - self.num_malicious - 2))
+        return np.sort(squared, axis=1)[:, :neighbours].sum(axis=1)
+
+    def combine(self, results: list[FitRes]) -> np.ndarray:
+        if len(results) == 1:
+            return super().combine(results)
+        best = np.argsort(self.scores(results), kind="stable")[:self.keep]
+        return super().combine([results[i] for i in sorted(best)])
+
+
+class FLTrust(FedAvg):
+    """FLTrust (Cao et al. 2021): the server trains its own update from the global weights on a
+    small clean root set it holds (`reference`), scores each delta by ReLU(cosine) to it, rescales
+    every delta to the reference's norm and averages them weighted by their scores. A delta that
+    points away from the reference counts 0 however large it is, and none pulls harder than the
+    reference: no honest majority is needed, only a root set that is clean and drawn like the
+    clients' data (commlab.fl.root_update). Scores, not num_samples, weigh the deltas; with no
+    positive score the round's delta is zero."""
+
+    def __init__(self, weights: np.ndarray, *, reference: Callable[[np.ndarray, FitIns], np.ndarray], **kw):
+        super().__init__(weights, **kw)
+        self.reference = reference
+        self.fit = self.configure_round(1)  # the round being aggregated: set by aggregate, read by combine
+
+    def aggregate(self, rnd: int, results: list[FitRes], failures: list[tuple[str, str]]) -> np.ndarray:
+        self.fit = self.configure_round(rnd)  # the reference trains like the round's clients
+        return super().aggregate(rnd, results, failures)
+
+    def combine(self, results: list[FitRes]) -> np.ndarray:
+        reference = self.reference(self.weights, self.fit).astype(np.float64)
+        reference_norm = float(np.linalg.norm(reference))
+        total = np.zeros_like(reference)
+        score_sum = 0.0
+        for r in results:
+            delta = r.delta.astype(np.float64)
+            norm = float(np.linalg.norm(delta))
+            if norm == 0 or reference_norm == 0:
+                continue
+            score = max(0.0, float(delta @ reference) / (norm * reference_norm))
+            total += (score * reference_norm / norm) * delta
+            score_sum += score
+        return total / score_sum if score_sum > 0 else total
+
+
 def staleness_weight(staleness: int) -> float:
     """FedBuff's polynomial staleness scaling s(tau) = 1/sqrt(1 + tau) (Nguyen et al. 2022, a = 0.5):
     an update computed on an older model still helps, but less."""
@@ -216,6 +282,6 @@ class FedBuff(FedAvg):
 
 # Config `strategy.name` -> class; every one takes FedAvg's arguments plus its own (StrategySection.params).
 STRATEGIES: dict[str, type[FedAvg]] = {"fedavg": FedAvg, "median": Median, "trimmed_mean": TrimmedMean,
-                                       "norm_clip": NormClip}
+                                       "norm_clip": NormClip, "krum": Krum, "fltrust": FLTrust}
 # The same for strategies the controller runs asynchronously (Controller.run_version).
 ASYNC_STRATEGIES: dict[str, type[FedAvg]] = {"fedbuff": FedBuff}
