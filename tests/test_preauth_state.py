@@ -124,6 +124,10 @@ def test_key_files_carry_the_signing_key_to_the_controller_only(tmp_path, rings)
         assert back == ring
         assert (back.signing_key is not None) == (name == "controller")
         assert set(back.verify_keys) == (set() if name == "controller" else {"controller"})
+    assert rings["controller"].signed_for == ("client-0", "client-1")
+    assert Sealer(rings["controller"], 1).keys == {}  # clients take its messages only signed: no tags
+    equals = make_keyrings("run", ["worker-0", "worker-1"], trusted={"worker-0", "worker-1"})
+    assert all(r.signing_key is None for r in equals.values())  # nobody to sign for
 
 
 def directory_with(ring: Keyring, participant_of: dict[int, str]) -> PeerDirectory:

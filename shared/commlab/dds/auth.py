@@ -105,6 +105,7 @@ class Keyring:
     pair_keys: dict[str, bytes] = field(default_factory=dict)
     identity_keys: dict[str, bytes] = field(default_factory=dict)
     signing_key: bytes | None = None  # raw Ed25519 private key
+    signed_for: tuple[str, ...] = ()  # the peers that take this node's messages only signed (no tags for them)
     verify_keys: dict[str, bytes] = field(default_factory=dict)  # node -> raw Ed25519 public key
 
     def for_node(self, name: str) -> "Keyring":
@@ -136,13 +137,16 @@ def make_keyrings(run_id: str, nodes: list[str], trusted: set[str],
     `identities` says they speak for (node -> names)."""
     run_key = secrets.token_bytes(KEY_BYTES)
     identities = identities or {}
-    signing = {node: Ed25519PrivateKey.generate() for node in nodes if node in trusted}
+    untrusted = tuple(n for n in nodes if n not in trusted)
+    # Signatures only where someone needs them: among equals (DDP ranks) the pair tags suffice.
+    signing = {node: Ed25519PrivateKey.generate() for node in nodes if node in trusted and untrusted}
     public = {node: key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw) for node, key in signing.items()}
     rings = {}
     for node in nodes:
         if node in trusted:
+            key = signing.get(node)
             rings[node] = Keyring(run_id, node, tuple(n for n in nodes if n != node), run_key=run_key,
-                                  signing_key=signing[node].private_bytes_raw())
+                                  signing_key=None if key is None else key.private_bytes_raw(), signed_for=untrusted)
         else:
             peers = tuple(n for n in nodes if n in trusted)
             rings[node] = Keyring(run_id, node, peers, pair_keys={p: pair_key(run_key, node, p) for p in peers},
@@ -158,6 +162,7 @@ def write_keyring(path: Path, ring: Keyring) -> None:
            "pair_keys": {p: k.hex() for p, k in ring.pair_keys.items()},
            "identity_keys": {i: k.hex() for i, k in ring.identity_keys.items()},
            "signing_key": ring.signing_key.hex() if ring.signing_key else None,
+           "signed_for": list(ring.signed_for),
            "verify_keys": {n: k.hex() for n, k in ring.verify_keys.items()}}
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -176,6 +181,7 @@ def read_keyring(path: Path) -> Keyring:
                        {str(p): bytes.fromhex(k) for p, k in doc["pair_keys"].items()},
                        {str(i): bytes.fromhex(k) for i, k in doc["identity_keys"].items()},
                        bytes.fromhex(doc["signing_key"]) if doc["signing_key"] else None,
+                       tuple(str(n) for n in doc["signed_for"]),
                        {str(n): bytes.fromhex(k) for n, k in doc["verify_keys"].items()})
     except KeyFileError:
         raise
@@ -225,8 +231,10 @@ class Sealer:
 
     def __init__(self, ring: Keyring, incarnation: int):
         self.ring, self.incarnation, self.seq = ring, incarnation, 0
-        self.keys = {p: k for p in ring.peers if (k := ring.key_with(p)) is not None}
         self.signer = Ed25519PrivateKey.from_private_bytes(ring.signing_key) if ring.signing_key else None
+        # Tags for the peers that check tags; those that take this node's messages only signed get none.
+        signed = set(ring.signed_for) if self.signer is not None else set()
+        self.keys = {p: k for p in ring.peers if p not in signed and (k := ring.key_with(p)) is not None}
         self.mac = "gmac" if len(self.keys) <= GMAC_RECIPIENTS_MAX else "blake3"
         self._lock = threading.Lock()  # publishers and the announcer seal from several threads
 
