@@ -19,7 +19,7 @@ from commlab.roster import fl_identities, fl_roster
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
-DOMAIN = 198 + (os.getpid() % 4) * 2  # 198..205, two per session
+DOMAIN = 198 + (os.getpid() % 4) * 2  # 198..205, two per test process
 
 ROGUE = r"""
 import json, sys
