@@ -16,10 +16,10 @@ import argparse
 import csv
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,20 +232,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pauses", default="2,10,60", help="pause lengths in seconds, comma-separated")
     p.add_argument("--domain", type=int, default=140, help="first DDS domain; each run takes the next")
     p.add_argument("--out", default="results/bench/chaos.csv")
+    p.add_argument("--work", default="results/bench/chaos-runs", help="each case's node logs and results (emptied first)")
     a = p.parse_args(argv)
     pauses = [float(s) for s in a.pauses.split(",")]
-    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
-        chaos = Chaos(Path(tmp), a.domain)
-        fl_want, ddp_want = chaos.baselines()
-        for pause_s in pauses:
-            chaos.fl_pause("controller", "after_round@1", pause_s, fl_want)
-            chaos.fl_pause("client-1", "before_upload@2", pause_s, fl_want)
-            chaos.ddp_pause(pause_s, ddp_want)
-        chaos.fl_kill_client()
-        chaos.fl_restart_controller()
-        chaos.ddp_kill_rank()
-        chaos.fl_cpu_hogs(fl_want)
-        chaos.fl_four_runs(fl_want)
+    work = Path(a.work)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    chaos = Chaos(work, a.domain)
+    fl_want, ddp_want = chaos.baselines()
+    for pause_s in pauses:
+        chaos.fl_pause("controller", "after_round@1", pause_s, fl_want)
+        chaos.fl_pause("client-1", "before_upload@2", pause_s, fl_want)
+        chaos.ddp_pause(pause_s, ddp_want)
+    chaos.fl_kill_client()
+    chaos.fl_restart_controller()
+    chaos.ddp_kill_rank()
+    chaos.fl_cpu_hogs(fl_want)
+    chaos.fl_four_runs(fl_want)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as f:
