@@ -78,7 +78,8 @@ class MinMax(Codec):
         inv = np.zeros_like(scale)
         np.divide(1, scale, out=inv, where=scale >= _TINY)
         subnormal = (scale > 0) & (scale < _TINY)
-        t = np.empty_like(vec)
+        padded = np.zeros(-(-vec.size // bitpack.PAD) * bitpack.PAD, np.float32)
+        t = padded[: vec.size]
         for (rows, x), (_, tx) in zip(views, _chunk_rows(t, self.chunk)):
             np.subtract(x, lo[rows, None], out=tx)
             sub = subnormal[rows]
@@ -88,7 +89,7 @@ class MinMax(Codec):
                 tx[sub] = slow
         np.rint(t, out=t)
         np.clip(t, 0, top, out=t)  # float32 rounding of the scale can push a value a hair past top
-        return (self.bits, self.chunk), [head, bitpack.pack(t.astype(np.uint8), self.bits)]
+        return (self.bits, self.chunk), [head, bitpack.pack(padded, self.bits, vec.size)]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         bits, chunk = params
@@ -107,8 +108,10 @@ class MinMax(Codec):
             raise CodecError(f"minmax: chunk minima must be finite with magnitude <= {MAX_MAGNITUDE:g}")
         if not ((scale >= 0) & (scale <= _max_scale(bits))).all():
             raise CodecError(f"minmax: scales must be finite, non-negative and <= {_max_scale(bits):g}")
-        q = bitpack.unpack(np.frombuffer(payload, np.uint8, offset=8 * nchunks), numel, bits)
-        out = q.astype(np.float32)
+        try:
+            out = bitpack.unpack_levels(np.frombuffer(payload, np.uint8, offset=8 * nchunks), numel, bits)
+        except CodecError as e:
+            raise CodecError(f"minmax: {e}") from None
         for rows, o in _chunk_rows(out, chunk):
             o *= scale[rows, None]
             o += lo[rows, None]
