@@ -15,31 +15,18 @@ redone in float64 for the buckets where float32 overflows or loses the small val
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 
 import numpy as np
 import zstandard
 
-from commlab.codecs import bitpack, draws
+from commlab.codecs import bitpack, chunks, draws
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
+from commlab.codecs.signsgd import SIGNS
 from commlab.codecs.errors import CodecError
 
 
 def _bits(levels: int) -> int:
     return int(levels).bit_length()
-
-
-def _num_buckets(numel: int, bucket: int) -> int:
-    return -(-numel // bucket)
-
-
-def _spans(n: int, bucket: int) -> Iterator[tuple[int, int, int]]:
-    """(start, stop, row width): all whole buckets as one 2-D view, then the ragged last bucket."""
-    full = n // bucket * bucket
-    if full:
-        yield 0, full, bucket
-    if full < n:
-        yield full, n, n - full
 
 
 @register
@@ -75,10 +62,8 @@ class QSGD(RandomCodec):
         t = np.zeros(-(-n // bitpack.PAD) * bitpack.PAD, np.float32)
         np.abs(vec, out=t[:n])
         divisor = np.where(norms > 0, norms, np.float32(1))  # all-zero buckets stay 0
-        for a, b, width in _spans(n, bucket):
-            # Divide first: levels / norm overflows float32 for tiny norms.
-            tx = t[a:b].reshape(-1, width)
-            tx /= divisor[a // bucket : a // bucket + len(tx), None]
+        for span, tx in chunks.rows(t[:n], bucket):
+            tx /= divisor[span, None]  # divide first: levels / norm overflows float32 for tiny norms
         t[:n] *= np.float32(self.levels)
         t[:n] += draws.uniforms(self.rng, n)
         np.floor(t, out=t)
@@ -95,7 +80,7 @@ class QSGD(RandomCodec):
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         levels, bucket = _check_params(type(self).name, params)
-        norm_len = 4 * _num_buckets(numel, bucket)
+        norm_len = 4 * chunks.count(numel, bucket)
         sign_len = -(-numel // 8)
         expected = norm_len + sign_len + bitpack.packed_size(numel, _bits(levels))
         if len(payload) != expected:
@@ -111,7 +96,7 @@ class QSGD(RandomCodec):
         return _dequantize(q, signs, norms, levels, bucket)
 
     def payload_size(self, numel: int) -> int:
-        return (4 * _num_buckets(numel, self.bucket) + -(-numel // 8)
+        return (4 * chunks.count(numel, self.bucket) + -(-numel // 8)
                 + bitpack.packed_size(numel, _bits(self.levels)))
 
 
@@ -141,10 +126,9 @@ def _levels(name: str, packed: np.ndarray, numel: int, levels: int) -> np.ndarra
 def bucket_norms(vec: np.ndarray, bucket: int) -> np.ndarray:
     """float32 L2 norm of each bucket: float32 sums of squares, redone in float64 where they
     overflow, are not finite or fall to where float32 drops the small squares."""
-    norms = np.empty(_num_buckets(vec.size, bucket), np.float32)
-    for a, b, width in _spans(vec.size, bucket):
-        x = vec[a:b].reshape(-1, width)
-        rows = norms[a // bucket : a // bucket + len(x)]
+    norms = np.empty(chunks.count(vec.size, bucket), np.float32)
+    for span, x in chunks.rows(vec, bucket):
+        rows = norms[span]
         np.einsum("ij,ij->i", x, x, out=rows)
         redo = np.flatnonzero(~(rows >= _SQUARES_EXACT_ABOVE) | np.isinf(rows))
         np.sqrt(rows, out=rows)
@@ -165,18 +149,11 @@ def reference_dequantize(levels: np.ndarray, signs: np.ndarray, norms: np.ndarra
     return np.where(signs.astype(bool), -out, out)
 
 
-_SIGN = np.where(np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little"), -1, 1).astype(np.float32)
-
-
 def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int, bucket: int) -> np.ndarray:
     """norm * sign * level / s per value, in float32; ``signs`` is the packed bitmap (bit set: negative)."""
-    out = q
-    steps = (norms.astype(np.float64) / levels).astype(np.float32)
-    for a, b, width in _spans(q.size, bucket):
-        o = out[a:b].reshape(-1, width)
-        o *= steps[a // bucket : a // bucket + len(o), None]
-    out *= _SIGN.take(signs, axis=0).reshape(-1)[: out.size]
-    return out
+    chunks.scale_rows(q, bucket, (norms.astype(np.float64) / levels).astype(np.float32))
+    q *= SIGNS.take(signs, axis=0).reshape(-1)[: q.size]
+    return q
 
 
 _LENGTH = struct.Struct("<I")
@@ -213,7 +190,7 @@ class QSGDZ(QSGD):
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         name = type(self).name
         levels, bucket = _check_params(name, params)
-        norm_len = 4 * _num_buckets(numel, bucket)
+        norm_len = 4 * chunks.count(numel, bucket)
         packed_len = bitpack.packed_size(numel, _bits(levels))
         if len(payload) < norm_len + _LENGTH.size:
             raise CodecError(f"{name}: payload {len(payload)} bytes, shorter than {numel} values' "
@@ -238,7 +215,7 @@ class QSGDZ(QSGD):
 
     def payload_size(self, numel: int) -> int:
         """An upper bound: levels that do not compress, and a sign for every value."""
-        return (4 * _num_buckets(numel, self.bucket) + _LENGTH.size
+        return (4 * chunks.count(numel, self.bucket) + _LENGTH.size
                 + _zstd_bound(bitpack.packed_size(numel, _bits(self.levels))) + -(-numel // 8))
 
 

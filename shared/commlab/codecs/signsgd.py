@@ -16,8 +16,10 @@ when p_i < 0: 4 ceil(D/B) + ceil(D/8) bytes. Decode: s_b * sign(p_i), where zero
 maps to +1. The codec is stateless: the error feedback of EF-signSGD is the separate
 ``ErrorFeedback`` memory (memory.py) around it.
 
-The 1-bit stream has the layout of ``bitpack.pack(values, 1)``, but is built with np.packbits,
-about 90 times faster. The bitmap and block-scale helpers are shared with terngrad.py.
+The 1-bit stream has the layout of ``bitpack.pack(values, 1)``, built with np.packbits. The
+block sums take float64 in any order where that is exact, reduceat's order elsewhere, so scales
+are bit-identical to the float64 reference (``reference_abs_sums``). The bitmap and block-scale
+helpers are shared with terngrad.py.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import struct
 
 import numpy as np
 
-from commlab.codecs import wire
+from commlab.codecs import chunks, wire
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
 from commlab.codecs.errors import CodecError
 
@@ -42,11 +44,22 @@ def bitmap_size(numel: int) -> int:
 
 
 def read_bitmap(payload: memoryview, offset: int, numel: int, what: str) -> np.ndarray:
-    """The bits (uint8 0/1) of the bitmap at ``offset``; the caller checked the payload length."""
-    bits = np.unpackbits(np.frombuffer(payload, np.uint8, bitmap_size(numel), offset), bitorder="little")
-    if bits[numel:].any():
+    """The bytes of the bitmap at ``offset``, checked for bits past the end of the vector; the
+    caller checked the payload length."""
+    data = np.frombuffer(payload, np.uint8, bitmap_size(numel), offset)
+    if numel % 8 and data[-1] >> (numel % 8):
         raise CodecError(f"{what}: bitmap has bits set past the end of the vector")
-    return bits[:numel]
+    return data
+
+
+# Row b: the 8 values of bitmap byte b, +1 for a clear bit and -1 for a set one (signs), and 0 or 1 (masks).
+SIGNS = np.where(np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little"), -1, 1).astype(np.float32)
+ONES = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(np.float32)
+
+
+def expand(table: np.ndarray, data: np.ndarray, numel: int) -> np.ndarray:
+    """float32 vector of ``numel`` values: each bitmap byte replaced by its table row."""
+    return table.take(data, axis=0).reshape(-1)[:numel]
 
 
 def check_block(block: int, what: str) -> int:
@@ -56,8 +69,38 @@ def check_block(block: int, what: str) -> int:
     return int(block)
 
 
+# Sums of |x| whose float64 result is exact in any order: every nonzero |x| of the block within a
+# factor 2**23 of its largest (then the block's 64 * 2**23 * 2**23 units of the smallest value's
+# float32 ulp fit float64's 53 bits). Others are summed in np.add.reduceat's own order. Beyond a
+# buffer of values, reduceat's order is its buffering's: such blocks all take reduceat.
+_EXACT_SPREAD = np.float32(2.0**23)
+_REDUCEAT_BUFFER = 8192
+
+
+def block_abs_sums(vec: np.ndarray, block: int) -> np.ndarray:
+    """float64 sum of |x| over each block, bit-identical to np.add.reduceat(|x|, starts, dtype=float64)."""
+    a = np.abs(vec)
+    if block > _REDUCEAT_BUFFER or not a.size:
+        return reference_abs_sums(a, block)
+    sums = np.empty(num_blocks(a.size, block), np.float64)
+    for span, x in chunks.rows(a, block):
+        np.einsum("ij->i", x, dtype=np.float64, out=sums[span])
+        hi, lo = x.max(axis=1), x.min(axis=1)
+        zero = np.flatnonzero(lo == 0)  # the smallest non-zero |x| of those blocks
+        lo[zero] = ((x[zero].view(np.uint32) - np.uint32(1)).min(axis=1) + np.uint32(1)).view(np.float32)
+        inexact = np.flatnonzero(~(hi < lo * _EXACT_SPREAD) & (hi > 0))
+        if inexact.size:
+            sums[span][inexact] = reference_abs_sums(x[inexact].reshape(-1), x.shape[1])
+    return sums
+
+
+def reference_abs_sums(magnitudes: np.ndarray, block: int) -> np.ndarray:
+    """The definition: float64 sums of each block of |x| in np.add.reduceat's order."""
+    return np.add.reduceat(magnitudes, np.arange(0, magnitudes.size, block, dtype=np.int64), dtype=np.float64)
+
+
 def num_blocks(numel: int, block: int) -> int:
-    return -(-numel // block)
+    return chunks.count(numel, block)
 
 
 def block_sizes(numel: int, block: int) -> np.ndarray:
@@ -66,19 +109,6 @@ def block_sizes(numel: int, block: int) -> np.ndarray:
     if sizes.size:
         sizes[-1] = numel - (sizes.size - 1) * block
     return sizes
-
-
-def block_reduce(ufunc: np.ufunc, values: np.ndarray, block: int) -> np.ndarray:
-    """``ufunc`` reduced over each block of ``values`` (float64 for sums), one value per block."""
-    if not values.size:
-        return np.zeros(0, np.float64)
-    starts = np.arange(0, values.size, block, dtype=np.int64)
-    return ufunc.reduceat(values, starts, dtype=np.float64 if ufunc is np.add else values.dtype)
-
-
-def expand(scales: np.ndarray, numel: int, block: int) -> np.ndarray:
-    """Each block's scale repeated over its values (sizes, not block, so a huge block is cheap)."""
-    return np.repeat(scales.astype(np.float32), block_sizes(numel, block))
 
 
 def read_scales(payload: memoryview, count: int, what: str) -> np.ndarray:
@@ -103,7 +133,7 @@ class SignSGD(Codec):
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         # float64 accumulation: the float32 sum of a large block overflows or loses precision.
-        means = block_reduce(np.add, np.abs(vec), self.block) / block_sizes(vec.size, self.block)
+        means = block_abs_sums(vec, self.block) / block_sizes(vec.size, self.block)
         if not (means <= MAX_MAGNITUDE).all():
             raise CodecError(f"{self.name}: values must be finite with mean magnitude <= {MAX_MAGNITUDE:g}")
         return (self.block,), [means.astype("<f4"), bitmap(vec < 0)]
@@ -114,10 +144,11 @@ class SignSGD(Codec):
         if len(payload) != 4 * nblocks + bitmap_size(numel):
             raise CodecError(f"{self.name}: payload {len(payload)} bytes, {numel} signs in blocks of {block} "
                              f"need {4 * nblocks + bitmap_size(numel)}")
-        scales = expand(read_scales(payload, nblocks, self.name), numel, block)
-        # A table lookup: far faster than a masked negative on a random sign pattern.
-        signs = np.array([1, -1], np.float32).take(read_bitmap(payload, 4 * nblocks, numel, self.name))
-        return np.multiply(scales, signs, out=scales)
+        scales = read_scales(payload, nblocks, self.name)
+        # A table lookup per byte: far faster than a masked negative on a random sign pattern.
+        out = expand(SIGNS, read_bitmap(payload, 4 * nblocks, numel, self.name), numel)
+        chunks.scale_rows(out, block, scales)
+        return out
 
     def payload_size(self, numel: int) -> int:
         return 4 * num_blocks(numel, self.block) + bitmap_size(numel)

@@ -22,14 +22,49 @@ def num_kept(numel: int, ratio: float) -> int:
     return min(numel, max(1, math.ceil(ratio * numel))) if numel else 0
 
 
+def magnitudes(vec: np.ndarray) -> np.ndarray:
+    """|vec| as uint32 keys in the order of the magnitudes: a float32's bits without its sign bit
+    (NaN above inf above every finite value, as numpy sorts NaN last)."""
+    keys = vec.view(np.uint32) << np.uint32(1)
+    keys >>= np.uint32(1)
+    return keys
+
+
+# The sample that places the threshold: about this many values, and the rank this many standard
+# deviations below the k-th largest, so that at least k values pass unless the data is adversarial.
+_SAMPLE = 1 << 16
+_MARGIN_SIGMAS = 6.0
+
+
 def select(vec: np.ndarray, ratio: float) -> np.ndarray:
-    """Sorted int64 positions of the k largest |vec| values."""
-    k = num_kept(vec.size, ratio)
-    if k == vec.size:
+    """Sorted int64 positions of the k largest |vec| values; among equal magnitudes at the k-th
+    the first positions (``reference_select``). Without sorting the vector: a threshold from a
+    strided sample keeps a few more than k candidates, whose exact k-th magnitude is found among them."""
+    n = vec.size
+    k = num_kept(n, ratio)
+    if k == n:
         return np.arange(k, dtype=np.int64)
-    idx = np.argpartition(np.abs(vec), vec.size - k)[vec.size - k :]
-    idx.sort()
-    return idx.astype(np.int64, copy=False)
+    keys = magnitudes(vec)
+    stride = max(1, n // _SAMPLE)
+    sample = np.sort(keys[::stride])
+    # Rank of the k-th largest in the sample, lowered by the margin (binomial standard deviation).
+    expect = sample.size * (n - k) / n
+    rank = int(expect - _MARGIN_SIGMAS * math.sqrt(sample.size * (k / n) * (1 - k / n)) - 1)
+    candidates = np.flatnonzero(keys >= sample[rank]) if rank > 0 else np.arange(n, dtype=np.int64)
+    if candidates.size < k:  # the sample misled the threshold: take every value as a candidate
+        candidates = np.arange(n, dtype=np.int64)
+    chosen = keys[candidates]
+    kth = np.partition(chosen, chosen.size - k)[chosen.size - k]
+    keep = chosen > kth
+    ties = np.flatnonzero(chosen == kth)
+    keep[ties[: k - np.count_nonzero(keep)]] = True
+    return candidates[keep]
+
+
+def reference_select(vec: np.ndarray, ratio: float) -> np.ndarray:
+    """The definition: the k first positions in order of decreasing |vec| (ties: lower position first)."""
+    k = num_kept(vec.size, ratio)
+    return np.sort(np.argsort(-magnitudes(vec).astype(np.int64), kind="stable")[:k])
 
 
 def split_sparse(

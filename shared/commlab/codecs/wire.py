@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from commlab.codecs.errors import CodecError
 
 MAGIC = b"CLCF"
-VERSION = 2  # 2: qsgdz levels zstd-compressed (were deflated)
+VERSION = 2  # 2: qsgdz levels zstd-compressed (were deflated), randomk positions from an AES keystream
 DTYPE_FLOAT32 = 1
 # Largest vector any decoder will produce unless the caller lowers it; 2**31 float32 is 8 GiB.
 MAX_NUMEL = 2**31
