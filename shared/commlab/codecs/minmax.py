@@ -73,8 +73,9 @@ class MinMax(Codec):
             tx *= inv[rows, None]
             if slow is not None:
                 tx[sub] = slow
-        np.rint(t, out=t)
-        np.clip(t, 0, top, out=t)  # float32 rounding of the scale can push a value a hair past top
+        np.rint(t, out=t)  # >= 0: w >= min
+        if t.size and t.max() > top:  # float32 rounding of the scale can push a value a hair past top
+            np.minimum(t, top, out=t)
         return (self.bits, self.chunk), [head, bitpack.pack(padded, self.bits, vec.size)]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:

@@ -61,14 +61,20 @@ class QSGD(RandomCodec):
             raise CodecError(f"{self.name}: values must be finite with bucket norms <= {MAX_MAGNITUDE:g}")
         t = np.zeros(-(-n // bitpack.PAD) * bitpack.PAD, np.float32)
         np.abs(vec, out=t[:n])
-        divisor = np.where(norms > 0, norms, np.float32(1))  # all-zero buckets stay 0
+        # s / norm per bucket, rounded once; all-zero buckets keep 0. Where s / norm overflows
+        # float32 (tiny norms) the bucket takes |w| / norm first, then times s.
+        with np.errstate(divide="ignore", over="ignore"):
+            factor = (self.levels / norms.astype(np.float64)).astype(np.float32)
+        factor[norms == 0] = 0
         for span, tx in chunks.rows(t[:n], bucket):
-            tx /= divisor[span, None]  # divide first: levels / norm overflows float32 for tiny norms
-        t[:n] *= np.float32(self.levels)
+            tx *= factor[span, None]
+        for b in np.flatnonzero(np.isinf(factor)):
+            part = slice(b * bucket, min(n, (b + 1) * bucket))
+            t[part] = np.abs(vec[part]) / norms[b] * np.float32(self.levels)
         t[:n] += draws.uniforms(self.rng, n)
         np.floor(t, out=t)
-        # Rounding of the float32 norm can push |w|/norm a hair above 1.
-        np.minimum(t, self.levels, out=t)
+        if n and t.max() > self.levels:  # rounding of the float32 norm can push |w|/norm a hair above 1
+            np.minimum(t, self.levels, out=t)
         return norms, t
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:

@@ -25,9 +25,7 @@ def num_kept(numel: int, ratio: float) -> int:
 def magnitudes(vec: np.ndarray) -> np.ndarray:
     """|vec| as uint32 keys in the order of the magnitudes: a float32's bits without its sign bit
     (NaN above inf above every finite value, as numpy sorts NaN last)."""
-    keys = vec.view(np.uint32) << np.uint32(1)
-    keys >>= np.uint32(1)
-    return keys
+    return vec.view(np.uint32) & np.uint32(0x7FFFFFFF)
 
 
 # The sample that places the threshold: about this many values, and the rank this many standard
