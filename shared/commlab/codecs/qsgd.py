@@ -155,9 +155,15 @@ def reference_dequantize(levels: np.ndarray, signs: np.ndarray, norms: np.ndarra
     return np.where(signs.astype(bool), -out, out)
 
 
+def _steps(norms: np.ndarray, levels: int) -> np.ndarray:
+    """A level's value in each bucket, float32(norm / s)."""
+    return (norms.astype(np.float64) / levels).astype(np.float32)
+
+
 def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int, bucket: int) -> np.ndarray:
-    """norm * sign * level / s per value, in float32; ``signs`` is the packed bitmap (bit set: negative)."""
-    chunks.scale_rows(q, bucket, (norms.astype(np.float64) / levels).astype(np.float32))
+    """norm * sign * level / s per value, in place in the float32 levels ``q``; ``signs`` is the
+    packed bitmap of one bit per value (set: negative)."""
+    chunks.scale_rows(q, bucket, _steps(norms, levels))
     q *= SIGNS.take(signs, axis=0).reshape(-1)[: q.size]
     return q
 
@@ -215,9 +221,10 @@ class QSGDZ(QSGD):
                              f"{-(-nonzero.size // 8)}")
         if nonzero.size % 8 and signs[-1] >> (nonzero.size % 8):
             raise CodecError(f"{name}: sign bits set past the last non-zero level")
-        negative = np.zeros(-(-numel // 8) * 8, bool)
-        negative[nonzero] = np.unpackbits(signs, count=nonzero.size, bitorder="little").view(bool)
-        return _dequantize(out, np.packbits(negative, bitorder="little"), norms, levels, bucket)
+        chunks.scale_rows(out, bucket, _steps(norms, levels))
+        negative = nonzero[np.unpackbits(signs, count=nonzero.size, bitorder="little").view(bool)]
+        out[negative] = -out[negative]
+        return out
 
     def payload_size(self, numel: int) -> int:
         """An upper bound: levels that do not compress, and a sign for every value."""
