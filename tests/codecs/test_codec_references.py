@@ -29,20 +29,13 @@ def bits(a: np.ndarray) -> np.ndarray:
     return np.asarray(a).view(np.uint32 if np.asarray(a).dtype == np.float32 else np.uint64)
 
 
-@pytest.mark.parametrize("block", [1, 3, 64, 100, 1024, 8192, 8193, 20000])
-def test_signsgd_block_sums_are_reduceats(block):
-    for seed in range(3):
-        x = adversarial(50_000, seed)
-        ref = signsgd.reference_abs_sums(np.abs(x), block)
-        assert np.array_equal(bits(signsgd.block_abs_sums(x, block)), bits(ref))
-
-
 @pytest.mark.parametrize("block", [1, 7, 64, 1000])
 def test_signsgd_decodes_its_reference(block):
     x = adversarial(10_001, 5)
     frame = get_codec("signsgd", block=block).encode(x)
     sizes = signsgd.block_sizes(x.size, block)
-    scales = (signsgd.reference_abs_sums(np.abs(x), block) / sizes).astype(np.float32)
+    sums = [np.abs(x[a : a + block]).astype(np.float64).sum() for a in range(0, x.size, block)]
+    scales = (np.array(sums) / sizes).astype(np.float32)
     ref = np.repeat(scales, sizes) * np.where(x < 0, np.float32(-1), np.float32(1))
     assert np.array_equal(bits(decode_any(frame)), bits(ref))
 
