@@ -118,6 +118,36 @@ def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | No
     return levels
 
 
+# One bit per value (signs, masks): np.packbits's layout, which is pack(values, 1)'s.
+
+def bitmap(mask: np.ndarray) -> np.ndarray:
+    """Boolean vector -> ceil(D/8) bytes, bit i of the stream is mask[i]."""
+    return np.packbits(mask, bitorder="little")
+
+
+def bitmap_size(numel: int) -> int:
+    return -(-numel // 8)
+
+
+def read_bitmap(payload: memoryview, offset: int, numel: int, what: str) -> np.ndarray:
+    """The bytes of the bitmap at ``offset``, checked for bits past the end of the vector; the
+    caller checked the payload length."""
+    data = np.frombuffer(payload, np.uint8, bitmap_size(numel), offset)
+    if numel % 8 and data[-1] >> (numel % 8):
+        raise CodecError(f"{what}: bitmap has bits set past the end of the vector")
+    return data
+
+
+# Row b: the 8 values of bitmap byte b, +1 for a clear bit and -1 for a set one (signs), and 0 or 1 (masks).
+SIGNS = np.where(np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little"), -1, 1).astype(np.float32)
+ONES = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(np.float32)
+
+
+def expand(table: np.ndarray, data: np.ndarray, numel: int) -> np.ndarray:
+    """float32 vector of ``numel`` values: each bitmap byte replaced by its table row."""
+    return table.take(data, axis=0).reshape(-1)[:numel]
+
+
 def reference_pack(values: np.ndarray, bits: int) -> np.ndarray:
     """The definition, one bit at a time: bit j of value i is bit b*i + j of the stream."""
     v = np.asarray(values, np.int64)

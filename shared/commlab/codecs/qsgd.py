@@ -21,7 +21,6 @@ import zstandard
 
 from commlab.codecs import bitpack, chunks, draws
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
-from commlab.codecs.signsgd import SIGNS
 from commlab.codecs.errors import CodecError
 
 
@@ -94,9 +93,7 @@ class QSGD(RandomCodec):
                 f"qsgd: payload {len(payload)} bytes, {numel} values at {levels} levels in buckets of {bucket} need {expected}"
             )
         norms = _norms(type(self).name, payload, norm_len)
-        signs = np.frombuffer(payload, np.uint8, sign_len, norm_len)
-        if numel % 8 and signs[-1] >> (numel % 8):
-            raise CodecError("qsgd: sign bitmap has bits set past the end of the vector")
+        signs = bitpack.read_bitmap(payload, norm_len, numel, "qsgd: sign")
         packed = np.frombuffer(payload, np.uint8, offset=norm_len + sign_len)
         q = _levels(type(self).name, packed, numel, levels)
         return _dequantize(q, signs, norms, levels, bucket)
@@ -164,7 +161,7 @@ def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int
     """norm * sign * level / s per value, in place in the float32 levels ``q``; ``signs`` is the
     packed bitmap of one bit per value (set: negative)."""
     chunks.scale_rows(q, bucket, _steps(norms, levels))
-    q *= SIGNS.take(signs, axis=0).reshape(-1)[: q.size]
+    q *= bitpack.SIGNS.take(signs, axis=0).reshape(-1)[: q.size]
     return q
 
 

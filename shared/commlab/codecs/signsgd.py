@@ -16,8 +16,8 @@ when p_i < 0: 4 ceil(D/B) + ceil(D/8) bytes. Decode: s_b * sign(p_i), where zero
 maps to +1. The codec is stateless: the error feedback of EF-signSGD is the separate
 ``ErrorFeedback`` memory (memory.py) around it.
 
-The 1-bit stream has the layout of ``bitpack.pack(values, 1)``, built with np.packbits. The bitmap
-and block-scale helpers are shared with terngrad.py.
+The 1-bit stream has the layout of ``bitpack.pack(values, 1)``, built with np.packbits
+(``bitpack.bitmap``). The block-scale helpers are shared with terngrad.py.
 """
 from __future__ import annotations
 
@@ -27,37 +27,10 @@ import numpy as np
 
 from commlab.codecs import chunks, wire
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
+from commlab.codecs.bitpack import SIGNS, bitmap, bitmap_size, expand, read_bitmap
 from commlab.codecs.errors import CodecError
 
 BLOCK = struct.Struct("<I")
-
-
-def bitmap(mask: np.ndarray) -> np.ndarray:
-    """Boolean vector -> ceil(D/8) bytes, bit i of the stream is mask[i]."""
-    return np.packbits(mask, bitorder="little")
-
-
-def bitmap_size(numel: int) -> int:
-    return -(-numel // 8)
-
-
-def read_bitmap(payload: memoryview, offset: int, numel: int, what: str) -> np.ndarray:
-    """The bytes of the bitmap at ``offset``, checked for bits past the end of the vector; the
-    caller checked the payload length."""
-    data = np.frombuffer(payload, np.uint8, bitmap_size(numel), offset)
-    if numel % 8 and data[-1] >> (numel % 8):
-        raise CodecError(f"{what}: bitmap has bits set past the end of the vector")
-    return data
-
-
-# Row b: the 8 values of bitmap byte b, +1 for a clear bit and -1 for a set one (signs), and 0 or 1 (masks).
-SIGNS = np.where(np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little"), -1, 1).astype(np.float32)
-ONES = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(np.float32)
-
-
-def expand(table: np.ndarray, data: np.ndarray, numel: int) -> np.ndarray:
-    """float32 vector of ``numel`` values: each bitmap byte replaced by its table row."""
-    return table.take(data, axis=0).reshape(-1)[:numel]
 
 
 def check_block(block: int, what: str) -> int:

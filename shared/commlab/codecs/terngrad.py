@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
-from commlab.codecs.errors import CodecError
 from commlab.codecs import chunks, draws
-from commlab.codecs.signsgd import (BLOCK, ONES, SIGNS, bitmap, bitmap_size, check_block, expand, num_blocks, read_bitmap,
-                                    read_scales)
+from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
+from commlab.codecs.bitpack import ONES, SIGNS, bitmap, bitmap_size, expand, read_bitmap
+from commlab.codecs.errors import CodecError
+from commlab.codecs.signsgd import BLOCK, check_block, num_blocks, read_scales
 
 
 @register
