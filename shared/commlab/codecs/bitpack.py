@@ -32,10 +32,14 @@ PAD = 16
 
 
 def _bytes_of_words(words: np.ndarray, nbytes: int) -> np.ndarray:
-    """The low ``nbytes`` bytes of each little-endian word, concatenated (a copy of fixed-size
-    void items: numpy moves each as one element, twice as fast as a 2-D uint8 slice)."""
-    items = np.ndarray(words.shape, f"V{nbytes}", words.view(np.uint8), strides=(words.itemsize,))
-    return np.ascontiguousarray(items).view(np.uint8)
+    """The low ``nbytes`` bytes of each little-endian word, concatenated; the words' higher bytes
+    are zero. Each word is stored whole at offset nbytes * i, in increasing i, so its zero high
+    bytes land where the next word is stored next (numpy's 1-D strided copy runs forward, and the
+    tests compare with the bit-by-bit reference): several times faster than moving
+    nbytes-byte items one by one."""
+    out = np.empty(nbytes * words.size + words.itemsize, np.uint8)
+    np.ndarray(words.shape, words.dtype, out, strides=(nbytes,))[...] = words
+    return out[: nbytes * words.size]
 
 
 def pack(values: np.ndarray, bits: int, count: int | None = None) -> np.ndarray:
@@ -84,12 +88,11 @@ def _fields(stream: np.ndarray, count: int, bits: int) -> np.ndarray:
     if bits in (1, 2, 4, 8):
         return stream
     groups = -(-count // 8)
-    words = np.zeros(groups, "<u8")
-    whole = stream.size // bits
-    items = np.ndarray((whole,), f"V{bits}", words.view(np.uint8), strides=(8,))
-    items[...] = stream[: whole * bits].view(f"V{bits}")
-    if whole < groups:
-        words.view(np.uint8)[8 * whole : 8 * whole + stream.size - whole * bits] = stream[whole * bits :]
+    padded = np.zeros(groups * bits + 8, np.uint8)
+    padded[: stream.size] = stream
+    # Overlapping reads: word g starts at group g's first byte; the bytes above its 8 * bits bits
+    # belong to the next group and are masked off with the fields.
+    words = np.ndarray((groups,), "<u8", padded, strides=(bits,))
     width = bits * _values_per_field(bits)
     per_word = 8 // _values_per_field(bits)
     fields = np.empty((groups, per_word), np.int64)
