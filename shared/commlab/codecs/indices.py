@@ -39,17 +39,20 @@ def encode(idx: np.ndarray, numel: int) -> tuple[int, np.ndarray]:
         mask = np.zeros(numel, bool)
         mask[idx] = True
         return BITMAP, np.packbits(mask, bitorder="little")
-    # Row i holds the longest varint's worth of groups of delta i, the continuation bit set on
-    # all but its last; its first lengths[i] bytes are the varint.
-    width = int(lengths.max(initial=1))
-    groups = np.empty((deltas.size, width), np.uint8)
-    for j in range(width):
-        np.bitwise_and(deltas >> np.uint32(7 * j), np.uint32(0x7F), out=groups[:, j], casting="unsafe")
-        if j + 1 < width:
-            groups[:, j] |= (lengths > j + 1).view(np.uint8) << np.uint8(7)
-    if width == 1:
-        return VARINT, groups.reshape(-1)
-    return VARINT, groups[np.arange(width, dtype=np.uint8) < lengths[:, None]]
+    # Byte j of every varint at once, j up to the longest one: a loop over byte positions.
+    out = np.empty(total, np.uint8)
+    starts = np.cumsum(lengths, dtype=np.int64)
+    starts -= lengths
+    first = (deltas & np.uint32(0x7F)).astype(np.uint8)
+    first |= (lengths > 1).view(np.uint8) << np.uint8(7)
+    out[starts] = first
+    longer = np.flatnonzero(lengths > 1)
+    for j in range(1, int(lengths.max(initial=1))):
+        group = (deltas[longer] >> np.uint32(7 * j)) & np.uint32(0x7F)
+        group |= (lengths[longer] > j + 1).astype(np.uint32) << np.uint32(7)
+        out[starts[longer] + j] = group
+        longer = longer[lengths[longer] > j + 1]
+    return VARINT, out
 
 
 def decode(mode: int, data: np.ndarray, numel: int, k: int) -> np.ndarray:

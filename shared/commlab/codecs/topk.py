@@ -44,15 +44,26 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
         return np.arange(k, dtype=np.int64)
     keys = magnitudes(vec)
     stride = max(1, n // _SAMPLE)
-    sample = np.sort(keys[::stride])
-    # Rank of the k-th largest in the sample, lowered by the margin (binomial standard deviation).
+    sample = keys[::stride]
+    # Ranks in the sample just below and above the k-th largest: the margin is in binomial
+    # standard deviations, so that the k-th largest lies between them.
     expect = sample.size * (n - k) / n
-    rank = int(expect - _MARGIN_SIGMAS * math.sqrt(sample.size * (k / n) * (1 - k / n)) - 1)
-    candidates = np.flatnonzero(keys >= sample[rank]) if rank > 0 else np.arange(n, dtype=np.int64)
-    if candidates.size < k:  # the sample misled the threshold: take every value as a candidate
-        candidates = np.arange(n, dtype=np.int64)
+    margin = _MARGIN_SIGMAS * math.sqrt(sample.size * (k / n) * (1 - k / n)) + 1
+    low, high = int(expect - margin), int(expect + margin)
+    candidates, sure_above = np.arange(n, dtype=np.int64), None
+    if 0 < low and high < sample.size:
+        sample = np.partition(sample, (low, high))
+        candidates, sure_above = np.flatnonzero(keys >= sample[low]), sample[high]
+    if candidates.size < k:  # the sample misled the low mark: every value is a candidate
+        candidates, sure_above = np.arange(n, dtype=np.int64), None
     chosen = keys[candidates]
-    kth = np.partition(chosen, chosen.size - k)[chosen.size - k]
+    # When at most k candidates reach the high mark, all of them are kept, and the k-th
+    # magnitude is found among the others.
+    band = np.flatnonzero(chosen < sure_above) if sure_above is not None else np.arange(chosen.size)
+    need = k - (chosen.size - band.size)
+    if need <= 0:
+        band, need = np.arange(chosen.size), k
+    kth = np.partition(chosen[band], band.size - need)[band.size - need]
     keep = chosen > kth
     ties = np.flatnonzero(chosen == kth)
     keep[ties[: k - np.count_nonzero(keep)]] = True
