@@ -193,7 +193,8 @@ class QSGDZ(QSGD):
         norms, q = self._quantize(vec)
         packed = bitpack.pack(q, _bits(self.levels), vec.size)
         stream = zstandard.ZstdCompressor(compression_params=_ZSTD).compress(packed)
-        signs = np.packbits(vec[q[: vec.size] > 0] < 0, bitorder="little")
+        # Index lists, not boolean masks: numpy's masked selection branches on every value.
+        signs = np.packbits(vec[np.flatnonzero(q[: vec.size] > 0)] < 0, bitorder="little")
         return (self.levels, self.bucket), [norms, _LENGTH.pack(len(stream)), stream, signs]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
@@ -211,7 +212,7 @@ class QSGDZ(QSGD):
             raise CodecError(f"{name}: level stream of {stream_len} bytes overruns the {len(payload)}-byte payload")
         packed = _unzstd(name, payload[start:start + stream_len], packed_len, f"{numel} levels of {_bits(levels)} bits")
         out = _levels(name, np.frombuffer(packed, np.uint8), numel, levels)
-        nonzero = np.flatnonzero(out)
+        nonzero = np.flatnonzero(out > 0)  # a bool mask: numpy's nonzero of floats is far slower
         signs = np.frombuffer(payload, np.uint8, offset=start + stream_len)
         if signs.size != -(-nonzero.size // 8):
             raise CodecError(f"{name}: {signs.size} sign bytes, {nonzero.size} non-zero levels need "
