@@ -5,8 +5,8 @@ keep their distributions.
 The bits come from AES-128 in counter mode (the `cryptography` package, OpenSSL's AES-NI code)
 under a fresh 128-bit key that each frame draws from the codec's own numpy Generator: the codec's
 state stays that Generator (seeded, checkpointed, restored as before), and a frame costs it two
-draws instead of one per value. numpy's generators produce about 0.3-0.5 GB/s of random bits
-here, slower than all the rest of a codec's encode; the AES keystream runs at several GB/s.
+draws instead of one per value. numpy's generators took longer than all the rest of a codec's
+encode (make bench-codecs); the AES keystream costs about what a memcpy of the bytes does.
 """
 from __future__ import annotations
 
