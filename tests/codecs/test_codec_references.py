@@ -3,6 +3,8 @@ where the codec is deterministic, on adversarial inputs (magnitudes 2**-60..2**6
 zeros, ties, NaN); the random codecs' draws on numpy's float32 grid."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -88,13 +90,14 @@ def test_top_k_selection_is_its_reference_on_large_vectors(n):
 
 
 def test_uniforms_are_on_numpys_float32_grid_and_seeded():
-    a, b = draws.uniforms(np.random.default_rng(5), 100_000), draws.uniforms(np.random.default_rng(5), 100_000)
+    # uniforms() returns this thread's scratch array: copy what is kept past the next call.
+    a, b = draws.uniforms(np.random.default_rng(5), 100_000).copy(), draws.uniforms(np.random.default_rng(5), 100_000)
     assert a.dtype == np.float32 and np.array_equal(a, b)
     grid = a.astype(np.float64) * 2**24
     assert np.array_equal(grid, np.floor(grid)) and a.min() >= 0 and a.max() < 1
     # Two frames of one codec draw different uniforms: each takes a fresh key from the Generator.
     rng = np.random.default_rng(5)
-    assert not np.array_equal(draws.uniforms(rng, 1000), draws.uniforms(rng, 1000))
+    assert not np.array_equal(draws.uniforms(rng, 1000).copy(), draws.uniforms(rng, 1000))
     # Means of 10 groups of 10,000 within 6 standard deviations (1/sqrt(12 * 10,000)).
     assert np.all(np.abs(a.reshape(10, -1).mean(axis=1) - 0.5) < 6 / np.sqrt(12 * 10_000))
 
@@ -104,3 +107,19 @@ def test_keystream_is_aes_128_ctr():
     stream = draws.keystream(bytes(16), 40).tobytes()
     assert stream[:16].hex() == "66e94bd4ef8a2c3b884cfa59ca342b2e"
     assert stream[16:32].hex() == "58e2fccefa7e3061367f1d57a4e7455a"
+
+
+@pytest.mark.parametrize("name", ["qsgd4", "qsgdz3", "terngrad", "minmax2", "fp32_sparse", "signsgd"])
+def test_encoders_in_threads_give_the_frames_they_give_alone(name):
+    # Encoders reuse per-thread scratch arrays (scratch.py): threads must not see each other's.
+    vecs = [adversarial(20_000 + 1000 * i, 10 + i) for i in range(4)]
+    for v in vecs:
+        v[np.abs(v) > 2.0**40] = 1
+    params = {"seed": 1} if name.startswith(("qsgd", "terngrad")) else {}
+
+    def frames(v):
+        codec = get_codec(name, **params)
+        return [codec.encode(v) for _ in range(5)]
+    alone = [frames(v) for v in vecs]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(frames, vecs)) == alone

@@ -13,31 +13,32 @@ from __future__ import annotations
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from commlab.codecs import scratch
+
 _BLOCK = 16  # AES block bytes: update_into may write up to one block beyond its input
 _NONCE = bytes(16)  # every key encrypts one stream only
 _zeros = np.zeros(0, np.uint8)  # the plaintext: calloc'd zero pages, never written
 
 
-def keystream(key: bytes, nbytes: int) -> np.ndarray:
-    """The first ``nbytes`` bytes (uint8) of the AES-128-CTR keystream of a 16-byte ``key``."""
+def keystream(key: bytes, nbytes: int, out: np.ndarray | None = None) -> np.ndarray:
+    """The first ``nbytes`` bytes (uint8) of the AES-128-CTR keystream of a 16-byte ``key``, in
+    ``out`` (uint8, at least nbytes + 16 long) when given."""
     global _zeros
     if _zeros.size < nbytes:
         _zeros = np.zeros(max(nbytes, 2 * _zeros.size), np.uint8)
-    out = np.empty(nbytes + _BLOCK, np.uint8)
+    if out is None:
+        out = np.empty(nbytes + _BLOCK, np.uint8)
     encryptor = Cipher(algorithms.AES(key), modes.CTR(_NONCE)).encryptor()
     encryptor.update_into(memoryview(_zeros)[:nbytes], out)
     return out[:nbytes]
 
 
-def random_bytes(rng: np.random.Generator, nbytes: int) -> np.ndarray:
-    """``nbytes`` uniformly random bytes (uint8) from the keystream of a key drawn from ``rng``."""
-    return keystream(rng.bytes(16), nbytes)
-
-
 def uniforms(rng: np.random.Generator, n: int) -> np.ndarray:
-    """n float32 uniforms on [0, 1): (32 random bits >> 8) * 2**-24, as numpy's float32 draws."""
-    bits = random_bytes(rng, 4 * n).view("<u4")
+    """n float32 uniforms on [0, 1): (32 random bits >> 8) * 2**-24, as numpy's float32 draws.
+    A scratch array (scratch.py): valid until this thread's next call."""
+    bits = keystream(rng.bytes(16), 4 * n, scratch.buffer("draws.bits", 4 * n + _BLOCK, np.uint8)).view("<u4")
     np.right_shift(bits, np.uint32(8), out=bits)
-    out = bits.view(np.int32).astype(np.float32)  # below 2**24: exact, and int32 converts vectorised
+    out = scratch.buffer("draws.uniforms", n, np.float32)
+    np.copyto(out, bits.view(np.int32), casting="unsafe")  # below 2**24: exact; int32 converts vectorised
     out *= np.float32(2.0**-24)
     return out

@@ -14,7 +14,7 @@ import struct
 
 import numpy as np
 
-from commlab.codecs import bitpack, chunks
+from commlab.codecs import bitpack, chunks, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
 from commlab.codecs.errors import CodecError
 
@@ -64,7 +64,8 @@ class MinMax(Codec):
         inv = np.zeros_like(scale)
         np.divide(1, scale, out=inv, where=scale >= _TINY)
         subnormal = (scale > 0) & (scale < _TINY)
-        padded = np.zeros(-(-vec.size // bitpack.PAD) * bitpack.PAD, np.float32)
+        padded = scratch.buffer("minmax.levels", -(-vec.size // bitpack.PAD) * bitpack.PAD, np.float32)
+        padded[vec.size :] = 0
         t = padded[: vec.size]
         for (rows, x), (_, tx) in zip(views, chunks.rows(t, self.chunk)):
             np.subtract(x, lo[rows, None], out=tx)

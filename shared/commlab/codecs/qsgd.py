@@ -19,7 +19,7 @@ import struct
 import numpy as np
 import zstandard
 
-from commlab.codecs import bitpack, chunks, draws
+from commlab.codecs import bitpack, chunks, draws, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
 from commlab.codecs.errors import CodecError
 
@@ -52,13 +52,14 @@ class QSGD(RandomCodec):
         self.rng = np.random.default_rng(seed)
 
     def _quantize(self, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(float32 bucket norms, float32 levels in 0..s, zero-padded to a multiple of bitpack.PAD);
-        the sign is the vector's where a level is > 0."""
+        """(float32 bucket norms, float32 levels in 0..s, zero-padded to a multiple of bitpack.PAD, a
+        scratch array); the sign is the vector's where a level is > 0."""
         n, bucket = vec.size, self.bucket
         norms = bucket_norms(vec, bucket)
         if not (norms <= MAX_MAGNITUDE).all():
             raise CodecError(f"{self.name}: values must be finite with bucket norms <= {MAX_MAGNITUDE:g}")
-        t = np.zeros(-(-n // bitpack.PAD) * bitpack.PAD, np.float32)
+        t = scratch.buffer("qsgd.levels", -(-n // bitpack.PAD) * bitpack.PAD, np.float32)
+        t[n:] = 0
         np.abs(vec, out=t[:n])
         # s / norm per bucket, rounded once; all-zero buckets keep 0. Where s / norm overflows
         # float32 (tiny norms) the bucket takes |w| / norm first, then times s.

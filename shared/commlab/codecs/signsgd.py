@@ -25,7 +25,7 @@ import struct
 
 import numpy as np
 
-from commlab.codecs import chunks, wire
+from commlab.codecs import chunks, scratch, wire
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
 from commlab.codecs.bitpack import SIGNS, bitmap, bitmap_size, expand, read_bitmap
 from commlab.codecs.errors import CodecError
@@ -46,7 +46,8 @@ def block_abs_sums(vec: np.ndarray, block: int) -> np.ndarray:
     redone in reduceat's order (short rows make numpy's per-row max and min slow)."""
     if not vec.size:
         return np.zeros(0, np.float64)
-    return np.add.reduceat(np.abs(vec), np.arange(0, vec.size, block, dtype=np.int64), dtype=np.float64)
+    magnitudes = np.abs(vec, out=scratch.buffer("signsgd.magnitudes", vec.size, np.float32))
+    return np.add.reduceat(magnitudes, np.arange(0, vec.size, block, dtype=np.int64), dtype=np.float64)
 
 
 def num_blocks(numel: int, block: int) -> int:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commlab.codecs import chunks, draws
+from commlab.codecs import chunks, draws, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
 from commlab.codecs.bitpack import ONES, SIGNS, bitmap, bitmap_size, expand, read_bitmap
 from commlab.codecs.errors import CodecError
@@ -55,7 +55,7 @@ class TernGrad(RandomCodec):
             raise CodecError(f"{self.name}: values must be finite with magnitude <= {MAX_MAGNITUDE:g}")
         # |g| <= s_b, so the float32 quotient is <= 1 (no overflow even if s_b is subnormal);
         # all-zero blocks keep p = 0.
-        p = np.abs(vec)
+        p = np.abs(vec, out=scratch.buffer("terngrad.p", vec.size, np.float32))
         divisor = np.where(s > 0, s, np.float32(1))
         for span, x in chunks.rows(p, self.block):
             x /= divisor[span, None]

@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 
-from commlab.codecs import indices
+from commlab.codecs import indices, scratch
 from commlab.codecs.base import Codec, register
 from commlab.codecs.errors import CodecError
 
@@ -22,10 +22,10 @@ def num_kept(numel: int, ratio: float) -> int:
     return min(numel, max(1, math.ceil(ratio * numel))) if numel else 0
 
 
-def magnitudes(vec: np.ndarray) -> np.ndarray:
+def magnitudes(vec: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """|vec| as uint32 keys in the order of the magnitudes: a float32's bits without its sign bit
     (NaN above inf above every finite value, as numpy sorts NaN last)."""
-    return vec.view(np.uint32) & np.uint32(0x7FFFFFFF)
+    return np.bitwise_and(vec.view(np.uint32), np.uint32(0x7FFFFFFF), out=out)
 
 
 # The sample that places the threshold: about this many values, and the rank this many standard
@@ -42,7 +42,7 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
     k = num_kept(n, ratio)
     if k == n:
         return np.arange(k, dtype=np.int64)
-    keys = magnitudes(vec)
+    keys = magnitudes(vec, scratch.buffer("topk.keys", n, np.uint32))
     stride = max(1, n // _SAMPLE)
     sample = keys[::stride]
     # Ranks in the sample just below and above the k-th largest: the margin is in binomial
