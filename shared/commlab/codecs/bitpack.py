@@ -146,9 +146,11 @@ SIGNS = np.where(np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, 
 ONES = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(np.float32)
 
 
-def expand(table: np.ndarray, data: np.ndarray, numel: int) -> np.ndarray:
-    """float32 vector of ``numel`` values: each bitmap byte replaced by its table row."""
-    return table.take(data, axis=0).reshape(-1)[:numel]
+def expand(table: np.ndarray, data: np.ndarray, numel: int, out: np.ndarray | None = None) -> np.ndarray:
+    """float32 vector of ``numel`` values: each bitmap byte replaced by its table row (into ``out``,
+    float32 of 8 * data.size values, when given)."""
+    rows = table.take(data, axis=0, out=None if out is None else out.reshape(data.size, 8))
+    return rows.reshape(-1)[:numel]
 
 
 def reference_pack(values: np.ndarray, bits: int) -> np.ndarray:

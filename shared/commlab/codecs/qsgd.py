@@ -162,7 +162,7 @@ def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int
     """norm * sign * level / s per value, in place in the float32 levels ``q``; ``signs`` is the
     packed bitmap of one bit per value (set: negative)."""
     chunks.scale_rows(q, bucket, _steps(norms, levels))
-    q *= bitpack.SIGNS.take(signs, axis=0).reshape(-1)[: q.size]
+    q *= bitpack.expand(bitpack.SIGNS, signs, q.size, scratch.buffer("qsgd.signs", 8 * signs.size, np.float32))
     return q
 
 

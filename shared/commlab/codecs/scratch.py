@@ -1,6 +1,6 @@
-"""Work arrays the encoders reuse from one frame to the next. A fresh array of tens of MB costs
-the kernel's page faults and zeroing on first touch, about as much as a pass over it; a codec's
-encode makes several. Each thread keeps one array per name, at the largest size asked for."""
+"""Work arrays the codecs reuse from one frame to the next. A fresh array of tens of MB costs the
+kernel's page faults and zeroing on first touch, about as much as a pass over it, and an encode
+makes several temporaries. Each thread keeps one array per name, at the largest size asked for."""
 from __future__ import annotations
 
 import threading

@@ -77,7 +77,7 @@ class TernGrad(RandomCodec):
         if (negative & ~nonzero).any():
             raise CodecError(f"{self.name}: sign bit set on a zero value")
         out = expand(ONES, nonzero, numel)  # 0 or 1, then the sign, then s_b
-        out *= expand(SIGNS, negative, numel)
+        out *= expand(SIGNS, negative, numel, scratch.buffer("terngrad.signs", 8 * negative.size, np.float32))
         chunks.scale_rows(out, block, s)
         return out
 
