@@ -19,9 +19,9 @@ from commlab.models import build_model, flatten_params
 from commlab.progress import Progress
 
 CODECS = ["fp32", "int8", "fp32_sparse", "int8_sparse", "minmax8", "minmax4", "minmax2", "qsgd16", "qsgd4",
-          "signsgd", "terngrad", "randomk"]
-FIELDS = ["vector", "numel", "codec", "wire_bytes", "wire_x_of_fp32", "encode_MBps", "decode_MBps", "encode_x_memcpy",
-          "decode_x_memcpy", "roundtrip_x_memcpy", "max_abs_err", "mean_abs_err", "memcpy_MBps"]
+          "qsgdz3", "signsgd", "terngrad", "randomk"]
+FIELDS = ["vector", "numel", "codec", "wire_bytes", "wire_x_of_fp32", "encode_ms", "decode_ms", "encode_MBps",
+          "decode_MBps", "encode_x_memcpy", "decode_x_memcpy", "roundtrip_x_memcpy", "max_abs_err", "mean_abs_err", "memcpy_MBps"]
 
 
 def mnist_cnn_update() -> np.ndarray:
@@ -75,6 +75,7 @@ def bench(name: str, vec: np.ndarray, codec_name: str, reps: int, budget_s: floa
     return {
         "vector": name, "numel": vec.size, "codec": codec_name,
         "wire_bytes": len(frame), "wire_x_of_fp32": len(frame) / vec.nbytes,
+        "encode_ms": 1e3 * t_enc, "decode_ms": 1e3 * t_dec,
         "encode_MBps": mb / t_enc, "decode_MBps": mb / t_dec,
         "encode_x_memcpy": t_copy / t_enc, "decode_x_memcpy": t_copy / t_dec,
         "roundtrip_x_memcpy": t_copy / (t_enc + t_dec),
@@ -84,8 +85,8 @@ def bench(name: str, vec: np.ndarray, codec_name: str, reps: int, budget_s: floa
 
 
 def fmt(row: dict) -> str:
-    return (f"| {row['vector']} | {row['codec']} | {row['wire_x_of_fp32']:.4f} | {row['encode_MBps']:.0f} | "
-            f"{row['decode_MBps']:.0f} | {row['encode_x_memcpy']:.3f} | {row['decode_x_memcpy']:.3f} | "
+    return (f"| {row['vector']} | {row['codec']} | {row['wire_x_of_fp32']:.4f} | {row['encode_ms']:.2f} | "
+            f"{row['decode_ms']:.2f} | {row['encode_x_memcpy']:.3f} | {row['decode_x_memcpy']:.3f} | "
             f"{row['roundtrip_x_memcpy']:.3f} | {row['max_abs_err']:.3g} | {row['mean_abs_err']:.3g} |")
 
 
@@ -97,7 +98,7 @@ def main() -> None:
     parser.add_argument("--vectors", default=",".join(VECTORS), help=f"some of {', '.join(VECTORS)}")
     parser.add_argument("--out", type=Path, default=Path("results/bench/codecs.csv"))
     args = parser.parse_args()
-    print("| vector | codec | x of fp32 | enc MB/s | dec MB/s | enc x memcpy | dec x memcpy | "
+    print("| vector | codec | x of fp32 | enc ms | dec ms | enc x memcpy | dec x memcpy | "
           "enc+dec x memcpy | max abs err | mean abs err |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     rows = []

@@ -101,7 +101,8 @@ def test_frame_size_estimates_are_close_to_the_frames():
         actual = len(get_codec(codec_name(q, "qsgdz"), seed=9).encode(vec))
         # A sample of 37 buckets here; on an MNIST CNN update (3,249 buckets) within 1 %.
         assert abs(est[q] - actual) <= 0.1 * actual, (q, est[q], actual)
-    assert [est[q] for q in BITS] == sorted(est.values())
+    # More bits, bigger frames; except 8, whose levels are whole bytes: zstd codes those better than 7-bit ones.
+    assert [est[q] for q in BITS[:-1]] == sorted(est[q] for q in BITS[:-1])
     assert check_size_estimates({str(q): v for q, v in est.items()}, vec.size, 512, "qsgdz") == est
 
 
@@ -111,7 +112,7 @@ def test_frame_size_estimates_are_close_to_the_frames():
     ({**{str(q): 1000 for q in BITS}, "3": -1}, "at 3 bits must be an integer in 1.."),
     ({**{str(q): 1000 for q in BITS}, "4": 1.5}, "at 4 bits must be an integer"),
     ({**{str(q): 1000 for q in BITS}, "5": True}, "at 5 bits must be an integer"),
-    ({**{str(q): 1000 for q in BITS}, "8": 10**9}, "at 8 bits must be an integer in 1..1884841 bytes, got 1000000000"),
+    ({**{str(q): 1000 for q in BITS}, "8": 10**9}, "at 8 bits must be an integer in 1..1890818 bytes, got 1000000000"),
 ])
 def test_bad_frame_size_reports_are_rejected(sizes, message):
     assert message in check_size_estimates(sizes, D, 512, "qsgdz")

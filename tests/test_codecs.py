@@ -177,11 +177,32 @@ def test_minmax_chunks_keep_the_error_relative_to_the_chunk():
 
 
 @given(st.integers(1, 8), st.integers(0, 100), st.data())
-def test_bitpack_round_trip(bits, count, data):
+def test_bitpack_round_trip_matches_the_reference(bits, count, data):
     values = np.array(data.draw(st.lists(st.integers(0, 2**bits - 1), min_size=count, max_size=count)), np.uint8)
     stream = bitpack.pack(values, bits)
     assert stream.size == math.ceil(count * bits / 8)
-    assert np.array_equal(bitpack.unpack(stream, count, bits), values)
+    assert np.array_equal(stream, bitpack.reference_pack(values, bits))
+    assert np.array_equal(bitpack.pack(values.astype(np.float32), bits), stream)
+    padded = np.zeros(count + data.draw(st.integers(0, 40)), np.float32)  # zero tail past count
+    padded[:count] = values
+    assert np.array_equal(bitpack.pack(padded, bits, count), stream)
+    levels = bitpack.unpack_levels(stream, count, bits)
+    assert levels.dtype == np.float32 and np.array_equal(levels, bitpack.reference_unpack(stream, count, bits))
+    assert np.array_equal(levels, values)
+
+
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_bitpack_rejects_padding_bits_and_levels_above_the_maximum(bits):
+    stream = bitpack.pack(np.array([1, 0, 1], np.uint8), bits)
+    if 3 * bits % 8:
+        bad = stream.copy()
+        bad[-1] |= 0x80
+        with pytest.raises(CodecError, match="non-zero padding bits"):
+            bitpack.unpack_levels(bad, 3, bits)
+    with pytest.raises(CodecError, match="3 values of"):
+        bitpack.unpack_levels(stream[:-1], 3, bits)
+    with pytest.raises(CodecError, match="level 1 exceeds the 0 levels"):
+        bitpack.unpack_levels(stream, 3, bits, max_level=0)
 
 
 @given(st.integers(1, 5000), st.data())

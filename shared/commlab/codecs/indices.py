@@ -22,25 +22,36 @@ def bound(numel: int, k: int) -> int:
     return min(-(-numel // 8), k * varint_len(max(numel - 1, 0)))
 
 
+def _varint_lengths(deltas: np.ndarray) -> np.ndarray:
+    lengths = np.ones(deltas.size, np.uint8)
+    for j in range(1, _MAX_VARINT_BYTES):
+        lengths += deltas >= np.uint32(1 << (7 * j))
+    return lengths
+
+
 def encode(idx: np.ndarray, numel: int) -> tuple[int, np.ndarray]:
     """Strictly increasing int64 indices -> (mode, uint8 bytes)."""
-    deltas = np.diff(idx, prepend=0).astype(np.uint64)
-    nbytes = np.ones(deltas.size, np.int64)
-    for j in range(1, _MAX_VARINT_BYTES):
-        nbytes += deltas >= np.uint64(1 << (7 * j))
-    total = int(nbytes.sum())
+    deltas = np.diff(idx, prepend=0).astype(np.uint32)  # each below numel <= 2**31
+    lengths = _varint_lengths(deltas)
+    total = int(lengths.sum(dtype=np.int64))
     bitmap_len = -(-numel // 8)
     if bitmap_len < total:
         mask = np.zeros(numel, bool)
         mask[idx] = True
         return BITMAP, np.packbits(mask, bitorder="little")
+    # Byte j of every varint at once, j up to the longest one: a loop over byte positions.
     out = np.empty(total, np.uint8)
-    starts = np.cumsum(nbytes) - nbytes
-    for j in range(int(nbytes.max(initial=1))):
-        sel = np.flatnonzero(nbytes > j)
-        group = (deltas[sel] >> np.uint64(7 * j)) & np.uint64(0x7F)
-        more = (nbytes[sel] > j + 1).astype(np.uint64) << np.uint64(7)
-        out[starts[sel] + j] = group | more
+    starts = np.cumsum(lengths, dtype=np.int64)
+    starts -= lengths
+    first = (deltas & np.uint32(0x7F)).astype(np.uint8)
+    first |= (lengths > 1).view(np.uint8) << np.uint8(7)
+    out[starts] = first
+    longer = np.flatnonzero(lengths > 1)
+    for j in range(1, int(lengths.max(initial=1))):
+        group = (deltas[longer] >> np.uint32(7 * j)) & np.uint32(0x7F)
+        group |= (lengths[longer] > j + 1).astype(np.uint32) << np.uint32(7)
+        out[starts[longer] + j] = group
+        longer = longer[lengths[longer] > j + 1]
     return VARINT, out
 
 
@@ -72,9 +83,12 @@ def decode(mode: int, data: np.ndarray, numel: int, k: int) -> np.ndarray:
     lengths = ends - starts + 1
     if lengths.max() > _MAX_VARINT_BYTES:
         raise CodecError(f"varint index longer than {_MAX_VARINT_BYTES} bytes")
-    pos = np.arange(data.size, dtype=np.int64) - np.repeat(starts, lengths)
-    contrib = (data & 0x7F).astype(np.uint64) << (7 * pos).astype(np.uint64)
-    deltas = np.add.reduceat(contrib, starts)
+    # The j-th group of every varint at once, j up to the longest one: loops over byte positions.
+    deltas = (data[ends] & 0x7F).astype(np.uint64)  # a varint's last byte is its highest group
+    for j in range(1, int(lengths.max())):
+        longer = np.flatnonzero(lengths > j)
+        deltas[longer] <<= np.uint64(7)
+        deltas[longer] |= data[ends[longer] - j] & np.uint8(0x7F)
     # Each delta below numel (<= 2**31) keeps the cumulative sum far from uint64 overflow.
     if deltas.max() >= numel or (deltas[1:] == 0).any():
         raise CodecError("sparse indices out of range or not strictly increasing")

@@ -14,31 +14,17 @@ import struct
 
 import numpy as np
 
-from commlab.codecs import bitpack
+from commlab.codecs import bitpack, chunks, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
 from commlab.codecs.errors import CodecError
 
 _TINY = np.finfo(np.float32).tiny  # below it 1/scale overflows float32
 
 
-def _num_chunks(numel: int, chunk: int) -> int:
-    return -(-numel // chunk)
-
-
 def _max_scale(bits: int) -> np.float32:
     """The largest scale the encoder can produce (the same float32 rounding of a range of at most
     2 * MAX_MAGNITUDE), so |min| + q * scale stays below float32 max for every level q."""
     return np.float32(2 * MAX_MAGNITUDE / ((1 << bits) - 1))
-
-
-def _chunk_rows(x: np.ndarray, chunk: int) -> list[tuple[slice, np.ndarray]]:
-    """2-D views of a flat array, with the chunks they hold: all whole chunks as one (k, chunk)
-    view, then the ragged last chunk as a (1, rest) view. Never more than two, so no loop over chunks."""
-    whole = x.size // chunk
-    rows = [(slice(0, whole), x[: whole * chunk].reshape(whole, chunk))]
-    if whole * chunk < x.size:
-        rows.append((slice(whole, whole + 1), x[whole * chunk :].reshape(1, -1)))
-    return rows
 
 
 @register
@@ -63,9 +49,9 @@ class MinMax(Codec):
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         top = (1 << self.bits) - 1
-        head = np.empty((_num_chunks(vec.size, self.chunk), 2), np.float32)  # (min, scale) per chunk
+        head = np.empty((chunks.count(vec.size, self.chunk), 2), np.float32)  # (min, scale) per chunk
         lo, hi = head[:, 0], np.empty(len(head), np.float32)
-        views = _chunk_rows(vec, self.chunk)
+        views = chunks.rows(vec, self.chunk)
         for rows, x in views:
             x.min(axis=1, out=lo[rows])
             x.max(axis=1, out=hi[rows])
@@ -78,17 +64,20 @@ class MinMax(Codec):
         inv = np.zeros_like(scale)
         np.divide(1, scale, out=inv, where=scale >= _TINY)
         subnormal = (scale > 0) & (scale < _TINY)
-        t = np.empty_like(vec)
-        for (rows, x), (_, tx) in zip(views, _chunk_rows(t, self.chunk)):
+        padded = scratch.buffer("minmax.levels", -(-vec.size // bitpack.PAD) * bitpack.PAD, np.float32)
+        padded[vec.size :] = 0
+        t = padded[: vec.size]
+        for (rows, x), (_, tx) in zip(views, chunks.rows(t, self.chunk)):
             np.subtract(x, lo[rows, None], out=tx)
             sub = subnormal[rows]
             slow = tx[sub] / scale[rows][sub, None] if sub.any() else None
             tx *= inv[rows, None]
             if slow is not None:
                 tx[sub] = slow
-        np.rint(t, out=t)
-        np.clip(t, 0, top, out=t)  # float32 rounding of the scale can push a value a hair past top
-        return (self.bits, self.chunk), [head, bitpack.pack(t.astype(np.uint8), self.bits)]
+        np.rint(t, out=t)  # >= 0: w >= min
+        if t.size and t.max() > top:  # float32 rounding of the scale can push a value a hair past top
+            np.minimum(t, top, out=t)
+        return (self.bits, self.chunk), [head, bitpack.pack(padded, self.bits, vec.size)]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         bits, chunk = params
@@ -96,7 +85,7 @@ class MinMax(Codec):
             raise CodecError(f"minmax: {bits} bits in frame, must be 1..8")
         if chunk == 0:
             raise CodecError("minmax: chunk size 0 in frame")
-        nchunks = _num_chunks(numel, chunk)
+        nchunks = chunks.count(numel, chunk)
         expected = 8 * nchunks + bitpack.packed_size(numel, bits)
         if len(payload) != expected:
             raise CodecError(f"minmax: payload {len(payload)} bytes, {numel} values of {bits} bits "
@@ -107,12 +96,14 @@ class MinMax(Codec):
             raise CodecError(f"minmax: chunk minima must be finite with magnitude <= {MAX_MAGNITUDE:g}")
         if not ((scale >= 0) & (scale <= _max_scale(bits))).all():
             raise CodecError(f"minmax: scales must be finite, non-negative and <= {_max_scale(bits):g}")
-        q = bitpack.unpack(np.frombuffer(payload, np.uint8, offset=8 * nchunks), numel, bits)
-        out = q.astype(np.float32)
-        for rows, o in _chunk_rows(out, chunk):
+        try:
+            out = bitpack.unpack_levels(np.frombuffer(payload, np.uint8, offset=8 * nchunks), numel, bits)
+        except CodecError as e:
+            raise CodecError(f"minmax: {e}") from None
+        for rows, o in chunks.rows(out, chunk):
             o *= scale[rows, None]
             o += lo[rows, None]
         return out
 
     def payload_size(self, numel: int) -> int:
-        return 8 * _num_chunks(numel, self.chunk) + bitpack.packed_size(numel, self.bits)
+        return 8 * chunks.count(numel, self.chunk) + bitpack.packed_size(numel, self.bits)

@@ -6,37 +6,26 @@ about 8 on the MNIST CNN, and FL diverges); per-bucket norms bound it by the buc
 qsgd<s> sends the float32 bucket norms, a sign bitmap and the levels bit-packed in ceil(log2(s+1))
 bits: a fixed size. qsgdz<s> sends the same levels entropy-coded, as the QSGD paper does with Elias
 codes: at few levels most levels are 0 (3 levels in buckets of 512: a value sits near 3/sqrt(512)
-= 0.13 of a level), so it deflates the packed levels and keeps signs for the non-zero levels only.
-On an MNIST CNN update 2-bit frames shrink from 0.64 MB to about 0.15 MB (int8_sparse: 0.33 MB);
-the size depends on the data, so `wire_size` is only a bound (deflate's worst case)."""
+= 0.13 of a level), so it zstd-compresses the packed levels and keeps signs for the non-zero
+levels only; the size depends on the data, so `wire_size` is only a bound (zstd's worst case).
+
+The uniforms u come from draws.py (an AES keystream under a key drawn from the codec's Generator
+per frame), on the 24-bit grid of numpy's float32 draws. Bucket norms are float32 sums of squares,
+redone in float64 for the buckets where float32 overflows or loses the small values."""
 from __future__ import annotations
 
 import struct
-import zlib
-from collections.abc import Iterator
 
 import numpy as np
+import zstandard
 
-from commlab.codecs import bitpack
+from commlab.codecs import bitpack, chunks, draws, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
 from commlab.codecs.errors import CodecError
 
 
 def _bits(levels: int) -> int:
     return int(levels).bit_length()
-
-
-def _num_buckets(numel: int, bucket: int) -> int:
-    return -(-numel // bucket)
-
-
-def _spans(n: int, bucket: int) -> Iterator[tuple[int, int, int]]:
-    """(start, stop, row width): all whole buckets as one 2-D view, then the ragged last bucket."""
-    full = n // bucket * bucket
-    if full:
-        yield 0, full, bucket
-    if full < n:
-        yield full, n, n - full
 
 
 @register
@@ -63,35 +52,41 @@ class QSGD(RandomCodec):
         self.rng = np.random.default_rng(seed)
 
     def _quantize(self, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(float32 bucket norms, uint8 levels in 0..s); the sign is the vector's where a level is > 0."""
+        """(float32 bucket norms, float32 levels in 0..s, zero-padded to a multiple of bitpack.PAD, a
+        scratch array); the sign is the vector's where a level is > 0."""
         n, bucket = vec.size, self.bucket
-        norms = np.empty(_num_buckets(n, bucket), np.float32)
-        t = np.abs(vec)
-        for a, b, width in _spans(n, bucket):
-            x, tx = vec[a:b].reshape(-1, width), t[a:b].reshape(-1, width)
-            # float64 accumulation (buffered by einsum, no float64 copy): squares overflow float32.
-            norm64 = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
-            if not (norm64 <= MAX_MAGNITUDE).all():
-                raise CodecError(f"{self.name}: values must be finite with bucket norms <= {MAX_MAGNITUDE:g}")
-            rows = norms[a // bucket : a // bucket + len(x)]
-            rows[:] = norm64
-            # Divide first: levels / norm overflows float32 for tiny norms; zero buckets stay 0.
-            np.divide(tx, rows[:, None], out=tx, where=rows[:, None] > 0)
-        t *= np.float32(self.levels)
-        t += self.rng.random(n, dtype=np.float32)
+        norms = bucket_norms(vec, bucket)
+        if not (norms <= MAX_MAGNITUDE).all():
+            raise CodecError(f"{self.name}: values must be finite with bucket norms <= {MAX_MAGNITUDE:g}")
+        t = scratch.buffer("qsgd.levels", -(-n // bitpack.PAD) * bitpack.PAD, np.float32)
+        t[n:] = 0
+        np.abs(vec, out=t[:n])
+        # s / norm per bucket, rounded once; all-zero buckets keep 0. Where s / norm overflows
+        # float32 (tiny norms) the bucket takes |w| / norm first, then times s.
+        with np.errstate(divide="ignore", over="ignore"):
+            factor = (self.levels / norms.astype(np.float64)).astype(np.float32)
+        factor[norms == 0] = 0
+        for span, tx in chunks.rows(t[:n], bucket):
+            tx *= factor[span, None]
+        for b in np.flatnonzero(np.isinf(factor)):
+            part = slice(b * bucket, min(n, (b + 1) * bucket))
+            t[part] = np.abs(vec[part]) / norms[b] * np.float32(self.levels)
+        t[:n] += draws.uniforms(self.rng, n)
         np.floor(t, out=t)
-        # Rounding of the float32 norm can push |w|/norm a hair above 1.
-        np.minimum(t, self.levels, out=t)
-        return norms, t.astype(np.uint8)
+        if n and t.max() > self.levels:  # rounding of the float32 norm can push |w|/norm a hair above 1
+            np.minimum(t, self.levels, out=t)
+        return norms, t
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
-        norms, q = self._quantize(vec)
-        signs = np.packbits((vec < 0) & (q > 0), bitorder="little")
-        return (self.levels, self.bucket), [norms, signs, bitpack.pack(q, _bits(self.levels))]
+        norms, levels = self._quantize(vec)
+        negative = vec < 0
+        negative &= levels[: vec.size] > 0
+        packed = bitpack.pack(levels, _bits(self.levels), vec.size)
+        return (self.levels, self.bucket), [norms, np.packbits(negative, bitorder="little"), packed]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         levels, bucket = _check_params(type(self).name, params)
-        norm_len = 4 * _num_buckets(numel, bucket)
+        norm_len = 4 * chunks.count(numel, bucket)
         sign_len = -(-numel // 8)
         expected = norm_len + sign_len + bitpack.packed_size(numel, _bits(levels))
         if len(payload) != expected:
@@ -99,15 +94,13 @@ class QSGD(RandomCodec):
                 f"qsgd: payload {len(payload)} bytes, {numel} values at {levels} levels in buckets of {bucket} need {expected}"
             )
         norms = _norms(type(self).name, payload, norm_len)
-        sign_bits = np.unpackbits(np.frombuffer(payload, np.uint8, sign_len, norm_len), bitorder="little")
-        if sign_bits[numel:].any():
-            raise CodecError("qsgd: sign bitmap has bits set past the end of the vector")
+        signs = bitpack.read_bitmap(payload, norm_len, numel, "qsgd: sign")
         packed = np.frombuffer(payload, np.uint8, offset=norm_len + sign_len)
-        q = _levels(type(self).name, bitpack.unpack(packed, numel, _bits(levels)), levels)
-        return _dequantize(q, sign_bits[:numel].astype(bool), norms, levels, bucket)
+        q = _levels(type(self).name, packed, numel, levels)
+        return _dequantize(q, signs, norms, levels, bucket)
 
     def payload_size(self, numel: int) -> int:
-        return (4 * _num_buckets(numel, self.bucket) + -(-numel // 8)
+        return (4 * chunks.count(numel, self.bucket) + -(-numel // 8)
                 + bitpack.packed_size(numel, _bits(self.levels)))
 
 
@@ -127,36 +120,69 @@ def _norms(name: str, payload: memoryview, norm_len: int) -> np.ndarray:
     return norms
 
 
-def _levels(name: str, q: np.ndarray, levels: int) -> np.ndarray:
-    if q.size and q.max() > levels:
-        raise CodecError(f"{name}: level {q.max()} exceeds the {levels} levels in the header")
+def _levels(name: str, packed: np.ndarray, numel: int, levels: int) -> np.ndarray:
+    try:
+        return bitpack.unpack_levels(packed, numel, _bits(levels), max_level=levels)
+    except CodecError as e:
+        raise CodecError(f"{name}: {e}") from None
+
+
+def bucket_norms(vec: np.ndarray, bucket: int) -> np.ndarray:
+    """float32 L2 norm of each bucket: float32 sums of squares, redone in float64 where they
+    overflow, are not finite or fall to where float32 drops the small squares."""
+    norms = np.empty(chunks.count(vec.size, bucket), np.float32)
+    for span, x in chunks.rows(vec, bucket):
+        rows = norms[span]
+        np.einsum("ij,ij->i", x, x, out=rows)
+        redo = np.flatnonzero(~(rows >= _SQUARES_EXACT_ABOVE) | np.isinf(rows))
+        np.sqrt(rows, out=rows)
+        if redo.size:
+            # float64 accumulation (buffered by einsum, no float64 copy): squares overflow float32.
+            rows[redo] = np.sqrt(np.einsum("ij,ij->i", x[redo], x[redo], dtype=np.float64))
+    return norms
+
+
+# Below this a float32 sum of squares may have lost subnormal squares: redo it in float64.
+_SQUARES_EXACT_ABOVE = np.float32(2.0**-100)
+
+
+def reference_dequantize(levels: np.ndarray, signs: np.ndarray, norms: np.ndarray, s: int, bucket: int) -> np.ndarray:
+    """The definition: norm * sign * level / s per value, with step = float32(norm / s)."""
+    steps = (norms.astype(np.float64) / s).astype(np.float32)
+    out = levels.astype(np.float32) * np.repeat(steps, bucket)[: levels.size]
+    return np.where(signs.astype(bool), -out, out)
+
+
+def _steps(norms: np.ndarray, levels: int) -> np.ndarray:
+    """A level's value in each bucket, float32(norm / s)."""
+    return (norms.astype(np.float64) / levels).astype(np.float32)
+
+
+def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int, bucket: int) -> np.ndarray:
+    """norm * sign * level / s per value, in place in the float32 levels ``q``; ``signs`` is the
+    packed bitmap of one bit per value (set: negative)."""
+    chunks.scale_rows(q, bucket, _steps(norms, levels))
+    q *= bitpack.expand(bitpack.SIGNS, signs, q.size, scratch.buffer("qsgd.signs", 8 * signs.size, np.float32))
     return q
 
 
-def _dequantize(q: np.ndarray, negative: np.ndarray, norms: np.ndarray, levels: int, bucket: int) -> np.ndarray:
-    """norm * sign * level / s per value, in float32."""
-    out = q.astype(np.float32)
-    steps = (norms.astype(np.float64) / levels).astype(np.float32)
-    for a, b, width in _spans(q.size, bucket):
-        o = out[a:b].reshape(-1, width)
-        o *= steps[a // bucket : a // bucket + len(o), None]
-    np.negative(out, out=out, where=negative)
-    return out
-
-
 _LENGTH = struct.Struct("<I")
-_DEFLATE_LEVEL = 6  # zlib's default: 2-bit levels of an MNIST CNN update in about 40 ms, 0.12 MB
+# Packed levels look like random bytes with a skewed histogram: long matches are rare and the
+# Huffman coding of the literals does the work, so a small match table (zstd's fast strategy with
+# 2**8 entries) loses nothing against zstd's level 1 and spends less time looking for matches.
+_ZSTD = zstandard.ZstdCompressionParameters(strategy=zstandard.STRATEGY_FAST, window_log=17, hash_log=8,
+                                            chain_log=8, search_log=1, min_match=7, target_length=0)
 
 
-def _deflate_bound(n: int) -> int:
-    """zlib's compressBound: the most a zlib stream of n input bytes can take."""
-    return n + (n >> 12) + (n >> 14) + (n >> 25) + 13
+def _zstd_bound(n: int) -> int:
+    """ZSTD_compressBound: the most a zstd frame of n input bytes can take."""
+    return n + (n >> 8) + (((128 << 10) - n) >> 11 if n < (128 << 10) else 0)
 
 
 @register
 class QSGDZ(QSGD):
-    """qsgd<s>'s quantizer with entropy-coded frames: float32 bucket norms, the zlib stream's
-    length (uint32) and the zlib-deflated bit-packed levels, then one sign bit per non-zero level."""
+    """qsgd<s>'s quantizer with entropy-coded frames: float32 bucket norms, the zstd frame's
+    length (uint32) and the zstd-compressed bit-packed levels, then one sign bit per non-zero level."""
     name = "qsgdz"
     codec_id = 12
 
@@ -166,47 +192,55 @@ class QSGDZ(QSGD):
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         norms, q = self._quantize(vec)
-        nonzero = q > 0
-        deflated = zlib.compress(bitpack.pack(q, _bits(self.levels)), _DEFLATE_LEVEL)
-        signs = np.packbits(vec[nonzero] < 0, bitorder="little")
-        return (self.levels, self.bucket), [norms, _LENGTH.pack(len(deflated)), deflated, signs]
+        packed = bitpack.pack(q, _bits(self.levels), vec.size)
+        stream = zstandard.ZstdCompressor(compression_params=_ZSTD).compress(packed)
+        # Index lists, not boolean masks: numpy's masked selection branches on every value.
+        signs = np.packbits(vec[np.flatnonzero(q[: vec.size] > 0)] < 0, bitorder="little")
+        return (self.levels, self.bucket), [norms, _LENGTH.pack(len(stream)), stream, signs]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
-        levels, bucket = _check_params(type(self).name, params)
-        norm_len = 4 * _num_buckets(numel, bucket)
+        name = type(self).name
+        levels, bucket = _check_params(name, params)
+        norm_len = 4 * chunks.count(numel, bucket)
         packed_len = bitpack.packed_size(numel, _bits(levels))
         if len(payload) < norm_len + _LENGTH.size:
-            raise CodecError(f"{type(self).name}: payload {len(payload)} bytes, shorter than {numel} values' "
+            raise CodecError(f"{name}: payload {len(payload)} bytes, shorter than {numel} values' "
                              f"{norm_len} bytes of bucket norms and the stream length")
-        norms = _norms(type(self).name, payload, norm_len)
-        (deflated_len,) = _LENGTH.unpack_from(payload, norm_len)
+        norms = _norms(name, payload, norm_len)
+        (stream_len,) = _LENGTH.unpack_from(payload, norm_len)
         start = norm_len + _LENGTH.size
-        if deflated_len > len(payload) - start:
-            raise CodecError(f"{type(self).name}: level stream of {deflated_len} bytes overruns the {len(payload)}-byte payload")
-        # Never inflate more than the levels can take: a stream that would (a zip bomb) or that
-        # stops short or carries bytes past its end is rejected.
-        inflater = zlib.decompressobj()
-        try:
-            packed = inflater.decompress(payload[start:start + deflated_len], packed_len)
-        except zlib.error as e:
-            raise CodecError(f"{type(self).name}: level stream is not valid deflate data ({e})") from None
-        if len(packed) != packed_len or not inflater.eof or inflater.unconsumed_tail or inflater.unused_data:
-            raise CodecError(f"{type(self).name}: level stream does not inflate to exactly the {packed_len} bytes "
-                             f"of {numel} levels of {_bits(levels)} bits")
-        q = _levels(type(self).name, bitpack.unpack(np.frombuffer(packed, np.uint8), numel, _bits(levels)), levels)
-        nonzero = np.flatnonzero(q)
-        signs = np.frombuffer(payload, np.uint8, offset=start + deflated_len)
+        if stream_len > len(payload) - start:
+            raise CodecError(f"{name}: level stream of {stream_len} bytes overruns the {len(payload)}-byte payload")
+        packed = _unzstd(name, payload[start:start + stream_len], packed_len, f"{numel} levels of {_bits(levels)} bits")
+        out = _levels(name, np.frombuffer(packed, np.uint8), numel, levels)
+        nonzero = np.flatnonzero(out > 0)  # a bool mask: numpy's nonzero of floats is far slower
+        signs = np.frombuffer(payload, np.uint8, offset=start + stream_len)
         if signs.size != -(-nonzero.size // 8):
-            raise CodecError(f"{type(self).name}: {signs.size} sign bytes, {nonzero.size} non-zero levels need "
+            raise CodecError(f"{name}: {signs.size} sign bytes, {nonzero.size} non-zero levels need "
                              f"{-(-nonzero.size // 8)}")
-        sign_bits = np.unpackbits(signs, bitorder="little")
-        if sign_bits[nonzero.size:].any():
-            raise CodecError(f"{type(self).name}: sign bits set past the last non-zero level")
-        negative = np.zeros(numel, bool)
-        negative[nonzero] = sign_bits[:nonzero.size].astype(bool)
-        return _dequantize(q, negative, norms, levels, bucket)
+        if nonzero.size % 8 and signs[-1] >> (nonzero.size % 8):
+            raise CodecError(f"{name}: sign bits set past the last non-zero level")
+        chunks.scale_rows(out, bucket, _steps(norms, levels))
+        negative = nonzero[np.unpackbits(signs, count=nonzero.size, bitorder="little").view(bool)]
+        out[negative] = -out[negative]
+        return out
 
     def payload_size(self, numel: int) -> int:
-        """An upper bound: levels that do not deflate, and a sign for every value."""
-        return (4 * _num_buckets(numel, self.bucket) + _LENGTH.size
-                + _deflate_bound(bitpack.packed_size(numel, _bits(self.levels))) + -(-numel // 8))
+        """An upper bound: levels that do not compress, and a sign for every value."""
+        return (4 * chunks.count(numel, self.bucket) + _LENGTH.size
+                + _zstd_bound(bitpack.packed_size(numel, _bits(self.levels))) + -(-numel // 8))
+
+
+def _unzstd(name: str, stream: memoryview, size: int, what: str) -> bytes:
+    """Decompress one zstd frame that declares and holds exactly ``size`` bytes; anything else (a
+    frame declaring more, a decompression bomb, one cut short or followed by other bytes) is rejected
+    before more than ``size`` bytes are produced."""
+    try:
+        declared = zstandard.frame_content_size(stream)
+        if declared < 0:  # a frame written without its content size
+            raise CodecError(f"{name}: level stream does not declare its size")
+        if declared != size:
+            raise CodecError(f"{name}: level stream declares {declared} bytes, {what} take {size}")
+        return zstandard.ZstdDecompressor().decompress(stream, max_output_size=size, allow_extra_data=False)
+    except zstandard.ZstdError as e:
+        raise CodecError(f"{name}: level stream is not one valid zstd frame ({e})") from None

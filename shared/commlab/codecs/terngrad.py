@@ -19,17 +19,19 @@ values) and the signs of the non-zero values (a sign bit on a zero value is reje
 vector has one encoding): 4 ceil(D/B) + 2 ceil(D/8) bytes.
 
 The codec keeps its own numpy Generator (``seed``, default 0): successive encodes draw fresh
-Bernoulli variables, and two codecs built with the same seed give the same frames for the same
-inputs in the same order.
+Bernoulli variables (b_i = u_i < |g_i| / s_b, with the uniforms of draws.py: a key per frame from
+the Generator), and two codecs built with the same seed give the same frames for the same inputs
+in the same order.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from commlab.codecs import chunks, draws, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
+from commlab.codecs.bitpack import ONES, SIGNS, bitmap, bitmap_size, expand, read_bitmap
 from commlab.codecs.errors import CodecError
-from commlab.codecs.signsgd import (BLOCK, bitmap, bitmap_size, block_reduce, check_block, expand, num_blocks,
-                                    read_bitmap, read_scales)
+from commlab.codecs.signsgd import BLOCK, check_block, num_blocks, read_scales
 
 
 @register
@@ -46,16 +48,21 @@ class TernGrad(RandomCodec):
         self.rng = np.random.default_rng(seed)
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
-        p = np.abs(vec)
-        s = block_reduce(np.maximum, p, self.block)
+        s = np.empty(num_blocks(vec.size, self.block), np.float32)
+        for span, x in chunks.rows(vec, self.block):
+            np.maximum(x.max(axis=1), -x.min(axis=1), out=s[span])  # max |g|, without an |g| pass
         if not (s <= MAX_MAGNITUDE).all():
             raise CodecError(f"{self.name}: values must be finite with magnitude <= {MAX_MAGNITUDE:g}")
         # |g| <= s_b, so the float32 quotient is <= 1 (no overflow even if s_b is subnormal);
         # all-zero blocks keep p = 0.
-        scale = expand(s, vec.size, self.block)
-        np.divide(p, scale, out=p, where=scale > 0)
-        nonzero = self.rng.random(vec.size, dtype=np.float32) < p
-        return (self.block,), [s.astype("<f4"), bitmap(nonzero), bitmap(nonzero & (vec < 0))]
+        p = np.abs(vec, out=scratch.buffer("terngrad.p", vec.size, np.float32))
+        divisor = np.where(s > 0, s, np.float32(1))
+        for span, x in chunks.rows(p, self.block):
+            x /= divisor[span, None]
+        nonzero = draws.uniforms(self.rng, vec.size) < p
+        negative = vec < 0
+        negative &= nonzero
+        return (self.block,), [s, bitmap(nonzero), bitmap(negative)]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         block = check_block(params[0], self.name)
@@ -64,13 +71,15 @@ class TernGrad(RandomCodec):
         if len(payload) != expected:
             raise CodecError(f"{self.name}: payload {len(payload)} bytes, {numel} values in blocks of {block} "
                              f"need {expected}")
-        s = expand(read_scales(payload, nblocks, self.name), numel, block)
+        s = read_scales(payload, nblocks, self.name)
         nonzero = read_bitmap(payload, 4 * nblocks, numel, self.name)
         negative = read_bitmap(payload, 4 * nblocks + bitmap_size(numel), numel, self.name)
-        code = nonzero | negative << 1  # 0: zero, 1: +s, 3: -s
-        if (code == 2).any():
+        if (negative & ~nonzero).any():
             raise CodecError(f"{self.name}: sign bit set on a zero value")
-        return np.multiply(s, np.array([0, 1, 0, -1], np.float32).take(code), out=s)
+        out = expand(ONES, nonzero, numel)  # 0 or 1, then the sign, then s_b
+        out *= expand(SIGNS, negative, numel, scratch.buffer("terngrad.signs", 8 * negative.size, np.float32))
+        chunks.scale_rows(out, block, s)
+        return out
 
     def payload_size(self, numel: int) -> int:
         return 4 * num_blocks(numel, self.block) + 2 * bitmap_size(numel)

@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 
-from commlab.codecs import indices
+from commlab.codecs import indices, scratch
 from commlab.codecs.base import Codec, register
 from commlab.codecs.errors import CodecError
 
@@ -22,14 +22,58 @@ def num_kept(numel: int, ratio: float) -> int:
     return min(numel, max(1, math.ceil(ratio * numel))) if numel else 0
 
 
+def magnitudes(vec: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """|vec| as uint32 keys in the order of the magnitudes: a float32's bits without its sign bit
+    (NaN above inf above every finite value, as numpy sorts NaN last)."""
+    return np.bitwise_and(vec.view(np.uint32), np.uint32(0x7FFFFFFF), out=out)
+
+
+# The sample that places the threshold: about this many values, and the rank this many standard
+# deviations below the k-th largest, so that at least k values pass unless the data is adversarial.
+_SAMPLE = 1 << 16
+_MARGIN_SIGMAS = 6.0
+
+
 def select(vec: np.ndarray, ratio: float) -> np.ndarray:
-    """Sorted int64 positions of the k largest |vec| values."""
-    k = num_kept(vec.size, ratio)
-    if k == vec.size:
+    """Sorted int64 positions of the k largest |vec| values; among equal magnitudes at the k-th
+    the first positions (``reference_select``). Without sorting the vector: a threshold from a
+    strided sample keeps a few more than k candidates, whose exact k-th magnitude is found among them."""
+    n = vec.size
+    k = num_kept(n, ratio)
+    if k == n:
         return np.arange(k, dtype=np.int64)
-    idx = np.argpartition(np.abs(vec), vec.size - k)[vec.size - k :]
-    idx.sort()
-    return idx.astype(np.int64, copy=False)
+    keys = magnitudes(vec, scratch.buffer("topk.keys", n, np.uint32))
+    stride = max(1, n // _SAMPLE)
+    sample = keys[::stride]
+    # Ranks in the sample just below and above the k-th largest: the margin is in binomial
+    # standard deviations, so that the k-th largest lies between them.
+    expect = sample.size * (n - k) / n
+    margin = _MARGIN_SIGMAS * math.sqrt(sample.size * (k / n) * (1 - k / n)) + 1
+    low, high = int(expect - margin), int(expect + margin)
+    candidates, sure_above = np.arange(n, dtype=np.int64), None
+    if 0 < low and high < sample.size:
+        sample = np.partition(sample, (low, high))
+        candidates, sure_above = np.flatnonzero(keys >= sample[low]), sample[high]
+    if candidates.size < k:  # the sample misled the low mark: every value is a candidate
+        candidates, sure_above = np.arange(n, dtype=np.int64), None
+    chosen = keys[candidates]
+    # When at most k candidates reach the high mark, all of them are kept, and the k-th
+    # magnitude is found among the others.
+    band = np.flatnonzero(chosen < sure_above) if sure_above is not None else np.arange(chosen.size)
+    need = k - (chosen.size - band.size)
+    if need <= 0:
+        band, need = np.arange(chosen.size), k
+    kth = np.partition(chosen[band], band.size - need)[band.size - need]
+    keep = chosen > kth
+    ties = np.flatnonzero(chosen == kth)
+    keep[ties[: k - np.count_nonzero(keep)]] = True
+    return candidates[keep]
+
+
+def reference_select(vec: np.ndarray, ratio: float) -> np.ndarray:
+    """The definition: the k first positions in order of decreasing |vec| (ties: lower position first)."""
+    k = num_kept(vec.size, ratio)
+    return np.sort(np.argsort(-magnitudes(vec).astype(np.int64), kind="stable")[:k])
 
 
 def split_sparse(

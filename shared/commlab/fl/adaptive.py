@@ -60,7 +60,7 @@ def family_of(codec: str) -> str:
 @functools.lru_cache(maxsize=256)
 def payload_bytes(bits: int, numel: int, bucket: int = 512, family: str = "qsgd") -> int:
     """Wire frame bytes of one qsgd update of `numel` values at `bits` (codec wire_size): exact for
-    qsgd, deflate's worst case for qsgdz."""
+    qsgd, zstd's worst case for qsgdz."""
     return get_codec(codec_name(bits, family), bucket=bucket).wire_size(numel)
 
 

@@ -1,0 +1,125 @@
+"""The fast paths against each codec's reference (the float maths in a few lines): bit-identical
+where the codec is deterministic, on adversarial inputs (magnitudes 2**-60..2**60 within a block,
+zeros, ties, NaN); the random codecs' draws on numpy's float32 grid."""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from commlab.codecs import bitpack, decode_any, draws, get_codec, qsgd, signsgd, topk, wire
+
+HEADER = wire.HEADER.size
+pytestmark = pytest.mark.filterwarnings("error")
+quick = settings(max_examples=100, deadline=None)
+
+
+def adversarial(n: int, seed: int) -> np.ndarray:
+    """Normal values scaled by 2**-60..2**60, a third of them zero, a few subnormal."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) * np.exp2(rng.integers(-60, 60, n))).astype(np.float32)
+    x[rng.random(n) < 0.3] = 0
+    x[rng.random(n) < 0.01] = np.float32(1e-42)
+    return x
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).view(np.uint32 if np.asarray(a).dtype == np.float32 else np.uint64)
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1000])
+def test_signsgd_decodes_its_reference(block):
+    x = adversarial(10_001, 5)
+    frame = get_codec("signsgd", block=block).encode(x)
+    sizes = signsgd.block_sizes(x.size, block)
+    sums = [np.abs(x[a : a + block]).astype(np.float64).sum() for a in range(0, x.size, block)]
+    scales = (np.array(sums) / sizes).astype(np.float32)
+    ref = np.repeat(scales, sizes) * np.where(x < 0, np.float32(-1), np.float32(1))
+    assert np.array_equal(bits(decode_any(frame)), bits(ref))
+
+
+def frame_parts(frame: bytes, *sizes: int) -> list[np.ndarray]:
+    """Consecutive uint8 sections of a frame's payload, of the given byte sizes (the rest last)."""
+    payload = np.frombuffer(frame, np.uint8, offset=HEADER + frame[7])
+    return np.split(payload, np.cumsum(sizes))
+
+
+@pytest.mark.parametrize("name", ["qsgd1", "qsgd4", "qsgd16", "qsgd255"])
+def test_qsgd_decodes_its_reference(name):
+    x = adversarial(5003, 1)
+    x[np.abs(x) > 2.0**50] = 1  # bucket norms within float32
+    codec = get_codec(name, bucket=64, seed=3)
+    frame = codec.encode(x)
+    nb, b = -(-x.size // 64), codec.levels.bit_length()
+    norms, signs, packed = frame_parts(frame, 4 * nb, -(-x.size // 8))
+    levels = bitpack.reference_unpack(packed, x.size, b)
+    negative = np.unpackbits(signs, bitorder="little")[: x.size]
+    ref = qsgd.reference_dequantize(levels, negative, norms.view("<f4"), codec.levels, 64)
+    assert np.array_equal(bits(decode_any(frame)), bits(ref))
+    assert np.array_equal(negative.astype(bool), (x < 0) & (levels > 0))
+
+
+def test_terngrad_decodes_its_reference():
+    x = adversarial(9000, 2)
+    x[np.abs(x) > 2.0**100] = 1
+    frame = get_codec("terngrad", block=100, seed=4).encode(x)
+    nb = -(-x.size // 100)
+    s, nonzero, negative = frame_parts(frame, 4 * nb, -(-x.size // 8))
+    b = np.unpackbits(nonzero, bitorder="little")[: x.size].astype(np.float32)
+    sign = np.where(np.unpackbits(negative, bitorder="little")[: x.size], np.float32(-1), np.float32(1))
+    ref = np.repeat(s.view("<f4"), 100)[: x.size] * (b * sign)
+    assert np.array_equal(bits(decode_any(frame)), bits(ref))
+
+
+@given(arrays(np.float32, st.integers(1, 3000), elements=st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, np.nan, np.inf, 1e-45])),
+       st.floats(0.001, 1.0))
+@quick
+def test_top_k_selection_is_its_reference_with_ties_and_nan(x, ratio):
+    assert np.array_equal(topk.select(x, ratio), topk.reference_select(x, ratio))
+
+
+@pytest.mark.parametrize("n", [70_000, 1_000_003])
+def test_top_k_selection_is_its_reference_on_large_vectors(n):
+    for x in (adversarial(n, 7), np.sort(np.abs(adversarial(n, 8))), np.round(adversarial(n, 9) * 0) + 1):
+        for ratio in (0.001, 0.1, 0.5):
+            assert np.array_equal(topk.select(x, ratio), topk.reference_select(x, ratio))
+
+
+def test_uniforms_are_on_numpys_float32_grid_and_seeded():
+    # uniforms() returns this thread's scratch array: copy what is kept past the next call.
+    a, b = draws.uniforms(np.random.default_rng(5), 100_000).copy(), draws.uniforms(np.random.default_rng(5), 100_000)
+    assert a.dtype == np.float32 and np.array_equal(a, b)
+    grid = a.astype(np.float64) * 2**24
+    assert np.array_equal(grid, np.floor(grid)) and a.min() >= 0 and a.max() < 1
+    # Two frames of one codec draw different uniforms: each takes a fresh key from the Generator.
+    rng = np.random.default_rng(5)
+    assert not np.array_equal(draws.uniforms(rng, 1000).copy(), draws.uniforms(rng, 1000))
+    # Means of 10 groups of 10,000 within 6 standard deviations (1/sqrt(12 * 10,000)).
+    assert np.all(np.abs(a.reshape(10, -1).mean(axis=1) - 0.5) < 6 / np.sqrt(12 * 10_000))
+
+
+def test_keystream_is_aes_128_ctr():
+    # The zero key encrypts the counter blocks 0 and 1 (known answers, e.g. GCM's test case 2).
+    stream = draws.keystream(bytes(16), 40).tobytes()
+    assert stream[:16].hex() == "66e94bd4ef8a2c3b884cfa59ca342b2e"
+    assert stream[16:32].hex() == "58e2fccefa7e3061367f1d57a4e7455a"
+
+
+@pytest.mark.parametrize("name", ["qsgd4", "qsgdz3", "terngrad", "minmax2", "fp32_sparse", "signsgd"])
+def test_encoders_in_threads_give_the_frames_they_give_alone(name):
+    # Encoders reuse per-thread scratch arrays (scratch.py): threads must not see each other's.
+    vecs = [adversarial(20_000 + 1000 * i, 10 + i) for i in range(4)]
+    for v in vecs:
+        v[np.abs(v) > 2.0**40] = 1
+    params = {"seed": 1} if name.startswith(("qsgd", "terngrad")) else {}
+
+    def frames(v):
+        codec = get_codec(name, **params)
+        return [codec.encode(v) for _ in range(5)]
+    alone = [frames(v) for v in vecs]
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(frames, vecs)) == alone
