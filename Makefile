@@ -31,14 +31,14 @@ test-repeat: $(STAMP) ## run the tests matching K (pytest -k; default: fault and
 PAUSES ?= 8,60
 .PHONY: chaos
 chaos: $(STAMP) ## nodes paused past their lease (PAUSES s), killed and restarted; rogue and flooding processes on the domain; N (20) runs each
-	COMMLAB_PAUSES=$(PAUSES) $(PYTHON) -m pytest -q -ra --repeat $(N) tests/test_fl_pause.py tests/test_fl_faults.py tests/test_rogue_nodes.py tests/test_rogue_flood.py
+	COMMLAB_PAUSES=$(PAUSES) $(PYTHON) -m pytest -q -ra --repeat $(N) tests/fl/test_fl_pause.py tests/fl/test_fl_faults.py tests/security/test_rogue_nodes.py tests/security/test_rogue_flood.py
 
 # Every surface that reads untrusted bytes (codec frames, message fields, configs, checkpoints,
 # chunk reassembly) with CASES generated inputs per test; `make test` runs the same tests with 1,000.
 CASES ?= 10000
 .PHONY: fuzz
 fuzz: $(STAMP) ## fuzz every decoder, message field, config, checkpoint and reassembly with CASES (10,000) inputs per test
-	COMMLAB_FUZZ_CASES=$(CASES) $(PYTHON) -m pytest -q -ra -p no:randomly tests/test_codecs_wire.py tests/test_message_fields.py tests/test_fuzz_inputs.py
+	COMMLAB_FUZZ_CASES=$(CASES) $(PYTHON) -m pytest -q -ra -p no:randomly tests/codecs/test_malformed_frames.py tests/security/test_message_fields.py tests/security/test_fuzz_inputs.py
 
 # Experiment settings shared by the fl-*, ddp-*, histogram and container targets.
 CLIENTS ?= 2

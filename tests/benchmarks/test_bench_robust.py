@@ -10,7 +10,7 @@ import pandas as pd
 
 from commlab.fl.run import build_configs, parse_args
 
-spec = importlib.util.spec_from_file_location("bench_robust", Path(__file__).parents[1] / "benchmarks" / "bench_robust.py")
+spec = importlib.util.spec_from_file_location("bench_robust", Path(__file__).parents[2] / "benchmarks" / "bench_robust.py")
 bench = importlib.util.module_from_spec(spec)
 sys.modules["bench_robust"] = bench  # its dataclass looks its module up while the module loads
 spec.loader.exec_module(bench)

@@ -11,7 +11,7 @@ from commlab.config_schema import ConfigError, DdsSection, from_dict, to_dict
 from commlab.fl.config import ClientConfig, ControllerConfig, load_client_config, load_controller_config
 from commlab.fl.run import build_configs, parse_args
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def controller_dict(tmp_path: Path) -> dict:

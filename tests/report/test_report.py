@@ -16,7 +16,7 @@ import pytest
 from commlab.report.__main__ import main
 from commlab.report.figures import ADAPTIVE_FIGURES, DDP_FIGURES, FL_FIGURES, adaptive_figures
 
-FIXTURE = Path(__file__).parent / "fixtures" / "results"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "results"
 FL_LAN = "fl-mnist_cnn-mnist-lan-c3-r5-local"
 FL_DOCKER = "fl-mnist_cnn-mnist-1mbit-c3-r5-docker"
 DDP = "ddp-mnist_cnn-mnist-lan-w2-e2-local"

@@ -21,7 +21,7 @@ import pytest
 
 from commlab.tables import COLUMNS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DDP_CASES = ["dds-dense-ring", "dds-dense-naive", "dds-int8", "dds-dgc", "dds-powersgd2",
              "gloo-none", "gloo-fp16", "gloo-powersgd", "centralized"]
 FL_CASES = ["dds-fp32", "dds-int8_sparse", "flower", "flower-deployment", "centralized"]

@@ -1,6 +1,6 @@
 """The reference peers (docs/peers.md): hooks and the sample budget are validated; gloo in shaped
 namespaces. Short gloo and centralized runs on loopback (tables, identical training to DDS dense):
-tests/test_bench_peers_smoke.py, which runs `make bench-peers SMOKE=1`."""
+tests/benchmarks/test_bench_peers_smoke.py, which runs `make bench-peers SMOKE=1`."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ from commlab.config_schema import ConfigError, from_dict
 from commlab.peers.config import PeerConfig
 from commlab.peers.run import build_config, parse_args
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHORT = ["--epochs", "1", "--train-subset", "640", "--test-subset", "200"]
 
 
@@ -46,7 +46,7 @@ def test_sample_budget_is_the_centralized_peers_only(tmp_path):
     """--samples (the FL benchmark's centralized row): ceil(N / (world x batch)) steps over as many epochs
     as that takes; any other kind says so in one line. The short loopback runs of gloo (none, fp16,
     powersgd), of the centralized trainer and DDS dense vs gloo none are `make bench-peers SMOKE=1`'s,
-    checked in tests/test_bench_peers_smoke.py."""
+    checked in tests/benchmarks/test_bench_peers_smoke.py."""
     out = launch(tmp_path, "--kind", "gloo", "--samples", "1200", timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip() == "commlab.peers.run: --samples: a positive budget of the centralized peer only, got 1200"

@@ -18,7 +18,7 @@ from commlab.ddp.checkpoint import load_checkpoint
 from commlab.ddp.config import load_worker_config, world_and_rank
 from commlab.fault_points import HALT_ENV
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "nodes" / "worker.py"
 EXAMPLE = ROOT / "experiments" / "worker.conf.json"
 

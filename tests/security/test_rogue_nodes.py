@@ -18,7 +18,7 @@ from commlab.fl.run import build_configs, parse_args
 from commlab.roster import fl_identities, fl_roster
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOMAIN = 198 + (os.getpid() % 4) * 2  # 198..205, two per test process
 
 ROGUE = r"""

@@ -10,7 +10,7 @@ import pytest
 
 from commlab.report.results_doc import HEADER_FIELDS, document, header, machine
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 PATTERNS = {"command": r"`[^`]+`", "commit": r"`[0-9a-f]{7,}(\+dirty)?`", "date": r"\d{4}-\d\d-\d\d \d\d:\d\d UTC",
             "machine": r"\d+ cores, .+, kernel \S+", "wall time": r"(\d+ min )?\d+ s"}
 

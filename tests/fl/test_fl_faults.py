@@ -23,7 +23,7 @@ from commlab.models import weights_digest
 from commlab.roster import fl_roster_of
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Three DDS domains in 214..231, varied by process: two sessions of this file running at the same
 # time (several people share the machine) must not see each other's "controller" and "client-0".
 DOMAIN = 214 + (os.getpid() % 6) * 3

@@ -4,9 +4,7 @@ never another exception. FUZZ_CASES (env COMMLAB_FUZZ_CASES) sets the cases per 
 import json
 import math
 import os
-import sys
 from dataclasses import fields
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,7 +14,6 @@ from commlab.dds.errors import MessageError
 from commlab.dds.messages import from_wire, to_wire
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 
-sys.path.insert(0, str(Path(__file__).parent))
 CASES = int(os.environ.get("COMMLAB_FUZZ_CASES", "1000"))  # make fuzz: 10,000
 VALID = [TrainCmd(round=2, epochs=1, lr=0.05, seed=7, subset_size=100, codec="int8", codec_params={"ratio": 0.1}),
          ClientUpdate(round=2, client_id="client-0", num_samples=100, payload=b"x"),

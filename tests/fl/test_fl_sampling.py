@@ -19,7 +19,7 @@ from commlab.fl.sampling import (Availability, diurnal_trace, load_availability,
                                  select_round, write_trace)
 from commlab.roster import fl_roster
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = [f"client-{i}" for i in range(10)]
 # Domains 170..173 (free in the other tests' 178..231), varied by process like test_fl_faults.
 DOMAIN = 170 + os.getpid() % 4

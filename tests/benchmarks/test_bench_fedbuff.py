@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))  # as when the benchmark runs: its shared modules sit beside it
 spec = importlib.util.spec_from_file_location("bench_fedbuff", BENCHMARKS / "bench_fedbuff.py")
 bench = importlib.util.module_from_spec(spec)

@@ -1,6 +1,6 @@
 """The Flower FedAvg peer (docs/peers.md): a short run on loopback writes the FL tables, and with the
 same seeds it trains what the DDS fl-fp32 run trains (the FL peer benchmark's smoke mode:
-tests/test_bench_peers_smoke.py); in Flower's deployment runtime (SuperLink, SuperNodes, `flwr run`:
+tests/benchmarks/test_bench_peers_smoke.py); in Flower's deployment runtime (SuperLink, SuperNodes, `flwr run`:
 `--transport deployment`) it trains exactly what the legacy transport trains, and leaves no process
 behind. Skipped when flwr (a test dependency, pyproject.toml) is not installed."""
 from __future__ import annotations
@@ -24,7 +24,7 @@ pytest.importorskip("flwr", reason="flwr not installed (pyproject.toml [test]: p
 
 from commlab.peers.flower import FlowerConfig  # noqa: E402  (after the skip: its nodes need flwr)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHORT = ["--clients", "2", "--rounds", "2", "--samples-per-round", "300", "--train-subset", "2000",
          "--test-subset", "500", "--profile", "lan"]
 

@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-import test_codecs_wire as wire_tests  # the fuzz harness and error-feedback check, reused
+import test_malformed_frames as wire_tests  # the fuzz harness and error-feedback check, reused
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays

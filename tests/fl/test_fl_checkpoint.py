@@ -13,7 +13,7 @@ from commlab.config_schema import ConfigError
 from commlab.fl import checkpoint as ck
 from commlab.fl.run import build_configs, parse_args
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make(rnd: int, seed: int = 0) -> ck.Checkpoint:

@@ -23,7 +23,7 @@ from commlab.fl.strategy import FitIns
 from commlab.models import build_model, flatten_params
 from commlab.train_step import DEFAULT_TRAIN_STEP, batch_loss, cross_entropy_step, load_train_step
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "label_smoothing_step.py"
 SMOOTHING = f"{FIXTURE}:step"
 
