@@ -6,6 +6,15 @@ import re
 from collections import defaultdict
 
 import pytest
+from hypothesis import settings
+
+# One hypothesis profile for the whole suite, loaded once: no per-example deadline (a test passes
+# or fails by what it checks, never by how long an example took on a loaded machine). Modules set
+# their example counts with settings objects, never by loading a profile of their own (the last
+# module imported would set it for every other one).
+settings.register_profile("commlab", deadline=None)
+settings.load_profile("commlab")
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--repeat", type=int, default=1, metavar="N",

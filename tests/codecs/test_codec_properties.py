@@ -23,8 +23,7 @@ vectors = arrays(np.float32, st.integers(0, 300), elements=finite)
 nonempty = arrays(np.float32, st.integers(1, 300), elements=finite)
 any_float32 = arrays(np.float32, st.integers(0, 100), elements=st.floats(width=32))
 
-settings.register_profile("codecs", max_examples=60, deadline=None)
-settings.load_profile("codecs")
+PROPERTY = settings(max_examples=60)
 # A numpy overflow/invalid warning inside a codec means a wrong value was computed somewhere.
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -37,6 +36,7 @@ def roundtrip(codec, vec):
 
 
 @given(any_float32)
+@PROPERTY
 def test_fp32_is_bit_exact_including_nan_and_inf(vec):
     frame, out = roundtrip(get_codec("fp32"), vec)
     assert out.view(np.uint32).tolist() == vec.view(np.uint32).tolist()
@@ -44,6 +44,7 @@ def test_fp32_is_bit_exact_including_nan_and_inf(vec):
 
 
 @given(vectors, st.integers(1, 64))
+@PROPERTY
 def test_int8_error_within_half_a_step_and_size_formula(vec, chunk):
     codec = get_codec("int8", chunk=chunk)
     frame, out = roundtrip(codec, vec)
@@ -70,6 +71,7 @@ def test_lossy_codecs_reject_values_they_cannot_represent(name, bad):
 
 @given(arrays(np.float32, st.integers(1, 50), elements=st.floats(-TINY, TINY, width=32)))
 @example(np.array([190 * 2.0**-149], np.float32))  # the scale rounds down: w/s is 190
+@PROPERTY
 def test_int8_handles_subnormal_chunks(vec):
     _, out = roundtrip(get_codec("int8", chunk=8), vec)
     amax = float(np.abs(vec).max())
@@ -82,6 +84,7 @@ def kept_and_dropped(vec, out):
 
 
 @given(nonempty, st.floats(0.01, 1.0))
+@PROPERTY
 def test_fp32_sparse_keeps_exact_top_k(vec, ratio):
     codec = get_codec("fp32_sparse", ratio=ratio)
     frame, out = roundtrip(codec, vec)
@@ -97,12 +100,14 @@ def test_fp32_sparse_keeps_exact_top_k(vec, ratio):
 
 
 @given(vectors)
+@PROPERTY
 def test_fp32_sparse_with_ratio_one_is_lossless(vec):
     _, out = roundtrip(get_codec("fp32_sparse", ratio=1.0), vec)
     assert np.array_equal(out, vec)
 
 
 @given(nonempty, st.floats(0.05, 1.0), st.integers(1, 16))
+@PROPERTY
 def test_int8_sparse_error_on_kept_values(vec, ratio, chunk):
     codec = get_codec("int8_sparse", ratio=ratio, chunk=chunk)
     frame, out = roundtrip(codec, vec)
@@ -133,6 +138,7 @@ def minmax_head(frame: bytes, nchunks: int) -> np.ndarray:
 @example(np.array([-(2.0**126), 2.0**126], np.float32), 2, 2)  # the widest range: scale rounds up
 @example(np.array([0.0, 190 * 2.0**-149, 3 * 2.0**-149], np.float32), 8, 3)  # subnormal scale
 @example(np.array([1e-45, 0.0, 5.0, 5.0, -3.0], np.float32), 1, 2)  # constant chunk: scale 0
+@PROPERTY
 def test_minmax_error_within_half_a_step_per_chunk_and_size_formula(vec, bits, chunk):
     codec = get_codec(f"minmax{bits}", chunk=chunk)
     frame, out = roundtrip(codec, vec)
@@ -177,6 +183,7 @@ def test_minmax_chunks_keep_the_error_relative_to_the_chunk():
 
 
 @given(st.integers(1, 8), st.integers(0, 100), st.data())
+@PROPERTY
 def test_bitpack_round_trip(bits, count, data):
     values = np.array(data.draw(st.lists(st.integers(0, 2**bits - 1), min_size=count, max_size=count)), np.uint8)
     stream = bitpack.pack(values, bits)
@@ -185,6 +192,7 @@ def test_bitpack_round_trip(bits, count, data):
 
 
 @given(st.integers(1, 5000), st.data())
+@PROPERTY
 def test_index_coding_round_trip_picks_smaller_form(numel, data):
     chosen = data.draw(st.sets(st.integers(0, numel - 1), max_size=min(numel, 600)))
     idx = np.array(sorted(chosen), np.int64)
@@ -233,6 +241,7 @@ def test_qsgd_buckets_keep_the_error_relative_to_the_bucket():
 @given(vectors, st.integers(1, 255), st.integers(1, 600))
 @example(np.array([9.890723e-39], np.float32), 4, 512)  # levels / norm overflows float32
 @example(np.array([1e-45, 3e-45, 0.0], np.float32), 255, 2)  # subnormal bucket norms
+@PROPERTY
 def test_qsgd_size_formula_and_seeded_reproducibility(vec, levels, bucket):
     codec = get_codec(f"qsgd{levels}", bucket=bucket, seed=7)
     frame = codec.encode(vec)
@@ -248,6 +257,7 @@ def test_qsgd_size_formula_and_seeded_reproducibility(vec, levels, bucket):
 
 @given(vectors, st.integers(1, 255), st.integers(1, 600))
 @example(np.zeros(1000, np.float32), 3, 512)
+@PROPERTY
 def test_qsgdz_sends_qsgds_levels_in_at_most_its_bound(vec, levels, bucket):
     fixed = get_codec(f"qsgd{levels}", bucket=bucket, seed=7).encode(vec)
     coded = get_codec(f"qsgdz{levels}", bucket=bucket, seed=7)

@@ -12,7 +12,7 @@ from commlab.codecs import CodecError, DgcMemory, decode_any, get_codec
 from commlab.codecs.compression import build_compression
 from commlab.codecs.dgc import sampled_topk, sparse_mask, target_count
 from commlab.codecs.schedule import Warmup
-from test_malformed_frames import decode_only_codec_error
+from decode_checks import decode_only_codec_error
 
 LAYOUT = [("conv", (8, 1, 3, 3)), ("fc", (64, 64)), ("bias", (64,)), ("out", (10, 64))]
 NUMEL = sum(math.prod(s) for _, s in LAYOUT)

@@ -1,10 +1,10 @@
-"""Decoders facing untrusted bytes: every malformed frame raises CodecError and nothing else,
-without huge allocations; plus the error-feedback memory."""
+"""Decoders facing untrusted bytes: every malformed frame of every codec raises CodecError and
+nothing else, without huge allocations (dgc and powersgd frames: their own test files); the errors
+each frame layout names."""
 from __future__ import annotations
 
 import os
 import struct
-import tracemalloc
 import zlib
 
 import numpy as np
@@ -12,18 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commlab.codecs import CodecError, ErrorFeedback, bitpack, decode_any, get_codec, wire
-from commlab.codecs.compression import build_compression
+from commlab.codecs import CodecError, bitpack, decode_any, get_codec, wire
+from decode_checks import decode_only_codec_error
 
 # COMMLAB_FUZZ_CASES: `make fuzz` runs 10,000 cases per test, `make test` a 1,000-case smoke.
-settings.register_profile("codecs-fuzz", max_examples=int(os.environ.get("COMMLAB_FUZZ_CASES", "1000")), deadline=None)
-settings.load_profile("codecs-fuzz")
+FUZZ = settings(max_examples=int(os.environ.get("COMMLAB_FUZZ_CASES", "1000")))
 # A numpy warning (overflow, invalid cast) inside a decoder means a silently wrong vector.
 pytestmark = pytest.mark.filterwarnings("error")
 
 CODECS = ["fp32", "int8", "fp32_sparse", "int8_sparse", "minmax3", "minmax8", "qsgd1", "qsgd16", "qsgdz3",
-          "qsgdz255"]
-CAP = 1 << 16  # decoders in these tests may produce at most 256 KiB
+          "qsgdz255", "signsgd", "terngrad", "randomk"]
+HEADER = wire.HEADER.size
 
 
 def valid_frames() -> list[bytes]:
@@ -35,41 +34,33 @@ def valid_frames() -> list[bytes]:
             params["chunk"] = 16
         for vec in (rng.standard_normal(100).astype(np.float32), np.zeros(3, np.float32), np.zeros(0, np.float32)):
             frames.append(get_codec(name, **params).encode(vec))
-    # A bitmap-coded sparse frame too (dense selection makes the bitmap smaller than varints).
+    # A bitmap-coded sparse frame too (dense selection makes the bitmap smaller than varints), several
+    # block scales, and randomk's complement selection.
     frames.append(get_codec("fp32_sparse", ratio=0.9).encode(rng.standard_normal(200).astype(np.float32)))
+    frames += [get_codec(name, block=16).encode(rng.standard_normal(100).astype(np.float32))
+               for name in ("signsgd", "terngrad")]
+    frames.append(get_codec("randomk", ratio=0.9).encode(rng.standard_normal(200).astype(np.float32)))
     return frames
 
 
 FRAMES = valid_frames()
 
 
-def decode_only_codec_error(frame) -> None:
-    """Decoding either succeeds with a sane vector or raises CodecError; allocations stay small."""
-    tracemalloc.start()
-    try:
-        out = decode_any(frame, max_numel=CAP)
-    except CodecError:
-        out = None
-    finally:
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-    assert peak < 64 * CAP + 64 * len(frame) + (1 << 20), f"peak allocation {peak} bytes"
-    if out is not None:
-        assert out.dtype == np.float32 and out.ndim == 1 and out.size <= CAP
-
-
 @given(st.binary(max_size=200))
+@FUZZ
 def test_random_bytes(data):
     decode_only_codec_error(data)
 
 
-@given(st.sampled_from([*range(7), 12]), st.binary(max_size=120))
+@given(st.integers(0, 13), st.binary(max_size=120))  # every codec id in use and unknown ones
+@FUZZ
 def test_random_bytes_after_a_valid_header_prefix(codec_id, tail):
     head = wire.MAGIC + bytes([wire.VERSION, codec_id, wire.DTYPE_FLOAT32])
     decode_only_codec_error(head + tail)
 
 
 @given(st.sampled_from(FRAMES), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=6))
+@FUZZ
 def test_mutated_bytes(frame, edits):
     buf = bytearray(frame)
     for pos, value in edits:
@@ -77,19 +68,25 @@ def test_mutated_bytes(frame, edits):
     decode_only_codec_error(bytes(buf))
 
 
-@given(st.sampled_from(FRAMES), st.sampled_from([8, 16]), st.integers(0, 2**64 - 1))
-def test_header_lengths_overwritten(frame, offset, value):
+@given(st.sampled_from(FRAMES), st.sampled_from([8, 16, HEADER, HEADER + 8]), st.integers(0, 2**64 - 1))
+@FUZZ
+def test_length_fields_overwritten(frame, offset, value):
+    # Offsets 8, 16: numel, payload length; then the codec's parameters (chunk, bucket or block
+    # sizes, index counts, randomk's seed and k).
     buf = bytearray(frame)
-    struct.pack_into("<Q", buf, offset, value)
+    if offset + 8 <= len(buf):
+        struct.pack_into("<Q", buf, offset, value)
     decode_only_codec_error(bytes(buf))
 
 
 @given(st.sampled_from(FRAMES), st.integers(0, 64), st.binary(max_size=16))
+@FUZZ
 def test_truncated_or_extended(frame, cut, extra):
     decode_only_codec_error(frame[: max(0, len(frame) - cut)] + extra)
 
 
 @given(st.sampled_from(FRAMES))
+@FUZZ
 def test_valid_frames_still_decode(frame):
     decode_only_codec_error(frame)
     assert decode_any(frame).size == struct.unpack_from("<Q", frame, 8)[0]
@@ -274,50 +271,74 @@ def test_expected_numel_is_checked_before_decoding():
         get_codec("int8").decode(frame)
 
 
-@pytest.mark.parametrize("name", ["int8", "int8_sparse", "fp32_sparse", "minmax4", "qsgd8"])
-def test_error_feedback_conserves_the_sum(name):
-    rng = np.random.default_rng(5)
-    codec, ef = get_codec(name), ErrorFeedback()
-    inputs = [rng.standard_normal(1000).astype(np.float32) for _ in range(20)]
-    sent = np.zeros(1000, np.float64)
-    for step, vec in enumerate(inputs):
-        x = ef.compensate(vec)
-        decoded = decode_any(codec.encode(x))
-        ef.update(x, decoded)
-        sent += decoded
-        if step == 9:  # a checkpoint/restore mid-way must not lose the residual
-            restored = ErrorFeedback()
-            restored.load_state_dict(ef.state_dict())
-            ef = restored
-    total = np.sum(inputs, axis=0, dtype=np.float64)
-    np.testing.assert_allclose(sent + ef.residual, total, atol=1e-4)
-    assert np.abs(ef.residual).max() > 0  # the codec really was lossy
+VEC20 = np.random.default_rng(5).standard_normal(20).astype(np.float32)
 
 
-def error_feedback_residual_ratios(name: str, rounds: int = 10) -> list[float]:
-    """||residual|| / ||delta|| after each round of error feedback on a stream of CNN-like model
-    deltas (N(0, 1e-3)) with five large outliers (0.5) at random places, as an FL client sends them."""
-    rng = np.random.default_rng(11)
-    comp = build_compression(name, {}, layout=[])
-    ratios = []
-    for _ in range(rounds):
-        delta = (rng.standard_normal(200_000) * 1e-3).astype(np.float32)
-        delta[rng.choice(delta.size, 5, replace=False)] = 0.5
-        comp.encode(delta)
-        ratios.append(float(np.linalg.norm(comp.memory.residual) / np.linalg.norm(delta)))
-    return ratios
+def build(codec_id: int, numel: int, params: bytes, payload: bytes) -> bytes:
+    return wire.build(codec_id, numel, params, [payload])
 
 
-def test_minmax2_error_feedback_residual_stays_bounded():
-    # With one min and scale for the whole vector the outliers set a step of about 0.17 for every
-    # value, and the residual grew every round (1.8x to 22x the delta norm over 10 rounds); per
-    # chunk only the outliers' own chunks get the coarse step.
-    ratios = error_feedback_residual_ratios("minmax2")
-    assert max(ratios) < 3, ratios
+def scaled(scale: float, bitmaps: bytes) -> bytes:
+    return struct.pack("<f", scale) + bitmaps
 
 
-def test_error_feedback_rejects_shape_change():
-    ef = ErrorFeedback()
-    ef.update(np.ones(3, np.float32), np.zeros(3, np.float32))
-    with pytest.raises(CodecError, match="residual has shape"):
-        ef.compensate(np.ones(4, np.float32))
+B = struct.pack("<I", 1024)  # one block for the 20-value frames below
+
+
+def blocked(block: int, scales: list[float], bitmaps: bytes) -> tuple[bytes, bytes]:
+    return struct.pack("<I", block), struct.pack(f"<{len(scales)}f", *scales) + bitmaps
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (get_codec("signsgd").encode(VEC20)[:-1], "truncated"),
+        (get_codec("terngrad").encode(VEC20)[:-1], "truncated"),
+        (get_codec("randomk").encode(VEC20)[:-1], "truncated"),
+        (build(7, 20, B, scaled(1.0, bytes(2))), "payload 6 bytes, 20 signs in blocks of 1024 need 7"),
+        (build(7, 20, B, scaled(1.0, bytes(4))), "payload 8 bytes"),
+        (build(7, 20, B, scaled(float("nan"), bytes(3))), "scale nan must be finite"),
+        (build(7, 20, B, scaled(float("inf"), bytes(3))), "scale inf"),
+        (build(7, 20, B, scaled(-1.0, bytes(3))), "non-negative"),
+        (build(7, 20, B, scaled(2.0**127, bytes(3))), "<= 8.50706e\\+37"),
+        (build(7, 20, B, scaled(1.0, bytes([0, 0, 0x10]))), "bits set past the end"),
+        (build(7, 20, *blocked(8, [1.0, 2.0, float("nan")], bytes(3))), "scale nan"),  # the last block's
+        (build(7, 20, *blocked(8, [1.0, 2.0], bytes(3))), "payload 11 bytes, 20 signs in blocks of 8 need 15"),
+        (build(7, 20, *blocked(0, [1.0], bytes(3))), "block size must be an integer in 1..2147483648, got 0"),
+        (build(7, 20, *blocked(2**32 - 1, [1.0], bytes(3))), "block size must be an integer"),
+        (build(7, 0, B, scaled(1.0, b"")), "payload 4 bytes, 0 signs in blocks of 1024 need 0"),
+        (build(7, 4, b"\0", scaled(1.0, bytes(1))), "1 parameter bytes, expected 4"),
+        (build(7, 4, b"", scaled(1.0, bytes(1))), "0 parameter bytes, expected 4"),
+        (build(8, 20, B, scaled(1.0, bytes(3))), "payload 7 bytes, 20 values in blocks of 1024 need 10"),
+        (build(8, 20, B, scaled(-2.0, bytes(6))), "non-negative"),
+        (build(8, 20, *blocked(16, [1.0, -2.0], bytes(6))), "scale -2.0 must be finite"),
+        (build(8, 20, *blocked(0, [], bytes(6))), "block size must be"),
+        (build(8, 20, *blocked(2**31 + 1, [1.0], bytes(6))), "block size must be"),
+        (build(8, 20, B, scaled(1.0, bytes([0, 0, 0, 0, 0, 0x20]))), "bits set past the end"),
+        (build(8, 20, B, scaled(1.0, bytes([0, 0, 0x10, 0, 0, 0]))), "bits set past the end"),
+        (build(8, 20, B, scaled(1.0, bytes([1, 0, 0, 2, 0, 0]))), "sign bit set on a zero value"),
+        (build(9, 20, struct.pack("<QQ", 1, 21), bytes(84)), "21 kept values for only 20"),
+        (build(9, 20, struct.pack("<QQ", 1, 2**64 - 1), bytes(8)), "kept values for only 20"),
+        (build(9, 20, struct.pack("<QQ", 1, 2), bytes(12)), "payload 12 bytes, 2 float32 values need 8"),
+        (build(9, 20, struct.pack("<QQ", 1, 2), bytes(4)), "payload 4 bytes"),
+        (build(9, 20, struct.pack("<Q", 1), bytes(8)), "8 parameter bytes, expected 16"),
+        (build(9, 2**31, struct.pack("<QQ", 1, 1), bytes(4)), None),  # valid, but needs numel=2**31
+    ],
+)
+def test_signsgd_terngrad_randomk_frame_errors(frame, message):
+    if message is None:
+        with pytest.raises(CodecError, match="frame has 2147483648 elements, expected 20"):
+            decode_any(frame, numel=20)
+        return
+    with pytest.raises(CodecError, match=message):
+        decode_any(frame)
+
+
+def test_signsgd_terngrad_decode_hand_built_frames():
+    assert decode_any(build(7, 3, B, scaled(2.0, bytes([0b101])))).tolist() == [-2, 2, -2]
+    assert decode_any(build(8, 3, B, scaled(2.0, bytes([0b110, 0b100])))).tolist() == [0, 2, -2]
+    # Blocks of 2: scales 2 and 0.5 (the last block is shorter); a huge block is one scale.
+    assert decode_any(build(7, 3, *blocked(2, [2.0, 0.5], bytes([0b101])))).tolist() == [-2, 2, -0.5]
+    assert decode_any(build(8, 3, *blocked(2, [2.0, 0.5], bytes([0b110, 0b100])))).tolist() == [0, 2, -0.5]
+    assert decode_any(build(7, 3, *blocked(2**31, [1.0], bytes([0b010])))).tolist() == [1, -1, 1]
+    assert decode_any(build(7, 0, B, b"")).size == 0
