@@ -167,11 +167,11 @@ def test_fl_local_update_uses_the_step():
 
 
 @pytest.mark.slow
-def test_ddp_run_with_a_step_from_a_file_records_and_uses_it(tmp_path):
+def test_ddp_run_with_a_step_from_a_file_records_and_uses_it(tmp_path, domain):
     """2 ranks, 10 steps of dense DDP with the label-smoothing step: the run completes, the manifest
     records the step, and the first step's loss is the label-smoothed loss of rank 0's first batch."""
     r = subprocess.run([sys.executable, "-m", "commlab.ddp.run", "--method", "dense", "--world", "2",
-                        "--epochs", "1", "--train-subset", "640", "--test-subset", "200", "--domain-id", "207",
+                        "--epochs", "1", "--train-subset", "640", "--test-subset", "200", "--domain-id", str(domain),
                         "--train-step", "tests/fixtures/label_smoothing_step.py:step",
                         "--results-dir", str(tmp_path), "--run-id", "smooth"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)

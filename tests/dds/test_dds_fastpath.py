@@ -73,8 +73,8 @@ def test_decode_rejects_malformed_samples_with_message_error():
             decode(bad)
 
 
-def test_writers_use_xcdr1_as_the_codec_assumes():
-    with DdsNode("solo", DdsSettings(domain_id=179)) as node:
+def test_writers_use_xcdr1_as_the_codec_assumes(domain):
+    with DdsNode("solo", DdsSettings(domain_id=domain)) as node:
         assert node.publisher(Blob)._writer.writer._use_version_2 is False
 
 
@@ -85,9 +85,9 @@ def test_sample_info_layout_is_cyclone_11():
 
 
 @pytest.fixture
-def local_pair():
+def local_pair(domain):
     """A stock writer and reader of Chunk in one participant (delivered locally, same serdata ops)."""
-    with DdsNode("solo", DdsSettings(domain_id=178)) as node:  # its XML keeps discovery on lo
+    with DdsNode("solo", DdsSettings(domain_id=domain)) as node:  # its XML keeps discovery on lo
         qos = Qos(Policy.Reliability.Reliable(max_blocking_time=duration(seconds=1)), Policy.History.KeepAll)
         topic = Topic(node.participant, "fastpath_probe", Chunk, qos=qos)
         yield DataWriter(node.participant, topic, qos=qos), DataReader(node.participant, topic, qos=qos)

@@ -1,4 +1,4 @@
-"""Multi-process DDS tests on loopback: spawn start method, each test on its own domain id (180-187)."""
+"""Multi-process DDS tests on loopback: spawn start method, each test on a domain id claimed for it."""
 from __future__ import annotations
 
 import hashlib
@@ -49,13 +49,13 @@ def _client_echo(domain: int, n: int, done) -> None:
 LONG_TAG = "r" * 2000  # a meta longer than the 512-byte head prefix the reader parses first
 
 
-def test_big_chunked_messages_arrive_whole_in_order():
+def test_big_chunked_messages_arrive_whole_in_order(domain):
     payloads = [os.urandom(10_000_000), np.arange(425_000, dtype=np.float32).tobytes(), b""]
     done = CTX.Event()
-    p = CTX.Process(target=_client_echo, args=(180, len(payloads), done), name="client-0")
+    p = CTX.Process(target=_client_echo, args=(domain, len(payloads), done), name="client-0")
     p.start()
     try:
-        with DdsNode("controller", _settings(180)) as node:
+        with DdsNode("controller", _settings(domain)) as node:
             up, reqs, blobs = node.subscriber(Reply), node.publisher(Request), node.publisher(Blob)
             node.barrier({"client-0"}, 20)
             reqs.publish(Request(seq=4, tag=LONG_TAG, scale=0.1, params={"k": [1, 2]}))
@@ -81,12 +81,12 @@ def _announce_and_wait(domain: int, name: str, done) -> None:
         done.wait(30)
 
 
-def test_barrier_timeout_names_only_the_missing_peers():
+def test_barrier_timeout_names_only_the_missing_peers(domain):
     done = CTX.Event()
-    p = CTX.Process(target=_announce_and_wait, args=(181, "client-1", done))
+    p = CTX.Process(target=_announce_and_wait, args=(domain, "client-1", done))
     p.start()
     try:
-        with DdsNode("controller", _settings(181)) as node:
+        with DdsNode("controller", _settings(domain)) as node:
             node.barrier({"client-1"}, 15)
             t = time.monotonic()
             with pytest.raises(BarrierTimeout) as e:
@@ -123,9 +123,9 @@ def _rank(domain: int, rank: int, world: int, q, die_once=None) -> None:
         g.barrier(30)
 
 
-def test_allgather_and_allreduce_three_ranks_with_empty_payloads():
+def test_allgather_and_allreduce_three_ranks_with_empty_payloads(domain):
     q = CTX.Queue()
-    procs = [CTX.Process(target=_rank, args=(182, r, 3, q), name=f"rank{r}") for r in range(3)]
+    procs = [CTX.Process(target=_rank, args=(domain, r, 3, q), name=f"rank{r}") for r in range(3)]
     for p in procs:
         p.start()
     try:
@@ -157,10 +157,10 @@ def _survivor(domain: int, rank: int, q, entered) -> None:
             q.put((rank, str(e)))
 
 
-def test_killed_rank_makes_every_other_rank_fail_with_peer_lost():
+def test_killed_rank_makes_every_other_rank_fail_with_peer_lost(domain):
     q, entered = CTX.Queue(), [CTX.Event(), CTX.Event()]
-    procs = [CTX.Process(target=_survivor, args=(183, r, q, entered[r])) for r in (0, 1)]
-    victim = CTX.Process(target=_rank, args=(183, 2, 3, q, entered))
+    procs = [CTX.Process(target=_survivor, args=(domain, r, q, entered[r])) for r in (0, 1)]
+    victim = CTX.Process(target=_rank, args=(domain, 2, 3, q, entered))
     for p in procs + [victim]:
         p.start()
     try:
@@ -184,10 +184,10 @@ def _terminated_rank(domain: int, ready) -> None:
         time.sleep(60)  # until SIGTERM
 
 
-def test_sigterm_leaves_cleanly_so_peers_know_before_the_lease_expires():
+def test_sigterm_leaves_cleanly_so_peers_know_before_the_lease_expires(domain):
     q, ready, entered = CTX.Queue(), CTX.Event(), [CTX.Event(), CTX.Event()]
-    procs = [CTX.Process(target=_survivor, args=(186, r, q, entered[r])) for r in (0, 1)]
-    victim = CTX.Process(target=_terminated_rank, args=(186, ready))
+    procs = [CTX.Process(target=_survivor, args=(domain, r, q, entered[r])) for r in (0, 1)]
+    victim = CTX.Process(target=_terminated_rank, args=(domain, ready))
     for p in procs + [victim]:
         p.start()
     try:
@@ -222,12 +222,12 @@ def _bad_sender(domain: int, done) -> None:
         done.wait(30)
 
 
-def test_malformed_and_duplicate_chunks_are_dropped_and_counted():
+def test_malformed_and_duplicate_chunks_are_dropped_and_counted(domain):
     done = CTX.Event()
-    p = CTX.Process(target=_bad_sender, args=(184, done))
+    p = CTX.Process(target=_bad_sender, args=(domain, done))
     p.start()
     try:
-        with DdsNode("receiver", _settings(184)) as node:
+        with DdsNode("receiver", _settings(domain)) as node:
             blobs = node.subscriber(Blob)
             node.barrier({"sender"}, 20)
             first, second = blobs.receive(20), blobs.receive(20)
@@ -250,13 +250,13 @@ def _controller(domain: int, rnd: int, q) -> None:
         q.put(None if reply is None else reply.seq)
 
 
-def test_clients_survive_a_controller_restart():
+def test_clients_survive_a_controller_restart(domain):
     q = CTX.Queue()
-    with DdsNode("client-0", _settings(185)) as node:
+    with DdsNode("client-0", _settings(domain)) as node:
         reqs, up = node.subscriber(Request), node.publisher(Reply)
         node.barrier(set(), 1)
         for rnd in (1, 2):  # the second controller is a new participant under the same name
-            ctl = CTX.Process(target=_controller, args=(185, rnd, q))
+            ctl = CTX.Process(target=_controller, args=(domain, rnd, q))
             ctl.start()
             try:
                 req = reqs.receive(30)
@@ -275,12 +275,12 @@ def _frozen_reader(domain: int, ready) -> None:
         time.sleep(60)  # SIGSTOPped here by the test, then terminated
 
 
-def test_blocked_write_raises_write_timeout_naming_topic_and_peer():
+def test_blocked_write_raises_write_timeout_naming_topic_and_peer(domain):
     ready = CTX.Event()
-    p = CTX.Process(target=_frozen_reader, args=(187, ready))
+    p = CTX.Process(target=_frozen_reader, args=(domain, ready))
     p.start()
     try:
-        settings = DdsSettings(domain_id=187, write_timeout_s=1.5, lease_s=30.0)
+        settings = DdsSettings(domain_id=domain, write_timeout_s=1.5, lease_s=30.0)
         with DdsNode("controller", settings) as node:
             blobs = node.publisher(Blob)
             node.barrier({"client-0"}, 20)
@@ -307,14 +307,14 @@ def _late_controller(domain: int, got) -> None:
         node.barrier({"client-0"}, 20)  # stay until the sender is done
 
 
-def test_a_message_for_a_named_node_waits_until_that_node_is_alive():
+def test_a_message_for_a_named_node_waits_until_that_node_is_alive(domain):
     # Without `to` the write goes to the readers matched now (none) and is lost without a word:
     # what a client did when the controller's lease lapsed under load.
     got = CTX.Value("i", 0)
-    p = CTX.Process(target=_late_controller, args=(188, got))
+    p = CTX.Process(target=_late_controller, args=(domain, got))
     p.start()
     try:
-        with DdsNode("client-0", _settings(188)) as node:
+        with DdsNode("client-0", _settings(domain)) as node:
             blobs = node.publisher(Blob)
             blobs.publish(Blob(seq=7, index=0, payload=b"update"), to={"controller"})
             node.barrier({"controller"}, 20)
@@ -325,8 +325,8 @@ def test_a_message_for_a_named_node_waits_until_that_node_is_alive():
         p.join(10)
 
 
-def test_a_message_for_a_node_that_never_comes_names_it():
-    with DdsNode("client-0", DdsSettings(domain_id=189, write_timeout_s=1.0)) as node:
+def test_a_message_for_a_node_that_never_comes_names_it(domain):
+    with DdsNode("client-0", DdsSettings(domain_id=domain, write_timeout_s=1.0)) as node:
         t = time.monotonic()
         with pytest.raises(DdsWriteTimeout, match="not alive within 1.0s") as e:
             node.publisher(Blob).publish(Blob(seq=1, index=0, payload=b"x"), to={"controller"})

@@ -477,15 +477,14 @@ def test_allocated_rate_holds_for_the_upload_only(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.skipif(__import__("os").geteuid() != 0, reason="network namespaces need root")
-def test_rate_change_is_really_applied():
+def test_rate_change_is_really_applied(claims):
     """netem.set_rate on a shaped link: TCP goodput over it within 10 % of the new rate."""
-    import os
     import subprocess
     import time
 
     from commlab.netem import LinkSpec, apply_link, set_rate
-    tag = f"adp{os.getpid() % 100000}"
-    a, b = f"{tag}a", f"{tag}b"
+    tag = claims.take("lab")
+    a, b = f"cl{tag}-a", f"cl{tag}-b"
     ns = lambda n, *cmd: ["ip", "netns", "exec", n, *cmd]  # noqa: E731
     try:
         for n in (a, b):
@@ -519,7 +518,7 @@ def test_rate_change_is_really_applied():
 
 @pytest.mark.slow
 @pytest.mark.skipif(__import__("os").geteuid() != 0, reason="network namespaces need root")
-def test_adaptive_run_in_namespaces(tmp_path):
+def test_adaptive_run_in_namespaces(tmp_path, domain):
     """A short joint run on hetero4 (2 clients: 2 and 5 Mbit/s): rounds 1-2 probe at the links,
     then every client gets bits and a rate within its link and the budget, and its measured
     payload goodput follows the rate it was shaped to."""
@@ -529,7 +528,7 @@ def test_adaptive_run_in_namespaces(tmp_path):
     ctl, clients = build_configs(parse_args([
         "--codec", "qsgdz15", "--adaptive", "joint", "--total-uplink-mbit", "4", "--clients", "2", "--rounds", "4",
         "--samples-per-round", "64", "--train-subset", "2000", "--test-subset", "300", "--profile", "hetero4",
-        "--speed-factors", "1,0.5", "--results-dir", str(tmp_path), "--run-id", "adaptive-ns", "--domain-id", "216"]))
+        "--speed-factors", "1,0.5", "--results-dir", str(tmp_path), "--run-id", "adaptive-ns", "--domain-id", str(domain)]))
     run_dir = run_fl_netns(ctl, clients, "hetero4", net=246)
     rows = {i: list(csv.DictReader(open(run_dir / f"clients-{i}.csv"))) for i in range(2)}
     links = (2e6, 5e6)

@@ -24,9 +24,6 @@ from commlab.roster import fl_roster_of
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-# Three DDS domains in 214..231, varied by process: two sessions of this file running at the same
-# time (several people share the machine) must not see each other's "controller" and "client-0".
-DOMAIN = 214 + (os.getpid() % 6) * 3
 
 
 class Proc:
@@ -95,8 +92,8 @@ def rounds_rows(run_dir: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_client_killed_mid_round_closes_round_at_deadline(tmp_path):
-    procs, _, run_dir = start_run(tmp_path, domain=DOMAIN, rounds=3, deadline=10.0,
+def test_client_killed_mid_round_closes_round_at_deadline(tmp_path, domain):
+    procs, _, run_dir = start_run(tmp_path, domain=domain, rounds=3, deadline=10.0,
                                   halt={"client-1": "before_upload@2"})
     try:
         procs["client-1"].wait_for(r"HALTED at before_upload@2")  # trained round 2, uploaded nothing
@@ -113,8 +110,8 @@ def test_client_killed_mid_round_closes_round_at_deadline(tmp_path):
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "completed"
 
 
-def test_controller_restart_resumes_from_identical_weights(tmp_path):
-    procs, paths, run_dir = start_run(tmp_path, domain=DOMAIN + 1, rounds=4, halt={"controller": "after_round@2"})
+def test_controller_restart_resumes_from_identical_weights(tmp_path, domain):
+    procs, paths, run_dir = start_run(tmp_path, domain=domain, rounds=4, halt={"controller": "after_round@2"})
     try:
         ctl = procs["controller"]
         after_2 = ctl.wait_for(r"round 2/4 .* model ([0-9a-f]{16})").group(1)
@@ -141,10 +138,10 @@ def test_controller_restart_resumes_from_identical_weights(tmp_path):
     assert [r["round"] for r in rounds_rows(run_dir)] == ["1", "2", "3", "4"]
 
 
-def test_restarted_client_resyncs_by_hash_and_ends_with_the_same_model(tmp_path):
+def test_restarted_client_resyncs_by_hash_and_ends_with_the_same_model(tmp_path, domain):
     """Compressed downlink: a client killed mid-run comes back with no replica; the next delta does
     not apply to it, it asks for the whole model once and then follows the deltas again."""
-    procs, paths, run_dir = start_run(tmp_path, domain=DOMAIN, rounds=4, deadline=10.0, downlink="int8_sparse",
+    procs, paths, run_dir = start_run(tmp_path, domain=domain, rounds=4, deadline=10.0, downlink="int8_sparse",
                                       halt={"client-1": "before_upload@2"})
     try:
         procs["client-1"].wait_for(r"HALTED at before_upload@2")
@@ -186,13 +183,13 @@ with DdsNode("rogue", DdsSettings(domain_id=int(sys.argv[1]))) as node:
 """
 
 
-def test_forged_updates_are_rejected_and_counted(tmp_path):
+def test_forged_updates_are_rejected_and_counted(tmp_path, domain):
     # The real clients wait before uploading round 1 until the forgeries were rejected, so the
     # forged client-0 update is judged on its payload, not as a second update.
     # The rogue is announced before the controller exists, so the first command waits for it too.
-    rogue = Proc(tmp_path, "rogue", [sys.executable, "-c", ROGUE, str(DOMAIN + 2)])
+    rogue = Proc(tmp_path, "rogue", [sys.executable, "-c", ROGUE, str(domain)])
     rogue.wait_for("subscribed")
-    procs, _, run_dir = start_run(tmp_path, domain=DOMAIN + 2, rounds=2, deadline=30.0,
+    procs, _, run_dir = start_run(tmp_path, domain=domain, rounds=2, deadline=30.0,
                                   halt={"client-0": "before_upload@1", "client-1": "before_upload@1"})
     procs["rogue"] = rogue
     try:

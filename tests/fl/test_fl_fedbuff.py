@@ -2,7 +2,6 @@
 dispatch bookkeeping, config checks, and one short asynchronous run with real node processes."""
 import csv
 import math
-import os
 import re
 
 import numpy as np
@@ -16,7 +15,6 @@ from commlab.fl.sampling import Availability
 from commlab.fl.strategy import ASYNC_STRATEGIES, FedAvg, FedBuff, FitRes, staleness_weight
 from test_fl_sampling import log_of, run_to_completion
 
-DOMAIN = 174 + os.getpid() % 4  # 174..177: see test_fl_sampling
 COMMON = dict(epochs=1, lr=0.1, batch_size=8, subset_size=10, seed=0)
 
 
@@ -118,13 +116,13 @@ def controller(tmp_path, *argv) -> dict:
 
 
 @pytest.mark.slow
-def test_asynchronous_run_applies_full_buffers(tmp_path):
+def test_asynchronous_run_applies_full_buffers(tmp_path, domain):
     rounds = 3
     ctl, cls = build_configs(parse_args([
         "--codec", "int8_sparse", "--strategy", "fedbuff", "--clients", "3", "--per-round", "3", "--buffer-size", "2",
         "--rounds", str(rounds), "--deadline", "60", "--samples-per-round", "128", "--batch-size", "32",
         "--train-subset", "2000", "--test-subset", "300", "--results-dir", str(tmp_path / "results"),
-        "--run-id", "buffered", "--domain-id", str(DOMAIN)]))
+        "--run-id", "buffered", "--domain-id", str(domain)]))
     run_to_completion(tmp_path, [ctl, *cls])
     with open(tmp_path / "results" / "buffered" / "rounds.csv") as f:
         rows = list(csv.DictReader(f))

@@ -6,7 +6,6 @@ hosts, so a controller restart ends the run with the same model as a run without
 """
 from __future__ import annotations
 
-import os
 import re
 import signal
 import sys
@@ -19,7 +18,6 @@ from commlab.roster import client_name
 from test_fl_faults import ROOT, Proc, rounds_rows, start_run
 
 pytestmark = pytest.mark.slow
-DOMAIN = 206 + os.getpid() % 4  # 206..209: free in the other tests' ranges
 
 
 def finish(procs: dict[str, Proc]) -> None:
@@ -31,9 +29,9 @@ def finish(procs: dict[str, Proc]) -> None:
             p.stop()
 
 
-def test_hosts_train_the_sampled_clients_each_with_its_own_table_and_memory(tmp_path):
+def test_hosts_train_the_sampled_clients_each_with_its_own_table_and_memory(tmp_path, domain):
     clients, rounds, per_round = 6, 2, 4
-    procs, _, run_dir = start_run(tmp_path, DOMAIN, rounds, clients=clients,
+    procs, _, run_dir = start_run(tmp_path, domain, rounds, clients=clients,
                                   extra=("--procs", "2", "--per-round", str(per_round)))
     assert sorted(procs) == ["clients-0", "clients-1", "controller"]
     # Each client's memory is a file of its host while the run lasts (removed once it is over).
@@ -55,13 +53,13 @@ def test_hosts_train_the_sampled_clients_each_with_its_own_table_and_memory(tmp_
             assert (f"client-{i}.state" in files) == bool(trained)
 
 
-def test_logical_clients_keep_their_state_across_a_controller_restart(tmp_path):
+def test_logical_clients_keep_their_state_across_a_controller_restart(tmp_path, domain):
     rounds, flags = 3, ("--procs", "2")
     (tmp_path / "clean").mkdir()
-    clean, _, clean_dir = start_run(tmp_path / "clean", DOMAIN, rounds, clients=4, extra=flags, run_id="clean")
+    clean, _, clean_dir = start_run(tmp_path / "clean", domain, rounds, clients=4, extra=flags, run_id="clean")
     finish(clean)
     (tmp_path / "restart").mkdir()
-    procs, paths, run_dir = start_run(tmp_path / "restart", DOMAIN, rounds, clients=4, extra=flags,
+    procs, paths, run_dir = start_run(tmp_path / "restart", domain, rounds, clients=4, extra=flags,
                                       halt={"controller": "after_round@1"}, run_id="restart")
     try:
         ctl = procs["controller"]

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
+from commlab.claims import Claims
 from test_fl_faults import start_run
 
 pytestmark = pytest.mark.slow
-DOMAIN = 196 + (os.getpid() % 3) * 6
 # Seconds each node is paused; `make chaos` adds a pause of 30 leases (COMMLAB_PAUSES=8,60).
 PAUSES = [float(s) for s in os.environ.get("COMMLAB_PAUSES", "8").split(",")]
 MODEL = r"round (\d+)/3 .* model ([0-9a-f]{16})"
@@ -34,16 +34,18 @@ def finish_all(procs: dict) -> None:
 @pytest.fixture(scope="module")
 def undisturbed(tmp_path_factory):
     """Per-round model hashes of the run without any pause."""
-    procs, _, _ = start_run(tmp_path_factory.mktemp("undisturbed"), domain=DOMAIN, rounds=3, deadline=200.0)
-    finish_all(procs)
+    with Claims() as claims:
+        procs, _, _ = start_run(tmp_path_factory.mktemp("undisturbed"), domain=claims.take("domain"), rounds=3,
+                                deadline=200.0)
+        finish_all(procs)
     return hashes(procs["controller"].text())
 
 
 @pytest.mark.parametrize("pause_s", PAUSES)
 @pytest.mark.parametrize("node,point", [("controller", "after_round@1"), ("client-1", "before_upload@2")])
-def test_a_paused_node_rejoins_and_the_run_ends_with_the_same_models(tmp_path, undisturbed, node, point, pause_s):
-    procs, _, _ = start_run(tmp_path, domain=DOMAIN + 1 + (node == "controller"), rounds=3, deadline=200.0,
-                            halt={node: point})
+def test_a_paused_node_rejoins_and_the_run_ends_with_the_same_models(tmp_path, undisturbed, node, point, pause_s,
+                                                                    domain):
+    procs, _, _ = start_run(tmp_path, domain=domain, rounds=3, deadline=200.0, halt={node: point})
     try:
         paused = procs[node]
         paused.wait_for(f"HALTED at {point}")

@@ -21,8 +21,6 @@ from commlab.roster import fl_roster
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = [f"client-{i}" for i in range(10)]
-# Domains 170..173 (free in the other tests' 178..231), varied by process like test_fl_faults.
-DOMAIN = 170 + os.getpid() % 4
 
 
 def test_sampler_is_seeded_reproducible_and_order_free():
@@ -112,13 +110,13 @@ def controller(tmp_path: Path, *argv: str) -> dict:
 
 
 @pytest.mark.slow
-def test_run_trains_only_the_sampled_clients(tmp_path):
+def test_run_trains_only_the_sampled_clients(tmp_path, domain):
     rounds, seed = 3, 0
     ctl, cls = build_configs(parse_args([
         "--codec", "int8_sparse", "--clients", "4", "--per-round", "2", "--rounds", str(rounds), "--deadline", "60",
         "--samples-per-round", "128", "--batch-size", "32", "--train-subset", "2000", "--test-subset", "300",
         "--seed", str(seed), "--results-dir", str(tmp_path / "results"), "--run-id", "sampled",
-        "--domain-id", str(DOMAIN)]))
+        "--domain-id", str(domain)]))
     run_to_completion(tmp_path, [ctl, *cls])
     run_dir = tmp_path / "results" / "sampled"
     with open(run_dir / "rounds.csv") as f:
@@ -143,13 +141,13 @@ def test_stop_section_reasons():
 
 
 @pytest.mark.slow
-def test_run_ends_early_at_its_round_time_budget(tmp_path):
+def test_run_ends_early_at_its_round_time_budget(tmp_path, domain):
     """--round-time-budget: the controller ends after the round that used it up; clients leave on
     the Stop naming that round, and the manifest says why."""
     ctl, cls = build_configs(parse_args([
         "--codec", "int8", "--clients", "2", "--rounds", "5", "--deadline", "60", "--samples-per-round", "64",
         "--batch-size", "32", "--train-subset", "1000", "--test-subset", "200", "--round-time-budget", "0.001",
-        "--results-dir", str(tmp_path / "results"), "--run-id", "early", "--domain-id", str(DOMAIN)]))
+        "--results-dir", str(tmp_path / "results"), "--run-id", "early", "--domain-id", str(domain)]))
     run_to_completion(tmp_path, [ctl, *cls])
     run_dir = tmp_path / "results" / "early"
     with open(run_dir / "rounds.csv") as f:

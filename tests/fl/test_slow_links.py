@@ -3,7 +3,6 @@ ends at once: unit tests with an injected clock, and one process test at a fault
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 
@@ -125,7 +124,7 @@ def test_answered_clients_count_even_after_they_leave():
 
 
 @pytest.mark.slow
-def test_controller_fails_with_one_line_when_every_client_is_gone(tmp_path):
+def test_controller_fails_with_one_line_when_every_client_is_gone(tmp_path, domain):
     """Both clients killed before their upload: the controller ends on its own, long before the
     hard limit, with one error line and a failed manifest."""
     from test_fl_faults import ROOT, Proc
@@ -133,7 +132,7 @@ def test_controller_fails_with_one_line_when_every_client_is_gone(tmp_path):
         "--codec", "int8_sparse", "--clients", "2", "--rounds", "2", "--deadline", "30",
         "--samples-per-round", "128", "--batch-size", "32", "--train-subset", "2000", "--test-subset", "300",
         "--results-dir", str(tmp_path / "results"), "--run-id", "gone",
-        "--domain-id", str(200 + os.getpid() % 14)]))
+        "--domain-id", str(domain)]))
     ctl_cfg.update(round_hard_limit_s=600.0, lost_client_grace_s=3.0)
     procs = {}
     for node, cfg in zip(fl_roster(2), [ctl_cfg, *client_cfgs]):

@@ -12,7 +12,6 @@ from commlab.dds import DdsNode, DdsSettings
 from commlab.dds.auth import make_keyrings
 
 pytestmark = pytest.mark.slow
-DOMAIN = 206 + os.getpid() % 4
 FLOOD = 100_000  # announcements the rogue writes
 RSS_CAP_MIB = 16  # what the flood may add to a node's resident memory
 
@@ -50,19 +49,19 @@ def rss_mib(pid: int) -> float:
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def test_a_flood_of_names_and_incarnations_leaves_memory_bounded_and_peers_found(tmp_path):
+def test_a_flood_of_names_and_incarnations_leaves_memory_bounded_and_peers_found(tmp_path, domain):
     from commlab.dds.auth import write_keyring
     rings = make_keyrings("run", ["controller", "client-0"], trusted={"controller"})
     key = tmp_path / "client-0.key"
     write_keyring(key, rings["client-0"])
-    with DdsNode("controller", DdsSettings(domain_id=DOMAIN, keyring=rings["controller"])) as node:
+    with DdsNode("controller", DdsSettings(domain_id=domain, keyring=rings["controller"])) as node:
         node.announcer.publish()
         time.sleep(0.5)  # let the node settle before taking its baseline
         before = rss_mib(os.getpid())
-        rogue = subprocess.Popen([sys.executable, "-c", ROGUE, str(DOMAIN), str(FLOOD)], stdout=subprocess.PIPE, text=True)
+        rogue = subprocess.Popen([sys.executable, "-c", ROGUE, str(domain), str(FLOOD)], stdout=subprocess.PIPE, text=True)
         try:
             assert rogue.stdout.readline().strip() == "flooding"
-            client = subprocess.run([sys.executable, "-c", CLIENT, str(DOMAIN), str(key)], capture_output=True,
+            client = subprocess.run([sys.executable, "-c", CLIENT, str(domain), str(key)], capture_output=True,
                                     text=True, timeout=150)  # joins while the flood goes on
             assert client.returncode == 0 and "found the controller" in client.stdout, client.stderr[-2000:]
             assert rogue.wait(300) == 0

@@ -19,7 +19,6 @@ from commlab.roster import fl_identities, fl_roster
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-DOMAIN = 198 + (os.getpid() % 4) * 2  # 198..205, two per test process
 
 ROGUE = r"""
 import json, sys
@@ -163,9 +162,9 @@ def totals(run_dir: Path, node: str) -> dict:
     return json.loads((run_dir / f"transport-{node}.json").read_text())
 
 
-def test_rogue_nodes_change_nothing_and_are_counted(tmp_path):
-    clean = fl_run(tmp_path, DOMAIN, rogues=False)
-    attacked = fl_run(tmp_path, DOMAIN + 1, rogues=True)
+def test_rogue_nodes_change_nothing_and_are_counted(tmp_path, claims):
+    clean = fl_run(tmp_path, claims.take("domain"), rogues=False)
+    attacked = fl_run(tmp_path, claims.take("domain"), rogues=True)
     assert [r["round"] for r in attacked["rows"]] == ["1", "2", "3"]
     assert all(r["participants"] == "client-0;client-1" for r in attacked["rows"])
     # Every forgery was dropped before it reached any node's logic: the same training, the same model.
@@ -239,8 +238,8 @@ def ddp_run(tmp_path: Path, domain: int, rogues: bool) -> dict:
     return {"accuracy": epochs[-1]["test_accuracy"], "totals": totals(tmp_path / run_id, "worker-0")}
 
 
-def test_injections_into_a_ddp_collective_are_dropped(tmp_path):
-    clean = ddp_run(tmp_path, 206, rogues=False)
-    attacked = ddp_run(tmp_path, 207, rogues=True)
+def test_injections_into_a_ddp_collective_are_dropped(tmp_path, claims):
+    clean = ddp_run(tmp_path, claims.take("domain"), rogues=False)
+    attacked = ddp_run(tmp_path, claims.take("domain"), rogues=True)
     assert attacked["accuracy"] == clean["accuracy"]
     assert attacked["totals"]["auth_unauthenticated"] >= 5 and attacked["totals"]["auth_wrong_run"] >= 5

@@ -183,8 +183,8 @@ def read_csv(path: Path) -> list[dict]:
 @pytest.mark.docker
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # includes a cold image build (module fixture) when first
-def test_fl_with_docker_compose_up(engine, tmp_path):
-    project = f"cltest{os.getpid()}"
+def test_fl_with_docker_compose_up(engine, tmp_path, claims):
+    project = f"cltest{claims.take('project')}"
     # A free 198.19.<net>.0/24, so a default `docker compose up` left on the machine cannot clash.
     env = {**os.environ, "RESULTS_DIR": str(tmp_path), "ROUNDS": "2", "SAMPLES": "1000", "LINK_PROFILE": "10mbit",
            "COMPOSE_NET": str(free_net(project, COMPOSE_NETS))}

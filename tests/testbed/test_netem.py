@@ -85,7 +85,7 @@ def transfer_mbit_per_s(lab, src: str, dst: str, nbytes: int) -> float:
 def test_shaping_between_namespaces_limits_the_rate_and_reports_what_applied():
     from commlab.testbed.netns import NetnsLab
 
-    with NetnsLab(["a", "b"], tag=f"t{os.getpid() % 10000}") as lab:
+    with NetnsLab(["a", "b"]) as lab:
         namespaces = list(lab.namespaces.values())
         unshaped = transfer_mbit_per_s(lab, "a", "b", 4_000_000)
         record = lab.shape("a", LinkSpec("10mbit", delay_ms=2))
@@ -98,8 +98,8 @@ def test_shaping_between_namespaces_limits_the_rate_and_reports_what_applied():
             assert record["not_applied"]["delay_ms"] == 2 and "netem" in record["not_applied"]["reason"]
         else:
             assert record["applied"]["delay_ms"] == 2
-    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert not any(ns in left for ns in namespaces)
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    assert not set(namespaces) & set(left)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
@@ -114,9 +114,9 @@ def test_namespace_lab_comes_up_on_a_machine_without_iptables(tmp_path, monkeypa
     bin_dir.mkdir()
     (bin_dir / "ip").symlink_to(shutil.which("ip"))  # everything the lab needs but iptables
     monkeypatch.setenv("PATH", str(bin_dir))
-    with NetnsLab(["a", "b"], tag=f"i{os.getpid() % 10000}") as lab:
+    with NetnsLab(["a", "b"]) as lab:
         namespaces = list(lab.namespaces.values())
-        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        assert all(ns in listed for ns in namespaces)
-    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert not any(ns in left for ns in namespaces)
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        assert set(namespaces) <= set(listed)
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    assert not set(namespaces) & set(left)
