@@ -6,7 +6,7 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test test-repeat
+.PHONY: help venv test test-fast test-repeat
 help:
 	@grep -hE '^[a-zA-Z0-9_% -]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
 
@@ -19,6 +19,13 @@ venv: $(STAMP) ## create .venv and install the project
 
 test: $(STAMP) ## run the whole test suite (unit, multi-process DDS, network namespaces, containers)
 	$(PYTHON) -m pytest -q -ra
+
+# The inner loop: every area's unit tests, none that starts a process, a DDS participant, a
+# namespace or a container (those are marked slow or docker; tests/unit_guard.py fails a test that
+# starts one unmarked), with the fuzz tests at FAST_CASES inputs each (make test: 1,000).
+FAST_CASES ?= 100
+test-fast: $(STAMP) ## unit tests of every area: no processes, DDS participants, namespaces or containers; fuzz tests at FAST_CASES (100) inputs
+	COMMLAB_FUZZ_CASES=$(FAST_CASES) $(PYTHON) -m pytest -q -ra -m "not slow and not docker"
 
 # The tests that start, kill and restart processes: run them N times and report any flake.
 N ?= 20

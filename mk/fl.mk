@@ -29,11 +29,11 @@ TRACE_SEED ?= 0
 fl-trace: $(STAMP) ## diurnal availability trace for CLIENTS clients over ROUNDS rounds (PERIOD ON_FRACTION TRACE_SEED) -> TRACE
 	$(PYTHON) -m commlab.fl.sampling --clients $(CLIENTS) --rounds $(ROUNDS) --period $(PERIOD) --on-fraction $(ON_FRACTION) --seed $(TRACE_SEED) --out $(TRACE)
 
-test-fl: $(STAMP) ## fast FL tests: config validation, FedAvg, update checks, checkpoints
-	$(PYTHON) -m pytest -q -m "not slow" tests/fl/test_fl_config.py tests/fl/test_fl_strategy.py tests/fl/test_fl_robust.py tests/fl/test_fl_checkpoint.py
+test-fl: $(STAMP) ## FL unit tests (tests/fl): config validation, strategies, robust rules, checkpoints, broadcast, sampling, adaptive bits
+	$(PYTHON) -m pytest -q -m "not slow" tests/fl
 
-test-fl-slow: $(STAMP) ## FL fault tests with real node processes (client killed, controller restart, malformed update)
-	$(PYTHON) -m pytest -q tests/fl/test_fl_faults.py
+test-fl-slow: $(STAMP) ## FL tests with real node processes (tests/fl): clients killed, controller restarted, nodes paused, logical clients, FedBuff
+	$(PYTHON) -m pytest -q -ra -m slow tests/fl
 
 .PHONY: bench-robust
 bench-robust: $(STAMP) ## every aggregation rule clean and with one sign-flipped client: 4 iid x10, 3 and 10 non-IID x100 (ROBUST_ARGS) -> results/bench/robust.{csv,md}

@@ -1,4 +1,5 @@
-"""What every test area shares: one hypothesis profile, the `--repeat` plugin and the claims fixtures that give a test its own DDS domain ids, ports, namespace lab tags
+"""What every test area shares: one hypothesis profile, the plugins (`--repeat`, the unit-test
+guard) and the claims fixtures that give a test its own DDS domain ids, ports, namespace lab tags
 and compose project numbers (commlab.claims)."""
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import settings
 
 from commlab.claims import Claims
 
-pytest_plugins = ["repeat_runs"]
+pytest_plugins = ["repeat_runs", "unit_guard"]
 
 # One hypothesis profile for the whole suite, loaded once: no per-example deadline (a test passes
 # or fails by what it checks, never by how long an example took on a loaded machine). Modules set

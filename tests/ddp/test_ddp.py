@@ -91,6 +91,7 @@ def run_ddp(tmp_path: Path, method: str, domain: int, *extra: str, run_id: str |
 SHARE_BELOW = {"dgc": 1 / 100, "powersgd2": 1 / 50, "int8": 0.26}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["dense", "dgc", "int8", "powersgd2"])
 def test_two_rank_smoke(tmp_path, method, domain):
     """10 steps on 2 ranks; the same accuracy everywhere; compressed methods send their share of

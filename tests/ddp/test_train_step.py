@@ -136,6 +136,7 @@ def test_launchers_pass_the_step_absolute_and_refuse_a_bad_one(tmp_path, monkeyp
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_client_node_exits_2_with_one_line_naming_train_step(tmp_path):
     path = tmp_path / "client.json"
     path.write_text(json.dumps(client_dict(results_dir=str(tmp_path / "results"),

@@ -73,6 +73,7 @@ def test_decode_rejects_malformed_samples_with_message_error():
             decode(bad)
 
 
+@pytest.mark.slow
 def test_writers_use_xcdr1_as_the_codec_assumes(domain):
     with DdsNode("solo", DdsSettings(domain_id=domain)) as node:
         assert node.publisher(Blob)._writer.writer._use_version_2 is False
@@ -108,6 +109,7 @@ def _take_all(reader: DataReader, n: int) -> list[tuple[bytes, SampleInfo]]:
     return got
 
 
+@pytest.mark.slow
 def test_write_iov_is_read_back_by_the_stock_reader(local_pair):
     writer, reader = local_pair
     c = _chunk(4099, "worker-3", '{"key": "7/g", "rank": 2}')
@@ -121,6 +123,7 @@ def test_write_iov_is_read_back_by_the_stock_reader(local_pair):
     assert got == [wrong_order]  # the pieces are sent in the order given; the binding reads octets as a list
 
 
+@pytest.mark.slow
 def test_stock_writes_are_taken_serialized_with_their_sample_info(local_pair):
     writer, reader = local_pair
     chunks = [_chunk(n, "w", "m") for n in (0, 3, 70000)]
@@ -135,6 +138,7 @@ def test_stock_writes_are_taken_serialized_with_their_sample_info(local_pair):
     assert len({info.publication_handle for _, info in got}) == 1 and got[0][1].publication_handle != 0
 
 
+@pytest.mark.slow
 def test_written_and_taken_samples_are_released(local_pair):
     # write_iov's sample goes to dds_writecdr, which must consume its reference; the taker's
     # references are released by serdata_unref. A leak on either side keeps 1 MiB per sample.

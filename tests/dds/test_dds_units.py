@@ -221,6 +221,7 @@ def _faults(mode: str, env: dict[str, str]) -> int:
     return int(out.stdout)
 
 
+@pytest.mark.slow
 def test_freed_large_blocks_are_reused_without_page_faults():
     # Forced to mmap every block (glibc's tunable), 50 blocks of 8 MiB fault on every page: the
     # measurement sees it. keep_freed_blocks() overrides that and the same loop barely faults.

@@ -145,6 +145,7 @@ def test_failed_write_keeps_every_previous_checkpoint(tmp_path, monkeypatch):
     assert ck.load_checkpoint(tmp_path / "round-000001.npz").weights.tobytes() == make(1).weights.tobytes()
 
 
+@pytest.mark.slow
 def test_controller_with_an_empty_checkpoint_exits_2_with_one_line(tmp_path):
     cfg, _ = build_configs(parse_args(["--results-dir", str(tmp_path / "results"), "--run-id", "t",
                                        "--domain-id", "5"]))

@@ -6,6 +6,7 @@ import sys
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 
 from commlab.config_schema import from_dict
@@ -77,6 +78,7 @@ def test_train_cmd_without_epochs_is_rejected_and_the_client_runs_on_until_stop(
         "stopped on the Stop message: run over after round 1 (completed), replica empty"]
 
 
+@pytest.mark.slow
 def test_the_client_does_not_import_the_controller():
     check = "import sys, commlab.fl.client; print(sorted(m for m in sys.modules if m.startswith('commlab.fl.')))"
     loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout

@@ -94,6 +94,7 @@ def test_missing_and_broken_files(tmp_path):
         load_client_config(bad)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("node, mutate, message", [
     ("controller.py", lambda c: c.update(round_deadline=3), "unknown key round_deadline"),
     ("controller.py", lambda c: c["codec"].update(name="gzip"), "codec: unknown codec 'gzip'"),

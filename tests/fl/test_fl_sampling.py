@@ -88,6 +88,11 @@ def test_diurnal_trace_is_seeded_and_reads_back(tmp_path):
     for c in CLIENTS[:6]:  # on 3 rounds in every full day of 10, each client at its own phase
         on = [r for r in range(1, 31) if trace.available(r, [c])]
         assert all(sum(1 for r in on if day * 10 < r <= day * 10 + 10) == 3 for day in range(3))
+
+
+@pytest.mark.slow
+def test_trace_command_writes_the_seeded_trace(tmp_path):
+    write_trace(tmp_path / "t.csv", diurnal_trace(6, 30, period=10, on_fraction=0.3, seed=1))
     assert subprocess.run([sys.executable, "-m", "commlab.fl.sampling", "--clients", "6", "--rounds", "30",
                            "--period", "10", "--on-fraction", "0.3", "--seed", "1", "--out", str(tmp_path / "c.csv")],
                           check=True, capture_output=True).returncode == 0

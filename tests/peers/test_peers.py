@@ -31,6 +31,7 @@ def only_run(tmp_path: Path) -> Path:
     return runs[0]
 
 
+@pytest.mark.slow
 def test_unknown_hook_is_one_line(tmp_path):
     out = launch(tmp_path, "--kind", "gloo", "--hook", "int3", timeout=120)
     assert out.returncode == 2
@@ -42,6 +43,7 @@ def test_unknown_hook_is_one_line(tmp_path):
                                "start_iter": 1})
 
 
+@pytest.mark.slow
 def test_sample_budget_is_the_centralized_peers_only(tmp_path):
     """--samples (the FL benchmark's centralized row): ceil(N / (world x batch)) steps over as many epochs
     as that takes; any other kind says so in one line. The short loopback runs of gloo (none, fp16,
@@ -61,6 +63,7 @@ def test_sample_budget_is_the_centralized_peers_only(tmp_path):
         from_dict(PeerConfig, {"run_id": "r", "results_dir": str(tmp_path), "kind": "gloo", "max_steps": 3})
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 def test_gloo_powersgd_in_shaped_namespaces(tmp_path):
     """Each rank in its own namespace on a 10 Mbit eth0 (the master is rank 0's 198.19.253.x address);

@@ -47,6 +47,7 @@ def legacy(tmp_path_factory) -> tuple[Path, str]:
     return run_flower(tmp_path_factory.mktemp("flower"), "flower")
 
 
+@pytest.mark.slow
 def test_transport_is_validated():
     base = {"run_id": "r", "results_dir": "/tmp"}
     assert from_dict(FlowerConfig, base).transport == "grpc-bidi"
@@ -59,6 +60,7 @@ def test_transport_is_validated():
         "commlab.peers.run: transport: must be one of grpc-bidi, deployment, got 'rest'"], out.stderr
 
 
+@pytest.mark.slow
 def test_flower_two_clients_on_loopback(legacy):
     run, _ = legacy
     manifest = json.loads((run / "manifest.json").read_text())

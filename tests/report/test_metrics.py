@@ -7,7 +7,8 @@ import pytest
 from commlab.metrics import RunWriter, peak_memory_line, write_atomic, write_transport_totals
 
 
-def test_rows_are_on_disk_before_close_and_manifest_records_links(tmp_path):
+def test_rows_are_on_disk_before_close_and_manifest_records_links(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMMLAB_GIT_COMMIT", "0123abc")  # as a container is told its commit
     run = RunWriter(tmp_path, "run-1", {"kind": "fl", "link_profile": "10mbit"})
     table = run.table("rounds", ["round", "bytes_up"])
     table.append({"round": 1, "bytes_up": 123})
@@ -18,12 +19,13 @@ def test_rows_are_on_disk_before_close_and_manifest_records_links(tmp_path):
     (run.dir / "link-client-1.json").write_text("{truncated")
     run.close()
     manifest = json.loads((run.dir / "manifest.json").read_text())
-    assert manifest["status"] == "completed" and manifest["kind"] == "fl"
+    assert manifest["status"] == "completed" and manifest["kind"] == "fl" and manifest["git_commit"] == "0123abc"
     assert manifest["link_applied"]["client-0"] == {"applied": {"rate": "10mbit"}}
     assert "unreadable link-client-1.json" in manifest["link_applied"]["client-1"]["error"]
 
 
-def test_loopback_run_has_no_link_record_and_rows_need_every_column(tmp_path):
+def test_loopback_run_has_no_link_record_and_rows_need_every_column(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMMLAB_GIT_COMMIT", "0123abc")
     run = RunWriter(tmp_path, "run-2", {"kind": "ddp"})
     table = run.table("steps", ["step", "bytes_sent"])
     with pytest.raises(KeyError, match="bytes_sent"):

@@ -146,6 +146,7 @@ def compose(bootstrapped):
         pytest.skip(missing)
 
 
+@pytest.mark.slow
 def test_static_compose_files_stay_in_the_benchmark_range(compose):
     for path in ("compose.yaml", "compose/fl.yaml", "compose/ddp.yaml"):
         out = subprocess.run(["docker", "compose", "-f", str(REPO / path), "config", "--format", "json"],
@@ -157,6 +158,7 @@ def test_static_compose_files_stay_in_the_benchmark_range(compose):
             assert all(ipaddress.ip_network(c["subnet"]).subnet_of(BENCH) for c in net["ipam"]["config"])
 
 
+@pytest.mark.slow
 def test_choose_backend():
     assert choose_backend("local") == "local"
     with pytest.raises(ValueError, match="unknown backend 'k8s'"):

@@ -5,6 +5,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from commlab.fault_points import HALT_ENV, halt_at
 
 PROGRAM = ("from commlab.fault_points import halt_at\n"
@@ -17,6 +19,7 @@ def test_no_halt_without_the_variable(monkeypatch):
     halt_at("before_upload", 1)  # returns at once
 
 
+@pytest.mark.slow
 def test_halts_only_at_its_point_until_released():
     env = {**os.environ, HALT_ENV: "before_upload@2"}
     proc = subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.PIPE, text=True)

@@ -102,6 +102,7 @@ def test_shaping_between_namespaces_limits_the_rate_and_reports_what_applied():
     assert not set(namespaces) & set(left)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 def test_namespace_lab_comes_up_on_a_machine_without_iptables(tmp_path, monkeypatch):
     """A fresh machine has no iptables until a Docker engine is installed; the lab used to die
