@@ -6,7 +6,7 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test test-repeat
+.PHONY: help venv test test-fast test-repeat
 help:
 	@grep -hE '^[a-zA-Z0-9_% -]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
 
@@ -19,6 +19,13 @@ venv: $(STAMP) ## create .venv and install the project
 
 test: $(STAMP) ## run the whole test suite (unit, multi-process DDS, network namespaces, containers)
 	$(PYTHON) -m pytest -q -ra
+
+# The inner loop: every area's unit tests, none that starts a process, a DDS participant, a
+# namespace or a container (those are marked slow or docker; tests/unit_guard.py fails a test that
+# starts one unmarked), with the fuzz tests at FAST_CASES inputs each (make test: 1,000).
+FAST_CASES ?= 100
+test-fast: $(STAMP) ## unit tests of every area: no processes, DDS participants, namespaces or containers; fuzz tests at FAST_CASES (100) inputs
+	COMMLAB_FUZZ_CASES=$(FAST_CASES) $(PYTHON) -m pytest -q -ra -m "not slow and not docker"
 
 # The tests that start, kill and restart processes: run them N times and report any flake.
 N ?= 20
@@ -34,14 +41,14 @@ bench-chaos: $(STAMP) ## chaos table: FL/DDP runs with nodes paused 2/10/60 s, k
 	$(PYTHON) benchmarks/bench_chaos.py
 
 chaos: $(STAMP) ## FL nodes and DDP ranks paused past their lease (PAUSES s), killed and restarted; rogue and flooding processes on the domain; N (20) runs each
-	COMMLAB_PAUSES=$(PAUSES) $(PYTHON) -m pytest -q -ra --repeat $(N) tests/test_fl_pause.py tests/test_ddp_pause.py tests/test_fl_faults.py tests/test_rogue_nodes.py tests/test_rogue_flood.py
+	COMMLAB_PAUSES=$(PAUSES) $(PYTHON) -m pytest -q -ra --repeat $(N) tests/fl/test_fl_pause.py tests/ddp/test_ddp_pause.py tests/fl/test_fl_faults.py tests/security/test_rogue_nodes.py tests/security/test_rogue_flood.py
 
 # Every surface that reads untrusted bytes (codec frames, message fields, configs, checkpoints,
 # chunk reassembly) with CASES generated inputs per test; `make test` runs the same tests with 1,000.
 CASES ?= 10000
 .PHONY: fuzz
 fuzz: $(STAMP) ## fuzz every decoder, message field, config, checkpoint and reassembly with CASES (10,000) inputs per test
-	COMMLAB_FUZZ_CASES=$(CASES) $(PYTHON) -m pytest -q -ra -p no:randomly tests/test_codecs_wire.py tests/test_message_fields.py tests/test_fuzz_inputs.py
+	COMMLAB_FUZZ_CASES=$(CASES) $(PYTHON) -m pytest -q -ra -p no:randomly tests/codecs/test_malformed_frames.py tests/security/test_message_fields.py tests/security/test_fuzz_inputs.py
 
 # Experiment settings shared by the fl-*, ddp-*, histogram and container targets.
 CLIENTS ?= 2

@@ -103,7 +103,7 @@ def main() -> int:
     p.add_argument("--numel", type=int, default=1_663_370)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--profile", default="10mbit")
-    p.add_argument("--domain", type=int, default=197, help="loopback DDS domain")
+    p.add_argument("--domain", type=int, help="loopback DDS domain (default: a claimed one, commlab.claims)")
     p.add_argument("--net", type=int, default=247, help="namespace bridge 198.19.<net>.0/24")
     p.add_argument("--no-netns", action="store_true", help="loopback only")
     p.add_argument("--chunk-bytes", type=int, help="dds.chunk_bytes on the shaped links (default 64 KiB)")
@@ -117,7 +117,8 @@ def main() -> int:
         print(json.dumps(worker(json.loads(a.worker))))
         return 0
     spec = {"world": a.world, "numel": a.numel, "reps": a.reps}
-    report("loopback", loopback(a.world, spec, a.domain), a.world, a.numel)
+    from commlab.claims import hold
+    report("loopback", loopback(a.world, spec, hold("domain") if a.domain is None else a.domain), a.world, a.numel)
     if not a.no_netns:
         if os.geteuid() != 0:
             print("\nshaped links skipped: network namespaces need root")

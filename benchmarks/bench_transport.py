@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from commlab.claims import hold
 from commlab.dds.netns import NetnsUnavailable, veth_pair
 from commlab.dds.probe import parse_sizes
 from commlab.progress import Progress
@@ -29,14 +30,13 @@ from commlab.progress import Progress
 HERE = Path(__file__).resolve()
 LOOPBACK_SIZES = "65536x100,1700000x20,10000000x5"
 SHAPED_SIZES = "65536x20,1700000x2,10000000x1"
-TCP_PORT = 47100
 LEN = struct.Struct("!Q")
 
 
-def tcp_send(peer: str, sizes: list[tuple[int, int]]) -> None:
+def tcp_send(peer: str, port: int, sizes: list[tuple[int, int]]) -> None:
     for _ in range(100):  # the receiver may still be starting
         try:
-            conn = socket.create_connection((peer, TCP_PORT))
+            conn = socket.create_connection((peer, port))
             break
         except ConnectionRefusedError:
             time.sleep(0.1)
@@ -67,8 +67,8 @@ def _recv_exact(conn: socket.socket, n: int, buf: bytearray) -> memoryview:
     return view
 
 
-def tcp_recv(bind: str, sizes: list[tuple[int, int]]) -> None:
-    with socket.create_server((bind, TCP_PORT), reuse_port=True) as srv:
+def tcp_recv(bind: str, port: int, sizes: list[tuple[int, int]]) -> None:
+    with socket.create_server((bind, port), reuse_port=True) as srv:
         conn, _ = srv.accept()
         with conn:
             buf = bytearray(max(s for s, _ in sizes))
@@ -95,7 +95,7 @@ def run_pair(recv_cmd: list[str], send_cmd: list[str]) -> list[dict]:
 
 
 def measure(label: str, a_prefix: list[str], b_prefix: list[str], a: dict, b: dict, sizes: str,
-            domain: int, mtu: bool, repeat: int) -> list[dict]:
+            domain: int, port: int, mtu: bool, repeat: int) -> list[dict]:
     """Sender on side a, receiver on side b; DDS and TCP alternate `repeat` times (the machine is
     shared and noisy) and the median goodput of each is compared."""
     py = [sys.executable]
@@ -107,8 +107,8 @@ def measure(label: str, a_prefix: list[str], b_prefix: list[str], a: dict, b: di
         for _ in range(repeat):
             d_runs.append(run_pair(b_prefix + py + dds + ["recv", "--interface", b["if"], "--peer", a["addr"]] + flags,
                                    a_prefix + py + dds + ["send", "--interface", a["if"], "--peer", b["addr"]] + flags))
-            t_runs.append(run_pair(b_prefix + py + [str(HERE), "tcp-recv", "--addr", b["addr"], "--sizes", sizes],
-                                   a_prefix + py + [str(HERE), "tcp-send", "--addr", b["addr"], "--sizes", sizes]))
+            tcp = ["--addr", b["addr"], "--port", str(port), "--sizes", sizes]
+            t_runs.append(run_pair(b_prefix + py + [str(HERE), "tcp-recv", *tcp], a_prefix + py + [str(HERE), "tcp-send", *tcp]))
             progress.update(len(t_runs), label)
     rows = []
     for i, dr in enumerate(d_runs[0]):
@@ -128,21 +128,24 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("role", nargs="?", default="bench", choices=["bench", "tcp-send", "tcp-recv"])
     p.add_argument("--addr", default="127.0.0.1")
+    p.add_argument("--port", type=int, help="tcp-send/tcp-recv: the receiver's port")
     p.add_argument("--sizes", default=None)
     p.add_argument("--repeat", type=int, default=3, help="loopback repetitions (the shaped link runs once)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows here")
     a = p.parse_args()
     if a.role == "tcp-send":
-        return tcp_send(a.addr, parse_sizes(a.sizes))
+        return tcp_send(a.addr, a.port, parse_sizes(a.sizes))
     if a.role == "tcp-recv":
-        return tcp_recv(a.addr, parse_sizes(a.sizes))
+        return tcp_recv(a.addr, a.port, parse_sizes(a.sizes))
     lo = {"if": "lo", "addr": "127.0.0.1"}
-    rows = measure("loopback", [], [], lo, lo, a.sizes or LOOPBACK_SIZES, domain=188, mtu=False, repeat=a.repeat)
+    port = hold("port")  # loopback is shared with every other run and test on the machine: claimed ones
+    rows = measure("loopback", [], [], lo, lo, a.sizes or LOOPBACK_SIZES, domain=hold("domain"), port=port,
+                   mtu=False, repeat=a.repeat)
     try:
-        with veth_pair("bn", 202, rate="10mbit") as (sa, sb):
+        with veth_pair(202, rate="10mbit") as (sa, sb):
             rows += measure("10mbit-tbf", sa.exec_prefix(), sb.exec_prefix(),
                             {"if": sa.interface, "addr": sa.address}, {"if": sb.interface, "addr": sb.address},
-                            a.sizes or SHAPED_SIZES, domain=189, mtu=True, repeat=1)
+                            a.sizes or SHAPED_SIZES, domain=189, port=port, mtu=True, repeat=1)
     except NetnsUnavailable as e:
         print(f"shaped link skipped: {e}")
     if a.json:

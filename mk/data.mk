@@ -13,4 +13,4 @@ data-histogram: $(STAMP) ## print per-client label histogram (DATASET CLIENTS SC
 	$(PYTHON) -m commlab.data --dataset $(DATASET) --clients $(CLIENTS) --scheme $(SCHEME) --alpha $(ALPHA) --labels-per-client $(LABELS_PER_CLIENT) --seed $(SEED)
 
 test-data: $(STAMP) ## tests for datasets, partitions and models
-	$(PYTHON) -m pytest -q tests/test_data.py tests/test_models.py
+	$(PYTHON) -m pytest -q tests/data

@@ -29,11 +29,11 @@ TRACE_SEED ?= 0
 fl-trace: $(STAMP) ## diurnal availability trace for CLIENTS clients over ROUNDS rounds (PERIOD ON_FRACTION TRACE_SEED) -> TRACE
 	$(PYTHON) -m commlab.fl.sampling --clients $(CLIENTS) --rounds $(ROUNDS) --period $(PERIOD) --on-fraction $(ON_FRACTION) --seed $(TRACE_SEED) --out $(TRACE)
 
-test-fl: $(STAMP) ## fast FL tests: config validation, FedAvg, update checks, checkpoints
-	$(PYTHON) -m pytest -q -m "not slow" tests/test_fl_config.py tests/test_fl_strategy.py tests/test_fl_robust.py tests/test_fl_checkpoint.py
+test-fl: $(STAMP) ## FL unit tests (tests/fl): config validation, strategies, robust rules, checkpoints, broadcast, sampling, adaptive bits
+	$(PYTHON) -m pytest -q -m "not slow" tests/fl
 
-test-fl-slow: $(STAMP) ## FL fault tests with real node processes (client killed, controller restart, malformed update)
-	$(PYTHON) -m pytest -q tests/test_fl_faults.py
+test-fl-slow: $(STAMP) ## FL tests with real node processes (tests/fl): clients killed, controller restarted, nodes paused, logical clients, FedBuff
+	$(PYTHON) -m pytest -q -ra -m slow tests/fl
 
 .PHONY: bench-robust
 bench-robust: $(STAMP) ## every aggregation rule clean and with one sign-flipped client: 4 iid x10, 3 and 10 non-IID x100 (ROBUST_ARGS) -> results/bench/robust.{csv,md}
@@ -58,4 +58,4 @@ bench-adaptive: $(STAMP) ## adaptive (qsgd bits and rates; int8_sparse's rates) 
 	$(PYTHON) benchmarks/bench_adaptive.py $(ADAPTIVE_ARGS)
 
 test-adaptive: $(STAMP) ## the allocation against brute force, budget, monotonicity, fairness; estimates; the rate change applied (root)
-	$(PYTHON) -m pytest -q tests/test_adaptive.py tests/test_bench_adaptive.py
+	$(PYTHON) -m pytest -q tests/fl/test_adaptive.py tests/benchmarks/test_bench_adaptive.py

@@ -3,7 +3,7 @@
 # make centralized WORLD=3 EPOCHS=2
 # make bench-peers [SMOKE=1]   /   make peer-flower CLIENTS=2 ROUNDS=10 PROFILE=lan|10mbit   /   make bench-peers-fl PROFILE=10mbit [SMOKE=1]
 # SMOKE=1: a few steps / 2 rounds on small subsets with PROFILE (default lan), every row and ratio (CI runs both:
-# tests/test_bench_peers_smoke.py)
+# tests/benchmarks/test_bench_peers_smoke.py)
 HOOK ?= none
 PEER_ARGS ?=
 EPOCHS ?= 2

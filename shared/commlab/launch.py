@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -22,11 +21,6 @@ from .roster import Node
 
 NODES_DIR = Path(__file__).resolve().parents[2] / "nodes"
 END_GRACE_S = 15.0  # how long a node may take to exit after SIGTERM
-
-
-def random_domain(low: int, high: int) -> int:
-    """A DDS domain in [low, high) that differs between runs started at the same time."""
-    return random.Random(time.time_ns() ^ os.getpid()).randrange(low, high)
 
 
 def end_nodes_on_sigterm() -> None:

@@ -10,10 +10,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from commlab.claims import hold
 from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec
 from commlab.ddp.config import WorkerConfig, steps_per_epoch
-from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, random_domain, write_node_config
+from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, write_node_config
 from commlab.metrics import new_run_id, peak_memory_line
 from commlab.progress import watch_csv
 from commlab.roster import ddp_roster
@@ -62,13 +63,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--resume-from", help="run folder whose per-rank checkpoints to continue from")
     p.add_argument("--results-dir", default="results")
     p.add_argument("--run-id")
-    p.add_argument("--domain-id", type=int, help="DDS domain (default: random in 100..232)")
+    p.add_argument("--domain-id", type=int, help="DDS domain (default: one that no other run or test on this machine holds, commlab.claims)")
     return p.parse_args(argv)
 
 
 def build_config(a: argparse.Namespace) -> dict:
     """The worker config every rank reads, validated through the workers' own schema."""
-    domain = a.domain_id if a.domain_id is not None else random_domain(100, 233)
+    domain = a.domain_id if a.domain_id is not None else hold("domain")
     cfg = {"run_id": a.run_id or new_run_id("ddp", f"{a.method}-w{a.world}"), "method": a.method,
            "method_params": codec_params(a.method_param),
            "results_dir": str(Path(a.results_dir).resolve()), "link_profile": a.profile,

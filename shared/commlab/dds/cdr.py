@@ -14,7 +14,7 @@ copies the payload once straight to where it belongs, and releases the reference
 
 All calls are exported by the libddsc that the pinned cyclonedds==11.0.1 wheel loads;
 `dds_takecdr`/`dds_writecdr` are public API, the `ddsi_serdata_*` helpers are exported but
-lower level. tests/test_dds_fastpath.py fails if any of this stops behaving as relied on here.
+lower level. tests/dds/test_dds_fastpath.py fails if any of this stops behaving as relied on here.
 """
 from __future__ import annotations
 

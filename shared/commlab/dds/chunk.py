@@ -9,7 +9,7 @@ The stock binding (de)serializes `sequence[uint8]` as a Python list of ints (abo
 the bytes are written and parsed here by hand: encode_head gives everything before the payload
 octets (the writer sends head and payload as separate pieces, cdr.py), decode_head parses them
 from a prefix of a received sample so the payload can be copied once, straight into place.
-tests/test_dds_fastpath.py checks them byte for byte against the binding.
+tests/dds/test_dds_fastpath.py checks them byte for byte against the binding.
 """
 # No `from __future__ import annotations`: the IDL binding resolves these hints at runtime.
 import struct

@@ -1,5 +1,6 @@
 """Two network namespaces joined by a veth pair (198.18.0.0/15 only), optionally shaped with tbf,
-for tests and benchmarks of DDS across a real link. Always removed on exit."""
+for tests and benchmarks of DDS across a real link. Always removed on exit. Their names carry a
+lab tag claimed for the pair (commlab.claims), so pairs made at the same time never meet."""
 from __future__ import annotations
 
 import os
@@ -7,6 +8,8 @@ import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
+
+from ..claims import claim
 
 
 class NetnsUnavailable(RuntimeError):
@@ -37,12 +40,13 @@ def tx_bytes(side: Side) -> int:
 
 
 @contextmanager
-def veth_pair(tag: str, subnet: int, rate: str | None = None) -> Iterator[tuple[Side, Side]]:
-    """Namespaces cl-<tag>-a/b with 198.18.<subnet>.1/.2; `rate` (e.g. "10mbit") shapes a's egress."""
+def veth_pair(subnet: int, rate: str | None = None) -> Iterator[tuple[Side, Side]]:
+    """Namespaces cl<tag>-a/b with 198.18.<subnet>.1/.2; `rate` (e.g. "10mbit") shapes a's egress."""
     if os.geteuid() != 0:
         raise NetnsUnavailable("network namespaces need root")
-    a = Side(f"cl-{tag}-a", f"cl{tag}a", f"198.18.{subnet}.1")
-    b = Side(f"cl-{tag}-b", f"cl{tag}b", f"198.18.{subnet}.2")
+    lab = claim("lab")
+    a = Side(f"cl{lab.number}-a", f"cl{lab.number}a", f"198.18.{subnet}.1")
+    b = Side(f"cl{lab.number}-b", f"cl{lab.number}b", f"198.18.{subnet}.2")
     try:
         try:
             _ip("netns", "add", a.netns)
@@ -61,3 +65,4 @@ def veth_pair(tag: str, subnet: int, rate: str | None = None) -> Iterator[tuple[
     finally:
         for s in (a, b):
             subprocess.run(["ip", "netns", "del", s.netns], capture_output=True)
+        lab.release()

@@ -11,9 +11,10 @@ import csv
 import sys
 from pathlib import Path
 
+from commlab.claims import hold
 from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.fl.config import ClientConfig, ControllerConfig
-from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, random_domain, write_node_config
+from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, write_node_config
 from commlab.fl.adaptive import record_heterogeneity, speed_factors
 from commlab.metrics import new_run_id, peak_memory_line
 from commlab.progress import watch_csv
@@ -111,7 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--min-clients", type=int, default=1)
     p.add_argument("--deadline", type=float, default=300.0, help="round deadline in seconds")
     p.add_argument("--init-path", help="checkpoint file or directory to resume from")
-    p.add_argument("--domain-id", type=int, help="DDS domain (default: random in 100..169; tests use 170 and up)")
+    p.add_argument("--domain-id", type=int, help="DDS domain (default: one that no other run or test on this machine holds, commlab.claims)")
     p.add_argument("--adaptive", choices=("joint", "equal"), help="per-client qsgd bits and uplink rates "
                    "(docs/adaptive.md): the joint allocation, or the baseline equal (--fixed-bits, B/M each); "
                    "needs --codec qsgd<levels> unless --fixed-bits codec (rates only)")
@@ -134,7 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
     """Controller and client configs (validated through the same schema the nodes use)."""
     run_id = a.run_id or new_run_id("fl", a.codec)
-    domain = a.domain_id if a.domain_id is not None else random_domain(100, 170)
+    domain = a.domain_id if a.domain_id is not None else hold("domain")
     results = str(Path(a.results_dir).resolve())
     common = {"run_id": run_id, "results_dir": results, "link_profile": a.profile,
               "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"], "multicast": a.multicast},

@@ -27,12 +27,13 @@ import sys
 import time
 from pathlib import Path
 
+from commlab.claims import hold
 from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.fl.run import add_experiment_args
 from commlab.launch import END_GRACE_S, NodeProcesses, write_node_config
 from commlab.metrics import new_run_id
 from commlab.peers.flower import METHOD, TRANSPORTS, FlowerConfig, roster
-from commlab.peers.run import GRACE_S, free_port
+from commlab.peers.run import GRACE_S
 from commlab.progress import echo, watch_csv
 from commlab.testbed.backend import RunFailed, run_nodes
 from commlab.train_step import resolve_spec_path
@@ -61,7 +62,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def build_config(a: argparse.Namespace) -> dict:
     """The one config every Flower node reads, validated through its schema (ConfigError)."""
     cfg = {"run_id": a.run_id or new_run_id("fl", METHOD), "results_dir": str(Path(a.results_dir).resolve()),
-           "clients": a.clients, "rounds": a.rounds, "server_address": f"127.0.0.1:{free_port()}",
+           "clients": a.clients, "rounds": a.rounds, "server_address": f"127.0.0.1:{hold('port')}",
            "transport": a.transport,
            "link_profile": a.profile, "model": {"name": a.model, "params": {}},
            "dataset": {"name": a.dataset, "train_subset": a.train_subset, "test_subset": a.test_subset},
@@ -85,7 +86,7 @@ def run_local(cfg: dict) -> int:
     run_dir = Path(cfg["results_dir"]) / cfg["run_id"]
     path = write_node_config(run_dir, "flower", {**cfg, "interface": "lo"})
     if cfg["transport"] == "deployment":
-        ports = {n.name: free_port() for n in roster(cfg["clients"])[1:]}
+        ports = {n.name: hold("port") for n in roster(cfg["clients"])[1:]}
         try:
             with NodeProcesses() as procs:
                 start_deployment(procs, run_dir, path, cfg["server_address"], lambda name: (), ports)

@@ -12,10 +12,10 @@ hyper-parameters default to `python -m commlab.ddp.run`'s, so the runs compare a
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 from pathlib import Path
 
+from commlab.claims import hold
 from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec
 from commlab.ddp.config import steps_per_epoch
@@ -69,7 +69,7 @@ def build_config(a: argparse.Namespace) -> dict:
     cfg = {"run_id": a.run_id or new_run_id("ddp", label), "results_dir": str(Path(a.results_dir).resolve()),
            "kind": a.kind, "world": a.world, "hook": a.hook if a.kind == "gloo" else "none",
            "powersgd_rank": a.powersgd_rank, "start_iter": a.start_iter, "link_profile": a.profile,
-           "master_port": free_port(), "timeout_s": a.timeout, "train_step": resolve_spec_path(a.train_step),
+           "master_port": hold("port"), "timeout_s": a.timeout, "train_step": resolve_spec_path(a.train_step),
            "dataset": {"name": "mnist", "train_subset": a.train_subset or None, "test_subset": a.test_subset},
            "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "momentum": a.momentum,
                         "weight_decay": a.weight_decay, "seed": a.seed}}
@@ -84,12 +84,6 @@ def build_config(a: argparse.Namespace) -> dict:
             cfg["training"]["epochs"] = -(-steps // per_epoch)
         cfg["max_steps"] = steps
     return to_dict(from_dict(PeerConfig, cfg))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def roster(cfg: dict) -> list[Node]:

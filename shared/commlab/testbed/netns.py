@@ -2,7 +2,9 @@
 
 Each node gets a namespace with an `eth0` (one end of a veth pair; the other end joins the
 bridge) and an address in 198.19.<net>.0/24. The bridge has no address on the host, so nothing
-is routed anywhere: nodes reach only each other. Needs root. Everything is removed on exit.
+is routed anywhere: nodes reach only each other. Needs root. Everything is removed on exit. The
+names carry a tag claimed for the lab (commlab.claims), so labs of runs and tests running at the
+same time never meet.
 
     with NetnsLab(["controller", "client-0", "client-1"]) as lab:
         lab.shape("client-0", link_for("10mbit", "client-0"))
@@ -15,6 +17,7 @@ import shutil
 import subprocess
 from typing import Any, Sequence
 
+from ..claims import claim
 from ..netem import LinkSpec, apply_link
 
 DEFAULT_NET = 250  # 198.19.250.0/24; every lab has its own bridge, so labs never see each other
@@ -31,12 +34,13 @@ def _ip(*args: str) -> None:
 
 
 class NetnsLab:
-    def __init__(self, nodes: Sequence[str], net: int = DEFAULT_NET, tag: str | None = None):
+    def __init__(self, nodes: Sequence[str], net: int = DEFAULT_NET):
         if os.geteuid() != 0:
             raise NetnsError("network namespaces need root")
         if not 0 < net < 255:
             raise NetnsError(f"net {net}: must be 1..254 (198.19.<net>.0/24)")
-        self.tag = tag or f"{os.getpid() % 100000}"
+        self._claim = claim("lab")
+        self.tag = self._claim.number
         self.bridge = f"clbr{self.tag}"[:15]
         self.nodes = list(nodes)
         self.namespaces = {n: f"cl{self.tag}-{i}" for i, n in enumerate(self.nodes)}
@@ -105,3 +109,4 @@ class NetnsLab:
         if self._iptables_rule:
             subprocess.run(["iptables", "-D", *self._iptables_rule], capture_output=True)
             self._iptables_rule = None
+        self._claim.release()

@@ -1,0 +1,349 @@
+"""Decoders facing untrusted bytes: every malformed frame of every codec raises CodecError and
+nothing else, without huge allocations (dgc and powersgd frames: their own test files); the errors
+each frame layout names."""
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+import pytest
+import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commlab.codecs import CodecError, bitpack, decode_any, get_codec, wire
+from decode_checks import decode_only_codec_error
+
+# COMMLAB_FUZZ_CASES: `make fuzz` runs 10,000 cases per test, `make test` a 1,000-case smoke.
+FUZZ = settings(max_examples=int(os.environ.get("COMMLAB_FUZZ_CASES", "1000")))
+# A numpy warning (overflow, invalid cast) inside a decoder means a silently wrong vector.
+pytestmark = pytest.mark.filterwarnings("error")
+
+CODECS = ["fp32", "int8", "fp32_sparse", "int8_sparse", "minmax3", "minmax8", "qsgd1", "qsgd16", "qsgdz3",
+          "qsgdz255", "signsgd", "terngrad", "randomk"]
+HEADER = wire.HEADER.size
+
+
+def valid_frames() -> list[bytes]:
+    rng = np.random.default_rng(3)
+    frames = []
+    for name in CODECS:
+        params = {"seed": 0, "bucket": 32} if name.startswith("qsgd") else {}
+        if "int8" in name or name.startswith("minmax"):
+            params["chunk"] = 16
+        for vec in (rng.standard_normal(100).astype(np.float32), np.zeros(3, np.float32), np.zeros(0, np.float32)):
+            frames.append(get_codec(name, **params).encode(vec))
+    # A bitmap-coded sparse frame too (dense selection makes the bitmap smaller than varints), several
+    # block scales, and randomk's complement selection.
+    frames.append(get_codec("fp32_sparse", ratio=0.9).encode(rng.standard_normal(200).astype(np.float32)))
+    frames += [get_codec(name, block=16).encode(rng.standard_normal(100).astype(np.float32))
+               for name in ("signsgd", "terngrad")]
+    frames.append(get_codec("randomk", ratio=0.9).encode(rng.standard_normal(200).astype(np.float32)))
+    return frames
+
+
+FRAMES = valid_frames()
+
+
+@given(st.binary(max_size=200))
+@FUZZ
+def test_random_bytes(data):
+    decode_only_codec_error(data)
+
+
+@given(st.integers(0, 13), st.binary(max_size=120))  # every codec id in use and unknown ones
+@FUZZ
+def test_random_bytes_after_a_valid_header_prefix(codec_id, tail):
+    head = wire.MAGIC + bytes([wire.VERSION, codec_id, wire.DTYPE_FLOAT32])
+    decode_only_codec_error(head + tail)
+
+
+@given(st.sampled_from(FRAMES), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=6))
+@FUZZ
+def test_mutated_bytes(frame, edits):
+    buf = bytearray(frame)
+    for pos, value in edits:
+        buf[pos % len(buf)] = value
+    decode_only_codec_error(bytes(buf))
+
+
+@given(st.sampled_from(FRAMES), st.sampled_from([8, 16, HEADER, HEADER + 8]), st.integers(0, 2**64 - 1))
+@FUZZ
+def test_length_fields_overwritten(frame, offset, value):
+    # Offsets 8, 16: numel, payload length; then the codec's parameters (chunk, bucket or block
+    # sizes, index counts, randomk's seed and k).
+    buf = bytearray(frame)
+    if offset + 8 <= len(buf):
+        struct.pack_into("<Q", buf, offset, value)
+    decode_only_codec_error(bytes(buf))
+
+
+@given(st.sampled_from(FRAMES), st.integers(0, 64), st.binary(max_size=16))
+@FUZZ
+def test_truncated_or_extended(frame, cut, extra):
+    decode_only_codec_error(frame[: max(0, len(frame) - cut)] + extra)
+
+
+@given(st.sampled_from(FRAMES))
+@FUZZ
+def test_valid_frames_still_decode(frame):
+    decode_only_codec_error(frame)
+    assert decode_any(frame).size == struct.unpack_from("<Q", frame, 8)[0]
+
+
+def frame_with(codec: str, vec: np.ndarray, **fields) -> bytes:
+    """Re-pack a valid frame with some header fields replaced (lengths kept consistent)."""
+    frame = get_codec(codec).encode(vec)
+    magic, version, cid, dtype, plen, numel, paylen = wire.HEADER.unpack_from(frame)
+    values = dict(magic=magic, version=version, cid=cid, dtype=dtype, plen=plen, numel=numel, paylen=paylen)
+    values.update(fields)
+    body = fields.pop("body", frame[wire.HEADER.size :])
+    return wire.HEADER.pack(*(values[k] for k in ("magic", "version", "cid", "dtype", "plen", "numel", "paylen"))) + body
+
+
+VEC = np.arange(1, 11, dtype=np.float32)
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (b"", "truncated"),
+        (frame_with("fp32", VEC, magic=b"XXXX"), "bad magic"),
+        (frame_with("fp32", VEC, version=9), "wire version 9"),
+        (frame_with("fp32", VEC, dtype=2), "dtype"),
+        (frame_with("fp32", VEC, cid=99), "unknown codec id 99"),
+        (frame_with("fp32", VEC, numel=2**40), "exceeds the cap"),
+        (frame_with("fp32", VEC, numel=2**31), "need 8589934592"),
+        (frame_with("fp32", VEC) + b"\0", "oversized"),
+        (frame_with("fp32", VEC)[:-1], "truncated"),
+        (frame_with("fp32", VEC, numel=11), "payload 40 bytes"),
+        (frame_with("int8", VEC, numel=2**31 - 1), "need"),
+    ],
+)
+def test_specific_errors(frame, message):
+    with pytest.raises(CodecError, match=message):
+        decode_any(frame)
+
+
+def sparse_frame(idx_bytes: bytes, k: int, numel: int = 10, mode: int = 0) -> bytes:
+    params = struct.pack("<QBQ", k, mode, len(idx_bytes))
+    return wire.build(3, numel, params, [idx_bytes, np.ones(k, np.float32)])
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (sparse_frame(bytes([3, 0]), 2), "not strictly increasing"),
+        (sparse_frame(bytes([3, 7]), 2), "out of range"),
+        (sparse_frame(bytes([0x83]), 1), "complete values"),
+        (sparse_frame(bytes([0x80] * 5 + [1]), 1), "longer than 5"),
+        (sparse_frame(bytes([1, 2]), 11), "11 kept values for only 10"),
+        (sparse_frame(bytes([0x01, 0x04]), 1, mode=1), "bits set past the end"),
+        (sparse_frame(bytes([1]), 1, mode=7), "unknown index coding mode 7"),
+    ],
+)
+def test_sparse_index_errors(frame, message):
+    with pytest.raises(CodecError, match=message):
+        decode_any(frame)
+
+
+def test_non_finite_scales_are_rejected():
+    frame = bytearray(get_codec("int8", chunk=4).encode(VEC))
+    struct.pack_into("<f", frame, wire.HEADER.size + 4, float("nan"))
+    with pytest.raises(CodecError, match="scales must be finite"):
+        decode_any(bytes(frame))
+
+
+def qsgd_frame(norms, numel: int = 4, levels: int = 1, bucket: int = 2, q: int = 0) -> bytes:
+    """A qsgd frame with the given bucket norms, no signs and every level equal to q."""
+    packed = bitpack.pack(np.full(numel, q, np.uint8), max(1, levels.bit_length()))
+    params = struct.pack("<BI", levels, bucket)
+    return wire.build(6, numel, params, [np.asarray(norms, "<f4"), np.zeros(-(-numel // 8), np.uint8), packed])
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (qsgd_frame([1.0, float("nan")]), "bucket norms must be finite"),
+        (qsgd_frame([float("inf"), 1.0]), "bucket norms must be finite"),
+        (qsgd_frame([1.0, -1.0]), "non-negative"),
+        (qsgd_frame([1.0, 2.0**127]), "<= 8.50706e\\+37"),
+        (qsgd_frame([1.0]), "payload 6 bytes, 4 values at 1 levels in buckets of 2 need 10"),
+        (qsgd_frame([1.0, 1.0], bucket=0), "bucket size 0"),
+        (qsgd_frame([1.0, 1.0], levels=0), "0 levels"),
+        (qsgd_frame([1.0, 1.0], levels=2, q=3), "level 3 exceeds the 2 levels"),
+    ],
+)
+def test_qsgd_frame_errors(frame, message):
+    with pytest.raises(CodecError, match=message):
+        decode_any(frame)
+
+
+def test_qsgd_decodes_a_hand_built_frame_per_bucket():
+    out = decode_any(qsgd_frame([2.0, 6.0], levels=2, q=1))
+    assert out.tolist() == [1.0, 1.0, 3.0, 3.0]
+
+
+def qsgdz_frame(levels_stream: bytes, signs: bytes = b"", numel: int = 4, norms=(1.0, 1.0), length: int | None = None) -> bytes:
+    """A qsgdz frame (levels 1, buckets of 2) around a given level stream and sign bytes."""
+    head = struct.pack("<I", len(levels_stream) if length is None else length)
+    return wire.build(12, numel, struct.pack("<BI", 1, 2), [np.asarray(norms, "<f4"), head, levels_stream, signs])
+
+
+ONE_LEVEL = bitpack.pack(np.array([1, 0, 0, 0], np.uint8), 1).tobytes()
+zstd = zstandard.ZstdCompressor().compress
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (qsgdz_frame(zstd(bytes(10**6))), "declares 1000000 bytes, 4 levels of 1 bits take 1"),  # a bomb
+        (qsgdz_frame(zstandard.ZstdCompressor(write_content_size=False).compress(ONE_LEVEL), b"\x01"),
+         "does not declare its size"),
+        (qsgdz_frame(zstd(ONE_LEVEL)[:-2], b"\x01"), "not one valid zstd frame"),  # cut short
+        (qsgdz_frame(zstd(ONE_LEVEL) + b"\x00", b""), "not one valid zstd frame"),  # bytes after its end
+        (qsgdz_frame(zstd(ONE_LEVEL) * 2, b"\x01"), "not one valid zstd frame"),  # a second frame
+        (qsgdz_frame(b"not zstd", b"\x01"), "not one valid zstd frame"),
+        (qsgdz_frame(zstd(ONE_LEVEL), b"\x01", length=10**6), "overruns"),
+        (qsgdz_frame(zstd(ONE_LEVEL), b""), "0 sign bytes, 1 non-zero levels need 1"),
+        (qsgdz_frame(zstd(ONE_LEVEL), b"\x01\x00"), "2 sign bytes, 1 non-zero levels need 1"),
+        (qsgdz_frame(zstd(ONE_LEVEL), b"\x03"), "sign bits set past the last non-zero level"),
+        (qsgdz_frame(zstd(ONE_LEVEL), b"\x01", norms=(1.0, float("nan"))), "bucket norms must be finite"),
+        (qsgdz_frame(zstd(bytes([0x10])), b"\x01"), "non-zero padding bits"),
+        (wire.build(12, 4, struct.pack("<BI", 1, 2), [np.ones(2, "<f4")]), "shorter than"),
+    ],
+)
+def test_qsgdz_frame_errors(frame, message):
+    with pytest.raises(CodecError, match=message):
+        decode_any(frame)
+
+
+def test_qsgdz_decodes_a_hand_built_frame():
+    # levels [1, 0, 0, 0] in buckets of 2 with norms 2 and 6, the one non-zero level negative
+    frame = qsgdz_frame(zstd(ONE_LEVEL), b"\x01", norms=(2.0, 6.0))
+    assert decode_any(frame).tolist() == [-2.0, 0.0, 0.0, 0.0]
+
+
+def minmax_frame(head, numel: int = 4, bits: int = 2, chunk: int = 2, q: int = 0, params: bytes | None = None) -> bytes:
+    """A minmax frame with the given (min, scale) pairs per chunk and every level equal to q."""
+    packed = bitpack.pack(np.full(numel, q, np.uint8), bits) if 1 <= bits <= 8 else b""
+    params = struct.pack("<BI", bits, chunk) if params is None else params
+    return wire.build(5, numel, params, [np.asarray(head, "<f4"), packed])
+
+
+def with_padding_bit(frame: bytes) -> bytes:
+    return frame[:-1] + bytes([frame[-1] | 0x80])
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (minmax_frame([1.0, 0.5, float("nan"), 0.5]), "chunk minima must be finite"),
+        (minmax_frame([1.0, 0.5, -(2.0**127), 0.0]), "chunk minima must be finite with magnitude"),
+        (minmax_frame([1.0, 0.5, 0.0, float("inf")]), "scales must be finite"),
+        (minmax_frame([1.0, float("nan"), 0.0, 1.0]), "scales must be finite"),
+        (minmax_frame([1.0, -0.5, 0.0, 1.0]), "non-negative"),
+        (minmax_frame([0.0, 2.0**127 / 3 * 1.001, 0.0, 1.0]), "<= 5.67137e\\+37"),
+        (minmax_frame([1.0, 0.5]), "payload 9 bytes, 4 values of 2 bits in chunks of 2 need 17"),
+        (minmax_frame([1.0, 0.5] * 2, chunk=1), "payload 17 bytes, 4 values of 2 bits in chunks of 1 need 33"),
+        (minmax_frame([1.0, 0.5], chunk=0), "chunk size 0"),
+        (minmax_frame([1.0, 0.5], bits=0), "0 bits in frame"),
+        (minmax_frame([1.0, 0.5], bits=9), "9 bits in frame"),
+        (with_padding_bit(minmax_frame([1.0, 0.5, 0.0, 1.0], numel=3, chunk=2)), "non-zero padding bits"),
+        (minmax_frame([1.0, 0.5], params=b"\x02"), "1 parameter bytes, expected 5"),  # the former layout
+        (minmax_frame([1.0, 0.5], params=struct.pack("<BI", 2, 2) + b"\0"), "6 parameter bytes, expected 5"),
+    ],
+)
+def test_minmax_frame_errors(frame, message):
+    with pytest.raises(CodecError, match=message):
+        decode_any(frame)
+
+
+def test_minmax_decodes_a_hand_built_frame_per_chunk():
+    out = decode_any(minmax_frame([1.0, 0.5, -4.0, 2.0, 7.0, 0.0], numel=5, q=3))
+    assert out.tolist() == [2.5, 2.5, 2.0, 2.0, 7.0]
+    widest = minmax_frame([-(2.0**126), np.float32(2.0**127 / 3)], numel=2, chunk=2, q=3)
+    assert np.isfinite(decode_any(widest)).all()  # the largest scale an encoder makes still decodes
+
+
+def test_expected_numel_is_checked_before_decoding():
+    frame = get_codec("int8_sparse").encode(VEC)
+    assert decode_any(frame, numel=10).size == 10
+    with pytest.raises(CodecError, match="frame has 10 elements, expected 11"):
+        get_codec("int8_sparse").decode(frame, numel=11)
+    with pytest.raises(CodecError, match="codec id 4, expected 2"):
+        get_codec("int8").decode(frame)
+
+
+VEC20 = np.random.default_rng(5).standard_normal(20).astype(np.float32)
+
+
+def build(codec_id: int, numel: int, params: bytes, payload: bytes) -> bytes:
+    return wire.build(codec_id, numel, params, [payload])
+
+
+def scaled(scale: float, bitmaps: bytes) -> bytes:
+    return struct.pack("<f", scale) + bitmaps
+
+
+B = struct.pack("<I", 1024)  # one block for the 20-value frames below
+
+
+def blocked(block: int, scales: list[float], bitmaps: bytes) -> tuple[bytes, bytes]:
+    return struct.pack("<I", block), struct.pack(f"<{len(scales)}f", *scales) + bitmaps
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (get_codec("signsgd").encode(VEC20)[:-1], "truncated"),
+        (get_codec("terngrad").encode(VEC20)[:-1], "truncated"),
+        (get_codec("randomk").encode(VEC20)[:-1], "truncated"),
+        (build(7, 20, B, scaled(1.0, bytes(2))), "payload 6 bytes, 20 signs in blocks of 1024 need 7"),
+        (build(7, 20, B, scaled(1.0, bytes(4))), "payload 8 bytes"),
+        (build(7, 20, B, scaled(float("nan"), bytes(3))), "scale nan must be finite"),
+        (build(7, 20, B, scaled(float("inf"), bytes(3))), "scale inf"),
+        (build(7, 20, B, scaled(-1.0, bytes(3))), "non-negative"),
+        (build(7, 20, B, scaled(2.0**127, bytes(3))), "<= 8.50706e\\+37"),
+        (build(7, 20, B, scaled(1.0, bytes([0, 0, 0x10]))), "bits set past the end"),
+        (build(7, 20, *blocked(8, [1.0, 2.0, float("nan")], bytes(3))), "scale nan"),  # the last block's
+        (build(7, 20, *blocked(8, [1.0, 2.0], bytes(3))), "payload 11 bytes, 20 signs in blocks of 8 need 15"),
+        (build(7, 20, *blocked(0, [1.0], bytes(3))), "block size must be an integer in 1..2147483648, got 0"),
+        (build(7, 20, *blocked(2**32 - 1, [1.0], bytes(3))), "block size must be an integer"),
+        (build(7, 0, B, scaled(1.0, b"")), "payload 4 bytes, 0 signs in blocks of 1024 need 0"),
+        (build(7, 4, b"\0", scaled(1.0, bytes(1))), "1 parameter bytes, expected 4"),
+        (build(7, 4, b"", scaled(1.0, bytes(1))), "0 parameter bytes, expected 4"),
+        (build(8, 20, B, scaled(1.0, bytes(3))), "payload 7 bytes, 20 values in blocks of 1024 need 10"),
+        (build(8, 20, B, scaled(-2.0, bytes(6))), "non-negative"),
+        (build(8, 20, *blocked(16, [1.0, -2.0], bytes(6))), "scale -2.0 must be finite"),
+        (build(8, 20, *blocked(0, [], bytes(6))), "block size must be"),
+        (build(8, 20, *blocked(2**31 + 1, [1.0], bytes(6))), "block size must be"),
+        (build(8, 20, B, scaled(1.0, bytes([0, 0, 0, 0, 0, 0x20]))), "bits set past the end"),
+        (build(8, 20, B, scaled(1.0, bytes([0, 0, 0x10, 0, 0, 0]))), "bits set past the end"),
+        (build(8, 20, B, scaled(1.0, bytes([1, 0, 0, 2, 0, 0]))), "sign bit set on a zero value"),
+        (build(9, 20, struct.pack("<QQ", 1, 21), bytes(84)), "21 kept values for only 20"),
+        (build(9, 20, struct.pack("<QQ", 1, 2**64 - 1), bytes(8)), "kept values for only 20"),
+        (build(9, 20, struct.pack("<QQ", 1, 2), bytes(12)), "payload 12 bytes, 2 float32 values need 8"),
+        (build(9, 20, struct.pack("<QQ", 1, 2), bytes(4)), "payload 4 bytes"),
+        (build(9, 20, struct.pack("<Q", 1), bytes(8)), "8 parameter bytes, expected 16"),
+        (build(9, 2**31, struct.pack("<QQ", 1, 1), bytes(4)), None),  # valid, but needs numel=2**31
+    ],
+)
+def test_signsgd_terngrad_randomk_frame_errors(frame, message):
+    if message is None:
+        with pytest.raises(CodecError, match="frame has 2147483648 elements, expected 20"):
+            decode_any(frame, numel=20)
+        return
+    with pytest.raises(CodecError, match=message):
+        decode_any(frame)
+
+
+def test_signsgd_terngrad_decode_hand_built_frames():
+    assert decode_any(build(7, 3, B, scaled(2.0, bytes([0b101])))).tolist() == [-2, 2, -2]
+    assert decode_any(build(8, 3, B, scaled(2.0, bytes([0b110, 0b100])))).tolist() == [0, 2, -2]
+    # Blocks of 2: scales 2 and 0.5 (the last block is shorter); a huge block is one scale.
+    assert decode_any(build(7, 3, *blocked(2, [2.0, 0.5], bytes([0b101])))).tolist() == [-2, 2, -0.5]
+    assert decode_any(build(8, 3, *blocked(2, [2.0, 0.5], bytes([0b110, 0b100])))).tolist() == [0, 2, -0.5]
+    assert decode_any(build(7, 3, *blocked(2**31, [1.0], bytes([0b010])))).tolist() == [1, -1, 1]
+    assert decode_any(build(7, 0, B, b"")).size == 0
