@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -20,7 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-HEADER_FIELDS = ("command", "commit", "date", "machine", "wall time")
+from .provenance import git_commit, header, machine
+
 Column = tuple[str, str]  # (heading, format spec for float(value); "" keeps the value as written)
 
 
@@ -60,37 +59,6 @@ BENCHES = {
          "ratio": ("DDS / TCP", ".2f"), "dds_wire_bytes_est": ("DDS wire bytes (estimate)", ",.0f"),
          "payload_bytes": ("payload bytes", ",.0f")}),
 }
-
-
-def git_commit(root: Path) -> str:
-    """Short commit of ``root``, "+dirty" when anything but the generated tables differs from it."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-    dirty = git("status", "--porcelain", "--", ".", ":(exclude)docs/results")
-    return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
-
-
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {model}, kernel {platform.release()}"
-
-
-def duration(seconds: float) -> str:
-    minutes, secs = divmod(round(seconds), 60)
-    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
-
-
-def header(command: str, commit: str, date: datetime, machine_text: str, wall_s: float) -> list[str]:
-    """The lines above every table; ``command`` is markdown (code spans included)."""
-    values = (command, f"`{commit}`", date.strftime("%Y-%m-%d %H:%M UTC"), machine_text, duration(wall_s))
-    return [f"- {field}: {value}" for field, value in zip(HEADER_FIELDS, values)]
 
 
 def cell(value: object, spec: str) -> str:

@@ -136,9 +136,12 @@ def read_manifest(path: Path) -> dict:
     return manifest
 
 
-def read_table(file: Path, columns: list[str]) -> pd.DataFrame:
-    """Strict CSV read: a short last line (a writer killed mid-row) or a non-number is an error."""
+def read_table(file: Path, columns: list[str], growing: bool = False) -> pd.DataFrame:
+    """Strict CSV read: a short last line (a writer killed mid-row) or a non-number is an error.
+    ``growing``: the file of a run still going, whose writer may be mid-row: only whole lines count."""
     raw = file.read_bytes()
+    if growing:
+        raw = raw[:raw.rfind(b"\n") + 1]
     if raw and not raw.endswith(b"\n"):
         raise RunError(f"{file}: truncated (last line has no newline)")
     rows = list(csv.reader(raw.decode("utf-8", errors="replace").splitlines()))
@@ -167,20 +170,22 @@ def read_table(file: Path, columns: list[str]) -> pd.DataFrame:
     return df
 
 
-def read_tables(path: Path, name: str) -> pd.DataFrame | None:
+def read_tables(path: Path, name: str, growing: bool = False) -> pd.DataFrame | None:
     """`<name>.csv` and every `<name>-*.csv` (one per client or rank) concatenated, or None."""
     files = sorted({*path.glob(f"{name}.csv"), *path.glob(f"{name}-*.csv")})
     if not files:
         return None
-    frames = [read_table(f, COLUMNS[name]) for f in files]
+    frames = [read_table(f, COLUMNS[name], growing) for f in files]
     return pd.concat(frames, ignore_index=True)
 
 
-def load_run(path: Path) -> Run:
+def load_run(path: Path, growing: bool = False) -> Run:
+    """The run in folder ``path``; ``growing``: a run still going, its tables read up to their
+    last whole line (read_table)."""
     manifest = read_manifest(path)
     run = Run(run_id=str(manifest.get("run_id") or path.name), path=path, manifest=manifest, tables={})
     for name, required in KINDS[manifest["kind"]]["tables"].items():
-        df = read_tables(path, name)
+        df = read_tables(path, name, growing)
         if df is None or df.empty:
             if required:
                 raise RunError(f"{path}: no rows in {name}.csv (run not started or wrong kind?)")
