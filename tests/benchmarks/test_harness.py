@@ -103,7 +103,8 @@ def test_an_unknown_profile_is_one_line(tmp_path, capsys):
 def test_a_table_being_written_is_read_to_its_last_whole_line(tmp_path):
     columns = COLUMNS["epochs"]
     file = tmp_path / "epochs-rank0.csv"
-    file.write_text(",".join(columns) + "\n" + "0,0,10,0.9,0.3,1.5\n" + "1,0,20,0.")
-    assert read_table(file, columns, growing=True)["test_accuracy"].tolist() == [0.9]
+    file.write_text(",".join(columns) + "\n" + "0,0,10,0.9,nan,1.5\n" + "1,0,20,0.")
+    rows = read_table(file, columns, growing=True)
+    assert rows["test_accuracy"].tolist() == [0.9] and rows["test_loss"].isna().all()  # a diverged model's loss
     with pytest.raises(RunError, match="truncated"):
         read_table(file, columns)

@@ -3,7 +3,7 @@
 
     p = BenchParser(__doc__, "matrix", quick={"fl_rounds": 1}, seeds=[0])
     p.add_argument("--fl-rounds", type=int, default=3)
-    a = p.parse_args()      # a.results_dir (absolute, made), a.tables, a.quick, a.seeds, a.command
+    a = p.parse_args()      # a.results_dir (absolute, made), a.tables, a.quick, a.seeds, a.argv, a.command
 """
 from __future__ import annotations
 
@@ -74,5 +74,6 @@ class BenchParser(argparse.ArgumentParser):
         a.results_dir = a.results_dir.resolve()
         a.results_dir.mkdir(parents=True, exist_ok=True)
         a.tables = table_stem(a.results_dir, a.name, a.quick)
+        a.argv = argv
         a.command = shlex.join(["python", script_path(sys.argv[0]), *argv])
         return a

@@ -53,17 +53,20 @@ class Session:
         return self.args.tables.with_name(self.args.tables.name + suffix)
 
     def write(self, df: pd.DataFrame, columns: Mapping[str, str] | None, title: str, *,
-              notes: Sequence[str] = (), after: Sequence[str] = (), suffix: str = "") -> Path:
+              notes: Sequence[str] = (), after: Sequence[str] = (), suffix: str = "",
+              shown: pd.DataFrame | None = None) -> Path:
         """<tables><suffix>.csv (every column of ``df``) and .md: the title, the header, ``notes``
-        (settings), the markdown table of ``columns`` (heading by column; None: all, as named),
-        then ``after`` (verdicts, more tables); the markdown is printed too. Returns the CSV."""
+        (settings), the markdown table of ``columns`` (heading by column; None: all, as named) of
+        ``shown`` when the cells differ from the CSV's numbers (percent, "not reached"), else of
+        ``df``, then ``after`` (verdicts, more tables); the markdown is printed too. Returns the CSV."""
         csv_path = self.path(f"{suffix}.csv")
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         df.to_csv(csv_path, index=False)
         headings = dict(columns) if columns is not None else {c: c for c in df.columns}
         head = header(f"`{self.args.command}`", self.commit, self.date, machine(), self.wall_s)
         text = "\n\n".join([f"# {title}", "\n".join(head), *notes,
-                            markdown_table(df.reindex(columns=list(headings)), headings), *after]) + "\n"
+                            markdown_table((df if shown is None else shown).reindex(columns=list(headings)), headings),
+                            *after]) + "\n"
         csv_path.with_suffix(".md").write_text(text)
         echo(f"\n{text}\nwritten: {csv_path} and {csv_path.with_suffix('.md').name}")
         return csv_path

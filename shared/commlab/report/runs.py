@@ -162,7 +162,8 @@ def read_table(file: Path, columns: list[str], growing: bool = False) -> pd.Data
         if c in TEXT:
             continue
         values = pd.to_numeric(df[c].replace("", None), errors="coerce")
-        bad = values.isna() & ((df[c] != "") | (c not in OPTIONAL))
+        # "nan" is a number a node wrote (the loss of a diverged model), not a broken cell
+        bad = values.isna() & (df[c].str.lower() != "nan") & ((df[c] != "") | (c not in OPTIONAL))
         if bad.any():
             line = int(bad.idxmax()) + 2
             raise RunError(f"{file}: line {line}, column {c}: {df[c].iloc[line - 2]!r} is not a number")
@@ -193,6 +194,14 @@ def load_run(path: Path, growing: bool = False) -> Run:
             df = pd.DataFrame(columns=COLUMNS[name])
         run.tables[name] = df
     return run
+
+
+def try_load_run(path: Path, growing: bool = False) -> Run | None:
+    """load_run, or None for a run that cannot be read (yet): no manifest, no rows, a broken file."""
+    try:
+        return load_run(path, growing)
+    except (RunError, OSError):
+        return None
 
 
 def load_runs(results: Path, run_ids: list[str] | None = None,
