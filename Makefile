@@ -40,6 +40,12 @@ CASES ?= 10000
 fuzz: $(STAMP) ## fuzz every decoder, message field, config, checkpoint and reassembly with CASES (10,000) inputs per test
 	COMMLAB_FUZZ_CASES=$(CASES) $(PYTHON) -m pytest -q -ra -p no:randomly tests/test_codecs_wire.py tests/test_message_fields.py tests/test_fuzz_inputs.py
 
+# Every bench-* target (commlab.bench): QUICK=1 runs its small settings, a check of the pipeline in
+# minutes, into results/bench/<name>-quick.{csv,md}; the full run writes results/bench/<name>.{csv,md},
+# each table headed by its command, commit, date, machine and wall time.
+QUICK ?=
+BENCH_QUICK = $(if $(QUICK),--quick)
+
 # Experiment settings shared by the fl-*, ddp-*, histogram and container targets.
 CLIENTS ?= 2
 WORLD ?= 3
