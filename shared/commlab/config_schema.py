@@ -206,9 +206,15 @@ class DdsSection:
 
 
 @dataclass(frozen=True)
-class ModelSection:
-    name: str = "mnist_cnn"
+class NamedSection:
+    """Something built by registry name with keyword parameters: a model, a codec."""
+    name: str
     params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelSection(NamedSection):
+    name: str = "mnist_cnn"
 
 
 @dataclass(frozen=True)
