@@ -64,8 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     p = BenchParser(__doc__, "peers", QUICK, seeds=0, profile="10mbit")
     p.add_argument("--world", type=int, default=3)
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--train-subset", type=int, default=3000)
-    p.add_argument("--test-subset", type=int, help="random test subset (default: all 10000)")
     p.add_argument("--skip", type=int, default=4, help="steps left out of bytes and time: DGC warm-up length (steps)")
     p.add_argument("--start-iter", type=int, default=2, help="dense steps before PowerSGD, DDS and gloo alike")
     return run_table(p, argv, TABLE)
@@ -76,7 +74,8 @@ TABLE = PeerTable("bench-peers", CASES, KNOWN, command, measure, MEASURED, "gloo
                   "DDS beside torch DDP over gloo and the centralized trainer",
                   lambda a: f"{a.profile}, world {a.world}, {a.epochs} epoch(s) of {a.train_subset} samples, "
                             f"batch 32/rank; bytes and times over steps >= {a.skip}",
-                  lambda a: f"one process on the union of the {a.world} shards, batches of {a.world} x 32, the same steps")
+                  lambda a: f"one process on the union of the {a.world} shards, batches of {a.world} x 32, the same steps",
+                  3000)
 
 if __name__ == "__main__":
     sys.exit(main())

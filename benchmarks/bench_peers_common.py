@@ -55,6 +55,7 @@ class PeerTable:
     title: str
     settings: Describe
     ceiling: Describe  # the centralized peer's budget
+    train_subset: int | None  # --train-subset's default (None: all 60,000)
 
     @property
     def ref(self) -> str:
@@ -83,8 +84,11 @@ def run_table(p: BenchParser, argv: list[str] | None, t: PeerTable) -> int:
 
 
 def parse_cases(p: BenchParser, argv: list[str] | None, t: PeerTable) -> argparse.Namespace:
-    """The arguments and --only, --jobs, with a.cases the cases of --only in order (an unknown
-    one: one line, exit 2)."""
+    """The arguments, with --only, --jobs and the data subsets; a.cases the cases of --only in
+    order (an unknown one: one line, exit 2)."""
+    p.add_argument("--train-subset", type=int, default=t.train_subset,
+                   help=f"random training subset (default: {t.train_subset or 'all 60000'})")
+    p.add_argument("--test-subset", type=int, help="random test subset (default: all 10000)")
     p.add_argument("--only", default=",".join(t.cases), help=f"comma-separated cases of {', '.join(t.known)}")
     p.add_argument("--jobs", type=int, default=1, help="cases run at once (--quick: 2, its times and loopback "
                    "counters then include the other run's: it checks the pipeline, it measures nothing)")

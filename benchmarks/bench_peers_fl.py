@@ -85,14 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--samples-per-round", type=int, default=6000)
-    p.add_argument("--train-subset", type=int, help="random training subset (default: all 60000)")
-    p.add_argument("--test-subset", type=int)
     return run_table(p, argv, TABLE)
 
 
 TABLE = PeerTable("bench-peers-fl", CASES, CASES, command, measure, MEASURED, "flower",
                   {"bytes_up": "bytes_up_per_client_round_incl_warmup", "round_time": "round_time_s"},
-                  "DDS FL beside Flower FedAvg and the centralized trainer", settings, ceiling)
+                  "DDS FL beside Flower FedAvg and the centralized trainer", settings, ceiling, None)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,7 +10,6 @@ Writes the median goodput of both over alternating repetitions and the DDS/TCP r
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
