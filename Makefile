@@ -29,9 +29,12 @@ test-repeat: $(STAMP) ## run the tests matching K (pytest -k; default: fault and
 # Faults a run must survive, each test N times: every node kind paused past its lease (PAUSES
 # seconds), nodes killed and restarted, rogue, replaying and flooding processes on the domain.
 PAUSES ?= 8,60
-.PHONY: chaos
-chaos: $(STAMP) ## nodes paused past their lease (PAUSES s), killed and restarted; rogue and flooding processes on the domain; N (20) runs each
-	COMMLAB_PAUSES=$(PAUSES) $(PYTHON) -m pytest -q -ra --repeat $(N) tests/test_fl_pause.py tests/test_fl_faults.py tests/test_rogue_nodes.py tests/test_rogue_flood.py
+.PHONY: chaos bench-chaos
+bench-chaos: $(STAMP) ## chaos table: FL/DDP runs with nodes paused 2/10/60 s, killed, restarted, CPU hogs, four runs at once -> results/bench/chaos.csv
+	$(PYTHON) benchmarks/bench_chaos.py
+
+chaos: $(STAMP) ## FL nodes and DDP ranks paused past their lease (PAUSES s), killed and restarted; rogue and flooding processes on the domain; N (20) runs each
+	COMMLAB_PAUSES=$(PAUSES) $(PYTHON) -m pytest -q -ra --repeat $(N) tests/test_fl_pause.py tests/test_ddp_pause.py tests/test_fl_faults.py tests/test_rogue_nodes.py tests/test_rogue_flood.py
 
 # Every surface that reads untrusted bytes (codec frames, message fields, configs, checkpoints,
 # chunk reassembly) with CASES generated inputs per test; `make test` runs the same tests with 1,000.

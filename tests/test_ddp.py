@@ -131,11 +131,12 @@ def test_two_rank_smoke(tmp_path, method, domain):
 def test_killed_worker_makes_the_others_fail_naming_it(tmp_path):
     # Rank 2 halts after backward of step 5 (commlab.fault_points) and is killed there: the others
     # are in (or entering) that step's collective. The collective timeout is far above the 2 s
-    # lease, so the death is reported as PeerLost however slowly the test reacts.
+    # lease and the 10 s return window, so the death is reported as PeerLost ("not back within
+    # 10s") however slowly the test reacts.
     cfg = write_config(tmp_path, results_dir=str(tmp_path), run_id="kill", summary_every=1000,
                        dds={"domain_id": 213, "interface": "lo", "peers": ["127.0.0.1"]},
                        dataset={"name": "mnist", "train_subset": 6000, "test_subset": 200},
-                       collective_timeout_s=60.0)
+                       collective_timeout_s=60.0, peer_return_s=10.0)
     logs = [tmp_path / f"rank{r}.log" for r in range(3)]
     env = {k: v for k, v in os.environ.items() if k != HALT_ENV}
     procs = [subprocess.Popen([sys.executable, str(WORKER), str(cfg)], text=True,
@@ -158,6 +159,6 @@ def test_killed_worker_makes_the_others_fail_naming_it(tmp_path):
     for p, log in zip(procs[:2], logs):
         out = log.read_text()
         assert p.returncode == 1, out[-2000:]
-        assert "PeerLost" in out and "rank 2" in out
+        assert "PeerLost" in out and "rank 2" in out and "not back within 10s" in out
     assert len(pd.read_csv(tmp_path / "kill" / "steps-rank0.csv")) == 5  # steps 0-4 done, step 5 never was
     assert json.loads((tmp_path / "kill" / "manifest.json").read_text())["status"] == "failed"

@@ -8,86 +8,21 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from commlab.fault_points import HALT_ENV
 from commlab.fl.checkpoint import load_checkpoint
-from commlab.fl.run import build_configs, parse_args
 from commlab.models import weights_digest
-from commlab.roster import fl_roster_of
+from commlab.launch import NODES_DIR
+from commlab.testbed.node_procs import NodeProcess, start_fl
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
 # Three DDS domains in 214..231, varied by process: two sessions of this file running at the same
 # time (several people share the machine) must not see each other's "controller" and "client-0".
 DOMAIN = 214 + (os.getpid() % 6) * 3
-
-
-class Proc:
-    """One node process, output in a file so the test can wait for log lines."""
-
-    def __init__(self, tmp_path: Path, name: str, argv: list[str], halt_at: str | None = None):
-        self.log = tmp_path / f"{name}.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.pop(HALT_ENV, None)
-        if halt_at:
-            env[HALT_ENV] = halt_at
-        self.proc = subprocess.Popen(argv, stdout=open(self.log, "w"), stderr=subprocess.STDOUT, env=env)
-
-    def text(self) -> str:
-        return self.log.read_text()
-
-    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            m = re.search(pattern, self.text())
-            if m:
-                return m
-            assert self.proc.poll() is None, f"exited {self.proc.returncode} before {pattern!r}:\n{self.text()}"
-            time.sleep(0.2)
-        raise AssertionError(f"no {pattern!r} within {timeout}s:\n{self.text()}")
-
-    def finish(self, timeout: float = 120) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise AssertionError(f"still running after {timeout}s:\n{self.text()}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def start_run(tmp_path: Path, domain: int, rounds: int, deadline: float = 6.0, clients: int = 2,
-              halt: dict[str, str] | None = None, downlink: str = "fp32", extra: tuple[str, ...] = (),
-              run_id: str = "fault"):
-    """Controller and client processes; `halt` maps a node name to its fault point, `extra` are
-    more launcher flags."""
-    ctl, cls = build_configs(parse_args([
-        "--codec", "int8_sparse", "--clients", str(clients), "--rounds", str(rounds), "--deadline", str(deadline),
-        "--samples-per-round", "128", "--batch-size", "32", "--train-subset", "2000", "--test-subset", "300",
-        "--results-dir", str(tmp_path / "results"), "--run-id", run_id, "--domain-id", str(domain),
-        "--downlink-codec", downlink, *extra]))
-    ctl["round_hard_limit_s"] = max(60.0, deadline)
-    paths, procs = {}, {}
-    for node, cfg in zip(fl_roster_of(cls), [ctl, *cls]):  # the controller first
-        paths[node.name] = tmp_path / f"{node.name}.json"
-        paths[node.name].write_text(json.dumps(cfg))
-        procs[node.name] = Proc(tmp_path, node.name, [sys.executable, str(ROOT / "nodes" / node.script),
-                                                      str(paths[node.name])], (halt or {}).get(node.name))
-    return procs, paths, tmp_path / "results" / run_id
 
 
 def rounds_rows(run_dir: Path) -> list[dict]:
@@ -96,7 +31,7 @@ def rounds_rows(run_dir: Path) -> list[dict]:
 
 
 def test_client_killed_mid_round_closes_round_at_deadline(tmp_path):
-    procs, _, run_dir = start_run(tmp_path, domain=DOMAIN, rounds=3, deadline=10.0,
+    procs, _, run_dir = start_fl(tmp_path, domain=DOMAIN, rounds=3, deadline=10.0,
                                   halt={"client-1": "before_upload@2"})
     try:
         procs["client-1"].wait_for(r"HALTED at before_upload@2")  # trained round 2, uploaded nothing
@@ -114,7 +49,7 @@ def test_client_killed_mid_round_closes_round_at_deadline(tmp_path):
 
 
 def test_controller_restart_resumes_from_identical_weights(tmp_path):
-    procs, paths, run_dir = start_run(tmp_path, domain=DOMAIN + 1, rounds=4, halt={"controller": "after_round@2"})
+    procs, paths, run_dir = start_fl(tmp_path, domain=DOMAIN + 1, rounds=4, halt={"controller": "after_round@2"})
     try:
         ctl = procs["controller"]
         after_2 = ctl.wait_for(r"round 2/4 .* model ([0-9a-f]{16})").group(1)
@@ -126,7 +61,7 @@ def test_controller_restart_resumes_from_identical_weights(tmp_path):
         cfg = json.loads(paths["controller"].read_text())
         cfg["init_path"] = str(run_dir / "checkpoints")
         paths["controller"].write_text(json.dumps(cfg))
-        resumed = Proc(tmp_path, "controller-2", [sys.executable, str(ROOT / "nodes" / "controller.py"),
+        resumed = NodeProcess(tmp_path, "controller-2", [sys.executable, str(NODES_DIR / "controller.py"),
                                                   str(paths["controller"])])
         procs["controller-2"] = resumed
         assert resumed.wait_for(r"resuming at round (\d+) .* model ([0-9a-f]{16})").groups() == ("3", after_2)
@@ -144,13 +79,13 @@ def test_controller_restart_resumes_from_identical_weights(tmp_path):
 def test_restarted_client_resyncs_by_hash_and_ends_with_the_same_model(tmp_path):
     """Compressed downlink: a client killed mid-run comes back with no replica; the next delta does
     not apply to it, it asks for the whole model once and then follows the deltas again."""
-    procs, paths, run_dir = start_run(tmp_path, domain=DOMAIN, rounds=4, deadline=10.0, downlink="int8_sparse",
+    procs, paths, run_dir = start_fl(tmp_path, domain=DOMAIN, rounds=4, deadline=10.0, downlink="int8_sparse",
                                       halt={"client-1": "before_upload@2"})
     try:
         procs["client-1"].wait_for(r"HALTED at before_upload@2")
         procs["client-1"].proc.send_signal(signal.SIGKILL)
         procs["client-1"].proc.wait()
-        again = Proc(tmp_path, "client-1-again", [sys.executable, str(ROOT / "nodes" / "client.py"),
+        again = NodeProcess(tmp_path, "client-1-again", [sys.executable, str(NODES_DIR / "client.py"),
                                                   str(paths["client-1"])])
         procs["client-1-again"] = again
         assert procs["controller"].finish() == 0, procs["controller"].text()
@@ -190,9 +125,9 @@ def test_forged_updates_are_rejected_and_counted(tmp_path):
     # The real clients wait before uploading round 1 until the forgeries were rejected, so the
     # forged client-0 update is judged on its payload, not as a second update.
     # The rogue is announced before the controller exists, so the first command waits for it too.
-    rogue = Proc(tmp_path, "rogue", [sys.executable, "-c", ROGUE, str(DOMAIN + 2)])
+    rogue = NodeProcess(tmp_path, "rogue", [sys.executable, "-c", ROGUE, str(DOMAIN + 2)])
     rogue.wait_for("subscribed")
-    procs, _, run_dir = start_run(tmp_path, domain=DOMAIN + 2, rounds=2, deadline=30.0,
+    procs, _, run_dir = start_fl(tmp_path, domain=DOMAIN + 2, rounds=2, deadline=30.0,
                                   halt={"client-0": "before_upload@1", "client-1": "before_upload@1"})
     procs["rogue"] = rogue
     try:

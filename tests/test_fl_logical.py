@@ -16,13 +16,15 @@ import pytest
 from commlab.fl.checkpoint import load_checkpoint
 from commlab.fl.sampling import sample_clients
 from commlab.roster import client_name
-from test_fl_faults import ROOT, Proc, rounds_rows, start_run
+from commlab.launch import NODES_DIR
+from commlab.testbed.node_procs import NodeProcess, start_fl
+from test_fl_faults import rounds_rows
 
 pytestmark = pytest.mark.slow
 DOMAIN = 206 + os.getpid() % 4  # 206..209: free in the other tests' ranges
 
 
-def finish(procs: dict[str, Proc]) -> None:
+def finish(procs: dict[str, NodeProcess]) -> None:
     try:
         for name, p in procs.items():
             assert p.finish() == 0, p.text()
@@ -33,7 +35,7 @@ def finish(procs: dict[str, Proc]) -> None:
 
 def test_hosts_train_the_sampled_clients_each_with_its_own_table_and_memory(tmp_path):
     clients, rounds, per_round = 6, 2, 4
-    procs, _, run_dir = start_run(tmp_path, DOMAIN, rounds, clients=clients,
+    procs, _, run_dir = start_fl(tmp_path, DOMAIN, rounds, clients=clients,
                                   extra=("--procs", "2", "--per-round", str(per_round)))
     assert sorted(procs) == ["clients-0", "clients-1", "controller"]
     # Each client's memory is a file of its host while the run lasts (removed once it is over).
@@ -58,10 +60,10 @@ def test_hosts_train_the_sampled_clients_each_with_its_own_table_and_memory(tmp_
 def test_logical_clients_keep_their_state_across_a_controller_restart(tmp_path):
     rounds, flags = 3, ("--procs", "2")
     (tmp_path / "clean").mkdir()
-    clean, _, clean_dir = start_run(tmp_path / "clean", DOMAIN, rounds, clients=4, extra=flags, run_id="clean")
+    clean, _, clean_dir = start_fl(tmp_path / "clean", DOMAIN, rounds, clients=4, extra=flags, run_id="clean")
     finish(clean)
     (tmp_path / "restart").mkdir()
-    procs, paths, run_dir = start_run(tmp_path / "restart", DOMAIN, rounds, clients=4, extra=flags,
+    procs, paths, run_dir = start_fl(tmp_path / "restart", DOMAIN, rounds, clients=4, extra=flags,
                                       halt={"controller": "after_round@1"}, run_id="restart")
     try:
         ctl = procs["controller"]
@@ -71,8 +73,8 @@ def test_logical_clients_keep_their_state_across_a_controller_restart(tmp_path):
         cfg = paths["controller"].read_text().replace('"init_path": null',
                                                       f'"init_path": "{run_dir / "checkpoints"}"')
         paths["controller"].write_text(cfg)
-        procs["controller-2"] = Proc(tmp_path / "restart", "controller-2",
-                                     [sys.executable, str(ROOT / "nodes" / "controller.py"), str(paths["controller"])])
+        procs["controller-2"] = NodeProcess(tmp_path / "restart", "controller-2",
+                                     [sys.executable, str(NODES_DIR / "controller.py"), str(paths["controller"])])
         del procs["controller"]
         finish(procs)
     finally:

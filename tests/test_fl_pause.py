@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from test_fl_faults import start_run
+from commlab.testbed.node_procs import start_fl
 
 pytestmark = pytest.mark.slow
 DOMAIN = 196 + (os.getpid() % 3) * 6
@@ -34,7 +34,7 @@ def finish_all(procs: dict) -> None:
 @pytest.fixture(scope="module")
 def undisturbed(tmp_path_factory):
     """Per-round model hashes of the run without any pause."""
-    procs, _, _ = start_run(tmp_path_factory.mktemp("undisturbed"), domain=DOMAIN, rounds=3, deadline=200.0)
+    procs, _, _ = start_fl(tmp_path_factory.mktemp("undisturbed"), domain=DOMAIN, rounds=3, deadline=200.0)
     finish_all(procs)
     return hashes(procs["controller"].text())
 
@@ -42,7 +42,7 @@ def undisturbed(tmp_path_factory):
 @pytest.mark.parametrize("pause_s", PAUSES)
 @pytest.mark.parametrize("node,point", [("controller", "after_round@1"), ("client-1", "before_upload@2")])
 def test_a_paused_node_rejoins_and_the_run_ends_with_the_same_models(tmp_path, undisturbed, node, point, pause_s):
-    procs, _, _ = start_run(tmp_path, domain=DOMAIN + 1 + (node == "controller"), rounds=3, deadline=200.0,
+    procs, _, _ = start_fl(tmp_path, domain=DOMAIN + 1 + (node == "controller"), rounds=3, deadline=200.0,
                             halt={node: point})
     try:
         paused = procs[node]

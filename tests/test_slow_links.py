@@ -128,7 +128,8 @@ def test_answered_clients_count_even_after_they_leave():
 def test_controller_fails_with_one_line_when_every_client_is_gone(tmp_path):
     """Both clients killed before their upload: the controller ends on its own, long before the
     hard limit, with one error line and a failed manifest."""
-    from test_fl_faults import ROOT, Proc
+    from commlab.launch import NODES_DIR
+    from commlab.testbed.node_procs import NodeProcess
     ctl_cfg, client_cfgs = build_configs(parse_args([
         "--codec", "int8_sparse", "--clients", "2", "--rounds", "2", "--deadline", "30",
         "--samples-per-round", "128", "--batch-size", "32", "--train-subset", "2000", "--test-subset", "300",
@@ -139,7 +140,7 @@ def test_controller_fails_with_one_line_when_every_client_is_gone(tmp_path):
     for node, cfg in zip(fl_roster(2), [ctl_cfg, *client_cfgs]):
         path = tmp_path / f"{node.name}.json"
         path.write_text(json.dumps(cfg))
-        procs[node.name] = Proc(tmp_path, node.name, [sys.executable, str(ROOT / "nodes" / node.script), str(path)],
+        procs[node.name] = NodeProcess(tmp_path, node.name, [sys.executable, str(NODES_DIR / node.script), str(path)],
                                 None if node.name == "controller" else "before_upload@1")
     try:
         for name in ("client-0", "client-1"):

@@ -87,7 +87,8 @@ class WorkerConfig:
     training: TrainingSection = TrainingSection()
     dgc: DgcSection = DgcSection()
     barrier_timeout_s: float = 120.0  # all ranks must have joined by then
-    collective_timeout_s: float = 30.0  # a rank silent for this long is reported lost
+    collective_timeout_s: float = 30.0  # a rank silent for this long (every rank alive) is reported lost
+    peer_return_s: float = 120.0      # a rank whose lease expired (paused, cut off) may come back until then
     summary_every: int = 50           # print a profile summary every N steps (rank 0)
     eval_batch_size: int = 1000
     threads: int = 1
@@ -98,7 +99,8 @@ class WorkerConfig:
         existing(where, "resume_from", self.resume_from)
         load_train_step(self.train_step, f"{where}train_step")
         positive(where, barrier_timeout_s=self.barrier_timeout_s, threads=self.threads,
-                  collective_timeout_s=self.collective_timeout_s, summary_every=self.summary_every,
+                  collective_timeout_s=self.collective_timeout_s, peer_return_s=self.peer_return_s,
+                  summary_every=self.summary_every,
                   eval_batch_size=self.eval_batch_size)
         if self.method == DENSE:
             return

@@ -24,7 +24,7 @@ from commlab.testbed.docker_run import run_ddp
 from commlab.testbed.netns_run import run_ddp_netns
 from commlab.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 
-GRACE_S = 15.0  # after a worker fails, the others get collective_timeout_s + this to notice and exit
+GRACE_S = 15.0  # after a worker fails, the others get their timeouts + this to notice and exit
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,7 +52,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--density", type=float, default=0.001, help="DGC density after warm-up")
     p.add_argument("--warmup", type=float, default=1.0, help="DGC warm-up length in --warmup-unit")
     p.add_argument("--warmup-unit", choices=("steps", "epochs"), default="epochs")
-    p.add_argument("--collective-timeout", type=float, default=30.0)
+    p.add_argument("--collective-timeout", type=float, default=30.0,
+                   help="seconds a rank may stay silent while every rank is alive")
+    p.add_argument("--peer-return", type=float, default=120.0,
+                   help="seconds a rank whose DDS lease expired (paused, starved, cut off) may take to come back")
     p.add_argument("--collective", choices=("auto", "ring", "naive"), default="auto",
                    help="dense allreduce schedule: ring (2(W-1)/W of the payload per rank), naive (the whole "
                    "vector to every peer), auto = naive when data is multicast, else ring")
@@ -77,7 +80,7 @@ def build_config(a: argparse.Namespace) -> dict:
            "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed,
                         "collective": a.collective},
            "dgc": {"final_density": a.density, "warmup_length": a.warmup, "warmup_unit": a.warmup_unit},
-           "collective_timeout_s": a.collective_timeout, "summary_every": a.summary_every,
+           "collective_timeout_s": a.collective_timeout, "peer_return_s": a.peer_return, "summary_every": a.summary_every,
            "resume_from": str(Path(a.resume_from).resolve()) if a.resume_from else None,
            "train_step": resolve_spec_path(a.train_step)}
     return to_dict(from_dict(WorkerConfig, cfg))
@@ -93,12 +96,12 @@ def total_steps(cfg: dict, world: int) -> int:
 
 def run_local(cfg: dict, world: int) -> int:
     """Start WORLD workers; non-zero if any failed. After the first failure the others get the
-    collective timeout to report the lost rank themselves, then they are ended."""
+    collective and return timeouts to report the lost rank themselves, then they are ended."""
     path = write_node_config(Path(cfg["results_dir"]) / cfg["run_id"], "worker", cfg)
     with NodeProcesses() as procs:
         ranks = [procs.start(node, path) for node in ddp_roster(world)]
         procs.wait_while(lambda: all(p.poll() in (None, 0) for p in ranks) and procs.running())
-        procs.wait_while(procs.running, cfg["collective_timeout_s"] + GRACE_S)
+        procs.wait_while(procs.running, max(cfg["collective_timeout_s"], cfg["peer_return_s"]) + GRACE_S)
     return 1 if procs.report() else 0
 
 

@@ -23,7 +23,7 @@ from commlab.ddp.profile import StepProfile
 from commlab.ddp.setup import data_parallel_setup
 from commlab.fault_points import halt_at
 from commlab.metrics import CsvTable, RunWriter, backend_name, write_transport_totals
-from commlab.models import num_params
+from commlab.models import flatten_params, num_params, weights_digest
 from commlab.roster import worker_name
 from commlab.tables import COLUMNS
 from commlab.train_step import TrainStep, batch_loss, load_train_step
@@ -59,7 +59,7 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
     node, status = None, "failed"
     try:
         node = DdsNode(worker_name(rank), dds_settings(cfg.dds, num_params(model), world - 1))
-        group = Group(node, GROUP, rank, world, cfg.collective_timeout_s)
+        group = Group(node, GROUP, rank, world, cfg.collective_timeout_s, return_s=cfg.peer_return_s)
         exchange = build_exchange(cfg, group, model, steps_per_epoch)
         log(rank, f"{cfg.method}: {len(shards[rank])} samples, {steps_per_epoch} steps/epoch; waiting for "
                   f"{world} ranks")
@@ -88,7 +88,9 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
             epochs.append({"epoch": epoch, "rank": rank, "step": step, "test_accuracy": acc, "test_loss": loss,
                            "epoch_time_s": time.perf_counter() - t_epoch})
             save_checkpoint(out / f"checkpoint-rank{rank}.pt", epoch, step, model, exchange.state_dict())
-            log(rank, f"epoch {epoch}: test accuracy {100 * acc:.2f}% loss {loss:.4f}")
+            log(rank, f"epoch {epoch}: test accuracy {100 * acc:.2f}% loss {loss:.4f} "
+                      f"model {weights_digest(flatten_params(model))}")
+        group.leave()  # a rank cut off near the end still gets what it missed
         status = "completed"
     finally:
         steps.close()

@@ -12,6 +12,9 @@ one accepted before, carried by a writer of the participant it names, is the sam
 not a replay. Its `matched` info is forgotten while it is gone (what it had matched may have been
 unmatched meanwhile), its return is counted (Peer.returns, for protocols that re-send what it may
 have missed), and this node announces itself anew, so the peer learns of it whatever it missed.
+That announcement also says how often this node saw each peer come back (info "returned"), so a
+peer that never noticed it was lost learns that what it wrote meanwhile may not have arrived
+(PeerDirectory.gaps).
 """
 # No `from __future__ import annotations`: the IDL binding resolves these hints at runtime.
 import json
@@ -27,6 +30,7 @@ from cyclonedds.idl.types import uint64
 from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
+from cyclonedds.util import duration
 
 from .auth import AuthError, Opener, Sealer
 from .cdr import SampleInfo, serdata_bytes
@@ -38,6 +42,7 @@ from .throttle import ThrottledWarning
 log = logging.getLogger(__name__)
 
 ANNOUNCE_TOPIC = "commlab_announce"
+LEAVE_ACK_S = 1.0  # a closing node waits at most this long for peers to hear it leave
 
 
 @dataclass
@@ -45,7 +50,10 @@ class Announce(IdlStruct, typename="commlab.dds.Announce"):
     name: str
     participant: str
     incarnation: uint64
-    info: str  # JSON: {"subscribes": [topic], "groups": {group: rank}, "matched": {topic: [writer participant]}}
+    # JSON: {"subscribes": [topic], "groups": {group: rank}, "matched": {topic: [writer participant]},
+    #        "returned": {peer name: times it came back}, "done": [group this node finished],
+    #        "leaving": true once it closes}
+    info: str
 
 
 @dataclass
@@ -58,6 +66,12 @@ class Peer:
     writer: int = 0  # publication handle of the writer whose announcement was accepted
     announced: str = ""  # the accepted announcement's info as sent (sealed): a redelivery is identical
     returns: int = 0  # times it came back after it was lost
+    lost_at: float = 0.0  # time.monotonic() when it was last lost
+
+    @property
+    def left(self) -> bool:
+        """It said it was closing: once lost, it is not coming back."""
+        return self.info.get("leaving") is True
 
 
 @dataclass
@@ -90,9 +104,9 @@ class PeerDirectory:
         with self.changed:
             for peer in self.peers.values():
                 if peer.alive and peer.writer not in writers:
-                    peer.alive = False
+                    peer.alive, peer.lost_at = False, time.monotonic()
                     peer.info = {**peer.info, "matched": {}}  # may be stale by the time it returns
-                    log.warning("peer %r lost: it left or its lease expired", peer.name)
+                    log.warning("peer %r lost: %s", peer.name, "it left" if peer.left else "it left or its lease expired")
             self.generation += 1
             self.changed.notify_all()
 
@@ -137,6 +151,17 @@ class PeerDirectory:
             self.warn("malformed", "announcement of %r dropped: %s", a.name, e)
         return None
 
+    def gaps(self, name: str) -> int:
+        """How often the link with peer `name` (this incarnation of it) was cut for longer than a
+        lease: the times this node saw it come back plus the times it says it saw this node come
+        back. What either side wrote to the other before a cut may not have arrived."""
+        peer = self.peers.get(name)
+        if peer is None:
+            return 0
+        seen = peer.info.get("returned", {})
+        theirs = seen.get(self.own_name, 0) if isinstance(seen, dict) else 0
+        return peer.returns + (theirs if isinstance(theirs, int) and not isinstance(theirs, bool) and theirs > 0 else 0)
+
     def wait_for(self, ready: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
         """Wait until ready() (evaluated under the lock) holds; poll too, since matching is not notified."""
         deadline = time.monotonic() + timeout_s
@@ -150,6 +175,11 @@ class PeerDirectory:
 
     def alive(self) -> dict[str, Peer]:
         return {n: p for n, p in self.peers.items() if p.alive}
+
+
+def _replace(info: dict, key: str, value: Any) -> bool:
+    info[key] = value
+    return True
 
 
 class Announcer:
@@ -166,7 +196,7 @@ class Announcer:
         self._matched_version: tuple[int, int] = (-1, -1)
         self._loop = ReaderLoop(participant, self._reader, "announce", self.directory.on_sample, self._on_tick,
                                 wake_on_match=True)
-        self.info: dict[str, Any] = {"subscribes": [], "groups": {}, "matched": {}}
+        self.info: dict[str, Any] = {"subscribes": [], "groups": {}, "matched": {}, "returned": {}, "done": []}
         self._lock = threading.Lock()  # reader threads update `matched`
         # Not announced until the first barrier: an announcement promises that the node's readers
         # exist, so that peers' publishers wait for them to match before writing.
@@ -190,8 +220,9 @@ class Announcer:
             self.directory.on_matched({h % 2**64 for h in matched_handles(self._reader.get_matched_publications)})
         with self.directory.changed:
             returned, self.directory.returned = self.directory.returned, False
-        if returned and self.announced:
-            self.publish()
+            counts = {p.name: p.returns for p in self.directory.peers.values() if p.returns}
+        if returned:
+            self._update(lambda info: _replace(info, "returned", counts))
 
     def returns(self, name: str) -> int:
         """How often peer `name` (this incarnation of it) came back after it was lost."""
@@ -231,6 +262,20 @@ class Announcer:
             info["matched"][topic] = new
             return True
         self._update(put)
+
+    def mark_done(self, group: str) -> None:
+        """Tell the group's peers that this node is done with it (info "done")."""
+        self._update(lambda info: _replace(info, "done", sorted({*info["done"], group})))
+
+    def wait_for_acks(self, timeout_s: float) -> bool:
+        """Until every matched peer acknowledged the last announcement (False after timeout_s)."""
+        return self._writer.wait_for_acks(duration(seconds=timeout_s))
+
+    def leave(self, timeout_s: float = LEAVE_ACK_S) -> None:
+        """Say that this node is closing, so that peers do not wait for it to come back."""
+        if self.announced:
+            self._update(lambda info: _replace(info, "leaving", True))
+            self.wait_for_acks(timeout_s)
 
     def join_group(self, group: str, rank: int) -> None:
         with self._lock:

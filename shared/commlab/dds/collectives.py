@@ -5,47 +5,61 @@ rank collects `world` contributions per key, so concurrent calls with different 
 Allreduce has two schedules (COLLECTIVES): "ring" (ring.py) sends 2(W-1)/W of the payload per
 rank; "naive" is an allgather of fp32 vectors summed in rank order, (W-1) x the payload unicast
 but 1x with dds.multicast "data" (one copy reaches every reader). "auto", the default, picks naive
-with data multicast and ring otherwise. Both give every rank bit-identical results. A rank whose
-node is no longer alive (lease expired or left) or which sends nothing within timeout_s makes
-wait() raise PeerLost naming it.
+with data multicast and ring otherwise. Both give every rank bit-identical results.
+
+A rank whose node is gone (lease expired: paused, starved, cut off) gets return_s to come back;
+meanwhile the others wait, and after its return every rank asks for what it may have missed
+(resend.py), so the collective completes with the same bytes as without the cut. A rank not back
+within return_s, or, while every rank is alive, silent for timeout_s, makes wait() raise PeerLost
+naming it.
 """
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from .endpoints import ChunkReader, ChunkWriter
 from .errors import BarrierTimeout, DdsError, PeerLost
 from .reassembly import Assembled
-from .ring import TwoRings, TwoRingsHandle
+from .resend import Asking, SentLog
+from .ring import GONE, TwoRings, TwoRingsHandle
 
 if TYPE_CHECKING:
+    from .announce import Peer
     from .node import DdsNode
 
 log = logging.getLogger(__name__)
 POLL_S = 0.05
+CHECK_S = 0.25  # how often a wait looks at peers gone, back, or asking
 REMEMBERED_KEYS = 4096
+RETURN_S = 120.0  # default time a gone rank gets to come back: a 60 s pause (30 leases) survives
 COLLECTIVES = ("auto", "ring", "naive")  # allreduce schedules; the first is the default
 
 
 class Group:
     def __init__(self, node: "DdsNode", name: str, rank: int, world: int, timeout_s: float,
-                 collective: str = COLLECTIVES[0]):
+                 collective: str = COLLECTIVES[0], return_s: float = RETURN_S):
         if not 0 <= rank < world:
             raise ValueError(f"rank {rank} outside world {world}")
         if collective not in COLLECTIVES:
             raise ValueError(f"allreduce collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
         self.collective = collective  # allreduce schedule when a call names none
         self.node, self.name, self.rank, self.world, self.timeout_s = node, name, rank, world, timeout_s
+        self.return_s = return_s
         self._directory = node.announcer.directory
         self._parts: dict[str, dict[int, bytes]] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()  # late copies for these keys are dropped
         self._barriers = 0
+        self._sent = SentLog()  # this rank's contributions, written again when a peer asks
+        self._asking = Asking()
+        self._asked_by: set[int] = set()  # ranks that asked this one to write again
+        self._serving = threading.Lock()
         self._writer = ChunkWriter(node, f"coll_{name}")
         self._reader = ChunkReader(node, f"coll_{name}", self._on_message)
         node.add_closable(self._reader)
@@ -58,48 +72,135 @@ class Group:
             key, rank = str(meta["key"]), int(meta["rank"])
             if not 0 <= rank < self.world:
                 raise ValueError(f"rank {rank} outside world {self.world}")
+            asked = self.rank in [int(r) for r in meta["ask"]] if "ask" in meta else None
         except (ValueError, KeyError, TypeError) as e:
             self.node.stats.add(malformed_chunks=1)
             log.warning("group %s: contribution from %s dropped: %s", self.name, msg.sender, e)
             return
         with self._directory.changed:
-            if key not in self._finished:
+            if asked is not None:  # a request to write again, not a contribution
+                if asked:
+                    self._asked_by.add(rank)
+                    self._directory.changed.notify_all()
+            elif key not in self._finished:
                 self._parts.setdefault(key, {})[rank] = msg.payload
                 self._directory.changed.notify_all()
 
     def _ranks(self) -> dict[int, bool]:
         """rank -> alive, for every peer that announced membership of this group."""
-        return {p.info["groups"][self.name]: p.alive for p in self._directory.peers.values()
+        return {r: p.alive for r, p in self._members().items()}
+
+    def _members(self) -> dict[int, "Peer"]:
+        return {p.info["groups"][self.name]: p for p in self._directory.peers.values()
                 if self.name in p.info.get("groups", {})}
+
+    def await_ranks(self, ready: Callable[[], bool], waited: Callable[[], list[int]], key: str,
+                    silence: str, timeout_s: float | None = None) -> None:
+        """Wait until ready() (evaluated under the directory's lock) holds. Meanwhile answer peers
+        that asked for a resend, and ask the ranks in waited() after a cut with them. PeerLost: a
+        rank of the group gone and not back within return_s; or, with every rank alive, not ready
+        within timeout_s (default self.timeout_s; `silence` says what was missing). The silence
+        count starts again while a rank is gone: the others then wait for it too."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        self.serve()
+        with self.node.stats.waiting():
+            while not self._directory.wait_for(ready, min(CHECK_S, max(0.0, deadline - time.monotonic())), POLL_S):
+                now = time.monotonic()
+                with self._directory.changed:
+                    members = self._members()
+                gone = {r: p for r, p in members.items() if not p.alive}
+                left = sorted(r for r, p in gone.items() if p.left)
+                if left:
+                    raise PeerLost(left, self.name, key, "its node left")
+                late = sorted(r for r, p in gone.items() if now - p.lost_at > self.return_s)
+                if late:
+                    raise PeerLost(late, self.name, key, f"{GONE}, not back within {self.return_s:.0f}s")
+                if gone:
+                    deadline = now + timeout_s
+                self.serve()
+                self._ask([r for r in waited() if r in members and members[r].alive], members)
+                if now >= deadline:
+                    raise PeerLost(waited(), self.name, key, silence)
+
+    def _ask(self, ranks: list[int], members: dict[int, "Peer"]) -> None:
+        due = [r for r in ranks if self._asking.due(members[r].name, self._directory.gaps(members[r].name))]
+        if due:
+            log.info("group %s: asking rank(s) %s to write again after a cut", self.name, due)
+            self.node.stats.add(resend_asks=1)
+            self._writer.write(json.dumps({"key": "", "rank": self.rank, "ask": due}), b"")
+
+    def serve(self) -> None:
+        """Write again, for every rank that asked, what this rank wrote lately (a thread already
+        doing so is enough)."""
+        if not self._asked_by or not self._serving.acquire(blocking=False):
+            return
+        try:
+            with self._directory.changed:
+                asked, self._asked_by = self._asked_by, set()
+            log.info("group %s: writing again for rank(s) %s", self.name, sorted(asked))
+            messages = self._sent.messages()
+            for meta, payload in messages:
+                self._writer.write(meta, payload)
+            resent = len(messages) + (self._ring.write_again(asked) if self._ring is not None else 0)
+            self.node.stats.add(messages_resent=resent)
+        finally:
+            self._serving.release()
 
     def barrier(self, timeout_s: float | None = None) -> None:
         """Every rank waits here until all ranks have arrived (alive, matched, and each sent an
         empty barrier message); BarrierTimeout names the ranks missing at the deadline."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout_s
 
-        def missing() -> list[str]:
+        def absent() -> list[int]:
             ranks = self._ranks()
-            absent = [f"rank {r}" for r in range(self.world) if r != self.rank and not ranks.get(r)]
+            return [r for r in range(self.world) if r != self.rank and not ranks.get(r)]
+
+        def unmatched() -> list[str]:
             writers = [self._writer] + (self._ring.writers if self._ring else [])
-            return absent or [f"reader of {n}" for w in writers for n in w.missing_readers()]
-        with self.node.stats.waiting():
-            if not self._directory.wait_for(lambda: not missing(), timeout_s):
-                raise BarrierTimeout(missing(), timeout_s, f"members of group {self.name!r}")
+            return [f"reader of {n}" for w in writers for n in w.missing_readers()]
+        what = f"members of group {self.name!r}"
         self._barriers += 1
         key = f"barrier/{self._barriers}"
         try:
-            self._start(key, b"", deadline).wait()
+            self.await_ranks(lambda: not absent() and not unmatched(), absent, key, "not joined", timeout_s)
         except PeerLost as e:
-            raise BarrierTimeout([f"rank {r}" for r in e.ranks], timeout_s, f"members of group {self.name!r}") from e
+            raise BarrierTimeout([f"rank {r}" for r in e.ranks] or unmatched(), timeout_s, what) from e
+        try:
+            self._start(key, b"", timeout_s).wait()
+        except PeerLost as e:
+            raise BarrierTimeout([f"rank {r}" for r in e.ranks], timeout_s, what) from e
 
-    def _start(self, key: str, data: bytes | memoryview, deadline: float | None = None) -> "Handle":
+    def leave(self) -> None:
+        """The last call of a rank that is done: a barrier, then it announces that it is done and
+        stays, answering asks, until every rank has said so (at most return_s). A rank that passed
+        the barrier needs nothing more; one cut off just before it would otherwise ask a rank that
+        has left."""
+        self.barrier()
+        self.node.announcer.mark_done(self.name)
+        end = time.monotonic() + self.return_s
+
+        def all_done() -> bool:
+            members = self._members()
+            return len(members) == self.world - 1 and all(
+                isinstance(p.info.get("done"), list) and self.name in p.info["done"] for p in members.values())
+        while not self._directory.wait_for(all_done, CHECK_S):
+            if time.monotonic() > end:
+                log.warning("group %s: left before every rank was done (waited %.0fs)", self.name, self.return_s)
+                return
+            self.serve()
+        if not self.node.announcer.wait_for_acks(self.return_s):  # so that every rank learns this one is done
+            log.warning("group %s: left before every rank heard that this one is done", self.name)
+
+    def _start(self, key: str, data: bytes | memoryview, timeout_s: float | None = None) -> "Handle":
         with self._directory.changed:
             if key in self._finished or self.rank in self._parts.get(key, {}):
                 raise DdsError(f"group {self.name!r}: key {key!r} was already used")
-            self._parts.setdefault(key, {})[self.rank] = bytes(data)
-        self._writer.write(json.dumps({"key": key, "rank": self.rank}), data)
-        return Handle(self, key, deadline or time.monotonic() + self.timeout_s)
+            own = self._parts.setdefault(key, {})[self.rank] = bytes(data)
+        meta = json.dumps({"key": key, "rank": self.rank})
+        self._sent.add(key, meta, own)
+        self._writer.write(meta, data)
+        return Handle(self, key, self.timeout_s if timeout_s is None else timeout_s)
 
     def allgather_async(self, key: str, data: bytes | memoryview) -> "Handle":
         return self._start(key, data)
@@ -135,41 +236,36 @@ class Group:
     def allreduce(self, key: str, vec: np.ndarray, op: str = "mean", collective: str | None = None) -> np.ndarray:
         return self.allreduce_async(key, vec, op, collective).wait()
 
-    def _collect(self, key: str, deadline: float) -> list[bytes]:
-        def done_or_lost() -> bool:
+    def _collect(self, key: str, timeout_s: float) -> list[bytes]:
+        def missing() -> list[int]:
             have = self._parts.get(key, {})
-            ranks = self._ranks()
-            return len(have) == self.world or any(ranks.get(r) is False for r in range(self.world) if r not in have)
-        with self.node.stats.waiting():
-            self._directory.wait_for(done_or_lost, max(0.0, deadline - time.monotonic()), POLL_S)
-        with self._directory.changed:
-            have = self._parts.get(key, {})
-            missing = [r for r in range(self.world) if r not in have]
-            if missing:
-                lost = [r for r in missing if self._ranks().get(r) is False]
-                reason = ("its node is gone (lease expired or left)" if lost
-                          else f"no contribution within {self.timeout_s:.1f}s")
+            return [r for r in range(self.world) if r not in have]
+        try:
+            self.await_ranks(lambda: not missing(), missing, key, f"no contribution within {timeout_s:.1f}s", timeout_s)
+            with self._directory.changed:
+                have = self._parts[key]
+                return [have[r] for r in range(self.world)]
+        finally:
+            with self._directory.changed:
                 self._finish(key)
-                raise PeerLost(lost or missing, self.name, key, reason)
-            self._finish(key)
-            return [have[r] for r in range(self.world)]
 
     def _finish(self, key: str) -> None:
         self._parts.pop(key, None)
+        self._sent.finish(key)
         self._finished[key] = None
         while len(self._finished) > REMEMBERED_KEYS:
             self._finished.popitem(last=False)
 
 
 class Handle:
-    """An started collective; wait() returns its result or raises PeerLost by the deadline."""
+    """A started collective; wait() returns its result or raises PeerLost (see Group.await_ranks)."""
 
-    def __init__(self, group: Group, key: str, deadline: float):
-        self.group, self.key, self.deadline = group, key, deadline
+    def __init__(self, group: Group, key: str, timeout_s: float):
+        self.group, self.key, self.timeout_s = group, key, timeout_s
         self.reduce: tuple[str, int] | None = None
 
     def wait(self):
-        parts = self.group._collect(self.key, self.deadline)
+        parts = self.group._collect(self.key, self.timeout_s)
         if self.reduce is None:
             return parts
         op, numel = self.reduce

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
+import threading
 import time
 from typing import Any, Callable, Collection
 
@@ -51,6 +52,7 @@ class ChunkWriter:
         self._matched: set[str] = set()
         self._matched_version: tuple[int, int] = (-1, -1)
         self._ready_at: tuple[int, tuple[int, int]] | None = None  # (directory generation, match version)
+        self._lock = threading.Lock()  # one message at a time (a collective's resends come from any thread)
         node.writers.append(self)
 
     def _match_version(self) -> tuple[int, int]:
@@ -102,6 +104,10 @@ class ChunkWriter:
                                       f"not alive within {timeout_s:.1f}s")
 
     def write(self, meta: str, payload: bytes | memoryview, to: Collection[str] = ()) -> None:
+        with self._lock:
+            self._write(meta, payload, to)
+
+    def _write(self, meta: str, payload: bytes | memoryview, to: Collection[str]) -> None:
         s = self.node.settings
         if to:
             self.wait_for_nodes(to, s.write_timeout_s)

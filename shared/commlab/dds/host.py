@@ -65,6 +65,7 @@ class EndpointHost:
         for thing in reversed(self._closables):
             thing.close()
         self._closables.clear()
+        self.announcer.leave()
         self.announcer.close()
         # Deleting the participant deletes its readers and writers; peers see us leave at once.
         self.participant.__del__()

@@ -21,9 +21,11 @@ the whole segment. A rank writes on topic coll_<group>_ring<next> (forward) or
 coll_<group>_back<next> (backward), which only that next rank reads, so no rank receives (or
 counts) what is not for it.
 
-Failure: while waiting for a block, any rank of the group whose node is gone (lease expired or
-left) makes wait() raise PeerLost naming it; a previous rank silent for timeout_s is named too.
-A rank that fails so first passes the verdict on to the next rank (an abort message, acknowledged
+Failure: while waiting for a block, a rank of the group whose node is gone (lease expired or left)
+and not back within the group's return_s makes wait() raise PeerLost naming it; a previous rank
+silent for timeout_s while every rank is alive is named too. A rank that comes back within
+return_s gets again, when it asks, the blocks written to it lately (resend.py). A rank that fails
+so first passes the verdict on to the next rank (an abort message, acknowledged
 before it returns), which fails with the same names, and so on round the ring: a survivor that
 gives up and leaves is then not mistaken for the rank that vanished first.
 Progress happens inside wait(), so every rank must wait for its ring allreduces in the same
@@ -44,6 +46,7 @@ from cyclonedds.util import duration
 from .endpoints import ChunkReader, ChunkWriter
 from .errors import DdsError, DdsWriteTimeout, PeerLost
 from .reassembly import Assembled
+from .resend import SentLog
 
 if TYPE_CHECKING:
     from .collectives import Group
@@ -72,6 +75,7 @@ class Ring:
         self._finished: OrderedDict[str, None] = OrderedDict()  # late blocks for these keys are dropped
         self._aborts: dict[str, tuple[list[int], str]] = {}  # key -> (lost ranks, reason) from the previous rank
         self._next_joined = False
+        self.sent = SentLog()  # blocks written to the next rank, written again when it asks
         tag = "ring" if direction == 1 else "back"
         self.writer = ChunkWriter(g.node, f"coll_{g.name}_{tag}{self.next}")
         self._reader = ChunkReader(g.node, f"coll_{g.name}_{tag}{g.rank}", self._on_message)
@@ -136,7 +140,14 @@ class Ring:
                 raise PeerLost([self.next], g.name, "ring", f"never joined within {g.timeout_s:.1f}s")
         self._next_joined = True
 
+    def write_again(self) -> int:
+        messages = self.sent.messages()
+        for meta, payload in messages:
+            self.writer.write(meta, payload)
+        return len(messages)
+
     def finish(self, key: str) -> None:
+        self.sent.finish(key)
         with self._cond:
             self._active.discard(key)
             for k in [k for k in self._blocks if k[0] == key]:
@@ -166,29 +177,26 @@ class RingHandle:
         g = self.ring.group
         self.ring.wait_for_next()
         meta = json.dumps({"key": self.key, "step": step, "block": block, "numel": self.vec.size})
+        # Kept for a resend: the caller's vector may be reused once this allreduce returns.
+        payload = data if isinstance(data, bytes) else memoryview(data.copy() if step == 0 else data).cast("B")
+        self.ring.sent.add(self.key, meta, payload)
         try:
-            self.ring.writer.write(meta, data if isinstance(data, bytes) else memoryview(data).cast("B"))
+            self.ring.writer.write(meta, payload)
         except DdsWriteTimeout as e:
-            lost = self.ring.gone()
-            if lost:
-                raise PeerLost(lost, g.name, self.key, GONE) from e
-            raise
+            if self.ring.next not in self.ring.gone():
+                raise
+            log.info("group %s: ring block to gone rank %d kept for when it asks: %s", g.name, self.ring.next, e)
 
     def receive(self, step: int, block: int, length: int) -> bytes:
         ring, g = self.ring, self.ring.group
         want = (self.key, step, block)
-        with g.node.stats.waiting():
-            g._directory.wait_for(lambda: want in ring._blocks or self.key in ring._aborts or bool(ring.gone()),
-                                  g.timeout_s, POLL_S)
+        g.await_ranks(lambda: want in ring._blocks or self.key in ring._aborts, lambda: [ring.prev], self.key,
+                      f"no ring block from the previous rank within {g.timeout_s:.1f}s")
         with ring._cond:
             item = ring._blocks.pop(want, None)
             abort = ring._aborts.get(self.key)
-        if item is None and abort is not None:  # the previous rank gave up first: the same verdict
+        if item is None:  # the previous rank gave up first: the same verdict
             raise PeerLost(abort[0], g.name, self.key, abort[1])
-        if item is None:
-            lost = ring.gone()
-            raise PeerLost(lost or [ring.prev], g.name, self.key,
-                           GONE if lost else f"no ring block from the previous rank within {g.timeout_s:.1f}s")
         numel, payload = item
         if numel != self.vec.size or len(payload) != 4 * length:
             raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a block of {len(payload)} bytes "
@@ -228,6 +236,10 @@ class TwoRings:
         self.group = group
         self.rings = (Ring(group, 1), Ring(group, -1))
         self.writers = [r.writer for r in self.rings]
+
+    def write_again(self, ranks: set[int]) -> int:
+        """Write again the recent blocks of each ring whose next rank is among `ranks`; how many."""
+        return sum(ring.write_again() for ring in self.rings if ring.next in ranks)
 
     def start(self, key: str, vec: np.ndarray, op: str) -> "TwoRingsHandle":
         half = vec.size // 2

@@ -3,7 +3,7 @@ docs/results/, headed by what a reader needs to reproduce or doubt the numbers: 
 the commit, the date, the machine and the wall time. Numbers in the docs come from these files, so
 none is typed by hand.
 
-    python -m commlab.report.results_doc [--quick] [--out-dir docs/results] codecs auth transport
+    python -m commlab.report.results_doc [--quick] [--out-dir docs/results] codecs auth transport chaos
 """
 from __future__ import annotations
 
@@ -55,6 +55,11 @@ BENCHES = {
         {**PROBE_COLUMNS, "dds_MBps": ("DDS MB/s", ".2f"), "tcp_MBps": ("TCP MB/s", ".2f"),
          "ratio": ("DDS / TCP", ".2f"), "dds_wire_bytes_est": ("DDS wire bytes (estimate)", ",.0f"),
          "payload_bytes": ("payload bytes", ",.0f")}),
+    "chaos": Bench(
+        "Chaos: FL and DDP runs while nodes are paused past their lease, killed, restarted, starved, or share the machine",
+        "benchmarks/bench_chaos.py", (), ("--pauses", "10"), "results/bench/chaos.csv",
+        {"case": ("case", ""), "fault": ("fault", ""), "expected": ("expected", ""), "outcome": ("outcome", ""),
+         "passed": ("passed", ""), "wall_s": ("wall s", ".0f")}),
 }
 
 

@@ -1,0 +1,72 @@
+"""A DDP rank paused for longer than its DDS lease (SIGSTOP, then SIGCONT) rejoins the run, and
+every rank ends each epoch with the same model as without the pause: what the others wrote to it
+meanwhile, and what it wrote to them, is written again when asked (commlab.dds.resend). The pause
+starts at a defined point of the rank's protocol and ends only after every other rank has logged
+it as lost, so it always outlasts the lease."""
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from commlab.testbed.node_procs import NodeProcess, start_ddp
+
+pytestmark = pytest.mark.slow
+DOMAIN = 170 + (os.getpid() % 3) * 4
+# Seconds the rank is paused; `make chaos` adds a pause of 30 leases (COMMLAB_PAUSES=8,60).
+PAUSES = [float(s) for s in os.environ.get("COMMLAB_PAUSES", "8").split(",")]
+EPOCH = r"\[worker (\d)\] epoch (\d+): .* model ([0-9a-f]{16})"
+WORLD = 3
+# dense: the ring allreduce (two rings of blocks); int8: an allgather of frames.
+METHODS = {"dense": 0, "int8": 1}
+
+
+def epochs(procs: list[NodeProcess]) -> list[tuple[str, str, str]]:
+    return sorted(t for p in procs for t in re.findall(EPOCH, p.text()))
+
+
+def finish(procs: list) -> None:
+    try:
+        for p in procs:
+            assert p.finish(300) == 0, p.text()[-3000:]
+    finally:
+        for p in procs:
+            p.stop()
+
+
+@pytest.fixture(scope="module")
+def undisturbed(tmp_path_factory):
+    """Per-epoch model hashes of each rank in the runs without a pause."""
+    out = {}
+    for method, offset in METHODS.items():
+        procs = start_ddp(tmp_path_factory.mktemp(f"undisturbed-{method}"), method, DOMAIN + offset)
+        finish(procs)
+        out[method] = epochs(procs)
+        assert len(out[method]) == 2 * WORLD and len({h for _, _, h in out[method]}) == 2  # ranks agree
+    return out
+
+
+@pytest.mark.parametrize("pause_s", PAUSES)
+@pytest.mark.parametrize("method", METHODS)
+def test_a_paused_rank_rejoins_and_every_epoch_ends_with_the_same_model(tmp_path, undisturbed, method, pause_s):
+    point = "before_exchange@12"  # the second epoch's third step (10 steps per epoch)
+    procs = start_ddp(tmp_path, method, DOMAIN + 2 + METHODS[method], halt={1: point})
+    paused, others = procs[1], [procs[0], procs[2]]
+    try:
+        paused.wait_for(f"HALTED at {point}")
+        paused.proc.send_signal(signal.SIGSTOP)
+        start_s = time.monotonic()
+        for p in others:
+            p.wait_for("peer 'worker-1' lost", timeout=60)
+        time.sleep(max(0.0, pause_s - (time.monotonic() - start_s)))
+        paused.proc.send_signal(signal.SIGCONT)
+        paused.proc.send_signal(signal.SIGUSR1)
+        for p in others:
+            p.wait_for("peer 'worker-1' is back", timeout=60)
+    except BaseException:
+        for p in procs:
+            p.stop()
+        raise
+    finish(procs)
+    assert epochs(procs) == undisturbed[method]
