@@ -43,7 +43,7 @@ def steady_from(manifest: dict) -> float:
 
 def summarise(run_dir: Path) -> dict:
     run = load_run(run_dir)
-    steps, epochs = run.tables["steps"], run.tables["epochs"]
+    steps = run.tables["steps"]
     settled = steps[steps["step"] >= steady_from(run.manifest)]  # bytes of the steady state
     return {"method": run.manifest["method"], "world": run.manifest["world"], "status": run.manifest["status"],
             "steps": int(steps["step"].max()) + 1,
@@ -55,7 +55,7 @@ def summarise(run_dir: Path) -> dict:
             "compute_ms": 1000 * steps["compute_time_s"].mean(),
             "compress_ms": 1000 * steps["compress_time_s"].mean(),
             "decompress_ms": 1000 * steps["decompress_time_s"].mean(),
-            "test_accuracy": float(epochs.loc[epochs["rank"] == 0, "test_accuracy"].iloc[-1])}
+            "test_accuracy": run.final_accuracy}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,7 +52,7 @@ def fl_summary(run_dir: Path, target: float) -> dict:
             "bytes_up_per_round_incl_warmup": rounds["bytes_up"].mean(),
             "bytes_down_per_round": rounds["bytes_down"].mean(),
             "time_to_target_s": float("nan") if reached is None else reached,
-            "final_accuracy": float(rounds["test_accuracy"].iloc[-1])}
+            "final_accuracy": run.final_accuracy}
 
 
 def part_fl(s: Session, a: argparse.Namespace) -> pd.DataFrame:

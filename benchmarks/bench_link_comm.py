@@ -30,7 +30,7 @@ def per_round(run_dir: Path) -> dict[str, float]:
     return {"comm_time_s": float(clients["comm_time_s"].mean()),
             "bytes_up_per_client": float(clients["bytes_up"].mean()),
             "round_time_s": float(rounds["round_time_s"].mean()),
-            "final_accuracy": float(rounds["test_accuracy"].iloc[-1])}
+            "final_accuracy": run.final_accuracy}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -75,14 +75,13 @@ def run_argv(mode: str, name: str, a: argparse.Namespace, seed: int, run_id: str
 
 def summarise(mode: str, name: str, run_dir: Path, world: int) -> dict:
     if name == CENTRALIZED:
-        epochs = load_run(run_dir).tables["epochs"]
-        return {"bytes_per_node": 0.0, "comm_time_s": 0.0, "test_accuracy": float(epochs["test_accuracy"].iloc[-1])}
+        return {"bytes_per_node": 0.0, "comm_time_s": 0.0, "test_accuracy": load_run(run_dir).final_accuracy}
     if mode == "fl":
         run = load_run(run_dir)
         rounds = run.tables["rounds"]
         return {"bytes_per_node": float((rounds["bytes_up"] / rounds["n_participants"]).mean()),
                 "comm_time_s": float(run.tables["clients"]["comm_time_s"].mean()),
-                "test_accuracy": float(rounds["test_accuracy"].iloc[-1])}
+                "test_accuracy": run.final_accuracy}
     s = summarise_ddp(run_dir)
     return {"bytes_per_node": s["bytes_sent_per_step_after_warmup"] / max(world - 1, 1), "comm_time_s": s["comm_wait_ms"] / 1000,
             "test_accuracy": s["test_accuracy"]}

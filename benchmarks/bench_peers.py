@@ -51,12 +51,12 @@ def command(case: str, a: argparse.Namespace, run_id: str) -> list[str]:
 def measure(case: str, a: argparse.Namespace, run_dir: Path) -> dict:
     """Bytes and median times over steps >= --skip (all of them when the run is shorter), final accuracy."""
     run = load_run(run_dir)
-    steps, epochs = run.tables["steps"], run.tables["epochs"]
+    steps = run.tables["steps"]
     after = steps[steps["step"] >= min(a.skip, int(steps["step"].max()))]
     return {"bytes_sent_per_rank_step_after_warmup": round(after.groupby("rank")["bytes_sent"].mean().mean()),
             "step_time_s": round(after["step_time_s"].median(), 4),
             "comm_time_s": round(after["comm_time_s"].median(), 4),
-            "test_accuracy": round(float(epochs.loc[epochs["rank"] == 0, "test_accuracy"].iloc[-1]), 4),
+            "test_accuracy": round(run.final_accuracy, 4),
             "steps": int(steps["step"].max()) + 1}
 
 

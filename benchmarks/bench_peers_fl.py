@@ -52,9 +52,8 @@ def command(case: str, a: argparse.Namespace, run_id: str) -> list[str]:
 def measure(case: str, a: argparse.Namespace, run_dir: Path) -> dict:
     run = load_run(run_dir)
     if case == "centralized":
-        epochs = run.tables["epochs"]
         return {"bytes_up_per_client_round_incl_warmup": 0, "bytes_down_per_round": 0, "bytes_from": "none (one process)",
-                "test_accuracy": round(float(epochs.loc[epochs["rank"] == 0, "test_accuracy"].iloc[-1]), 4)}
+                "test_accuracy": round(run.final_accuracy, 4)}
     rounds, clients = run.tables["rounds"], run.tables["clients"]
     iface = rounds["iface_bytes_up"].notna().all() and rounds["iface_bytes_down"].notna().all()
     kind = "iface_bytes" if iface else "bytes"
@@ -65,7 +64,7 @@ def measure(case: str, a: argparse.Namespace, run_dir: Path) -> dict:
             "bytes_down_per_round": round(down.mean()),
             "round_time_s": round(rounds["round_time_s"].median(), 3),
             "overhead_s": round(overhead.median(), 3),
-            "test_accuracy": round(float(rounds["test_accuracy"].iloc[-1]), 4), "rounds": len(rounds),
+            "test_accuracy": round(run.final_accuracy, 4), "rounds": len(rounds),
             "bytes_from": "controller iface" if iface else "CommStats / lo"}
 
 

@@ -26,9 +26,10 @@ def run(s: Session, a: argparse.Namespace, backend: str) -> dict:
            "--codec", a.codec, "--clients", str(a.clients), "--rounds", str(a.rounds), "--samples-per-round",
            str(a.samples), "--profile", a.profile, "--seed", str(a.seed), "--results-dir", str(a.results_dir)],
           f"bench/stack-{backend}").check()
-    rounds = load_run(a.results_dir / run_id).tables["rounds"]
+    run = load_run(a.results_dir / run_id)
+    rounds = run.tables["rounds"]
     return {"backend": backend, "run_id": run_id, "rounds": len(rounds), **{k: int(rounds[k].sum()) for k in SUMMED},
-            "test_accuracy": float(rounds["test_accuracy"].iloc[-1]), "median_round_s": float(rounds["round_time_s"].median())}
+            "test_accuracy": run.final_accuracy, "median_round_s": float(rounds["round_time_s"].median())}
 
 
 def main(argv: list[str] | None = None) -> int:

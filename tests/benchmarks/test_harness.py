@@ -1,7 +1,7 @@
 """The benchmark harness (commlab.bench): a tiny benchmark run end to end writes its table headed
 by command and commit and its child's log; a failing child is reported in one line and ends its
 set; a stop condition ends a run with its reason; --quick and the shared options; a table still
-being written is read up to its last whole line."""
+being written is read up to its last whole line; a run's final accuracy."""
 from __future__ import annotations
 
 import subprocess
@@ -14,7 +14,7 @@ import pytest
 
 from commlab.bench import ROOT, BenchParser, run_logged
 from commlab.report.provenance import HEADER_FIELDS
-from commlab.report.runs import RunError, read_table
+from commlab.report.runs import Run, RunError, read_table
 from commlab.tables import COLUMNS
 
 TINY = '''"""Tiny benchmark: one child run, one table."""
@@ -108,3 +108,10 @@ def test_a_table_being_written_is_read_to_its_last_whole_line(tmp_path):
     assert rows["test_accuracy"].tolist() == [0.9] and rows["test_loss"].isna().all()  # a diverged model's loss
     with pytest.raises(RunError, match="truncated"):
         read_table(file, columns)
+
+
+def test_final_accuracy_is_the_last_evaluated_one_and_rank_0s_for_ddp(tmp_path):
+    fl = Run("fl", tmp_path, {"kind": "fl"}, {"rounds": pd.DataFrame({"test_accuracy": [0.5, 0.7, float("nan")]})})
+    ddp = Run("ddp", tmp_path, {"kind": "ddp"},
+              {"epochs": pd.DataFrame({"rank": [0, 0, 1, 1], "test_accuracy": [0.6, 0.8, 0.61, 0.79]})})
+    assert (fl.final_accuracy, ddp.final_accuracy) == (0.7, 0.8)

@@ -57,6 +57,18 @@ class Run:
         return series
 
     @property
+    def final_accuracy(self) -> float:
+        """Test accuracy of the last evaluated round (FL) or of rank 0's last epoch (DDP; every rank
+        evaluates the same model); NaN when nothing was evaluated."""
+        if self.kind == "fl":
+            accuracy = self.tables["rounds"]["test_accuracy"]
+        else:
+            epochs = self.tables["epochs"]
+            accuracy = epochs.loc[epochs["rank"] == 0, "test_accuracy"]
+        evaluated = accuracy.dropna()
+        return float(evaluated.iloc[-1]) if len(evaluated) else float("nan")
+
+    @property
     def settings(self) -> dict:
         m, k = self.manifest, KINDS[self.kind]
         out = {"kind": self.kind, "backend": m.get("backend", "local"), "model": m["model"],
