@@ -37,8 +37,8 @@ test-repeat: $(STAMP) ## run the tests matching K (pytest -k; default: fault and
 # seconds), nodes killed and restarted, rogue, replaying and flooding processes on the domain.
 PAUSES ?= 8,60
 .PHONY: chaos bench-chaos
-bench-chaos: $(STAMP) ## chaos table: FL/DDP runs with nodes paused 2/10/60 s, killed, restarted, CPU hogs, four runs at once -> results/bench/chaos.csv
-	$(PYTHON) benchmarks/bench_chaos.py
+bench-chaos: $(STAMP) ## chaos table: FL/DDP runs with nodes paused 2/10/60 s, killed, restarted, CPU hogs, four runs at once -> results/bench/chaos.{csv,md} (QUICK=1: 10 s pauses)
+	$(PYTHON) benchmarks/bench_chaos.py $(BENCH_QUICK)
 
 chaos: $(STAMP) ## FL nodes and DDP ranks paused past their lease (PAUSES s), killed and restarted; rogue and flooding processes on the domain; N (20) runs each
 	COMMLAB_PAUSES=$(PAUSES) $(PYTHON) -m pytest -q -ra --repeat $(N) tests/fl/test_fl_pause.py tests/ddp/test_ddp_pause.py tests/fl/test_fl_faults.py tests/security/test_rogue_nodes.py tests/security/test_rogue_flood.py
@@ -49,6 +49,12 @@ CASES ?= 10000
 .PHONY: fuzz
 fuzz: $(STAMP) ## fuzz every decoder, message field, config, checkpoint and reassembly with CASES (10,000) inputs per test
 	COMMLAB_FUZZ_CASES=$(CASES) $(PYTHON) -m pytest -q -ra -p no:randomly tests/codecs/test_malformed_frames.py tests/security/test_message_fields.py tests/security/test_fuzz_inputs.py
+
+# Every bench-* target (commlab.bench): QUICK=1 runs its small settings, a check of the pipeline in
+# minutes, into results/bench/<name>-quick.{csv,md}; the full run writes results/bench/<name>.{csv,md},
+# each table headed by its command, commit, date, machine and wall time.
+QUICK ?=
+BENCH_QUICK = $(if $(QUICK),--quick)
 
 # Experiment settings shared by the fl-*, ddp-*, histogram and container targets.
 CLIENTS ?= 2

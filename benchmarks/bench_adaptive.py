@@ -31,19 +31,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from commlab.bench import BenchParser, Session
+from commlab.bench.accuracy import median, spread, time_to_target
 from commlab.codecs import CodecError, get_codec
 from commlab.fl.adaptive import FAMILIES, PROBE_ROUNDS, variance_factor
-from commlab.progress import Progress
 from commlab.report.markdown import table as markdown_table
-from time_to_accuracy import median, spread, time_to_target
+from commlab.report.runs import Run, try_load_run
 
 CLIENTS = 4
 # joint with beta 0 and at least 2 bits: beta as fitted by this bench over 2-8 bits (docs/adaptive.md);
@@ -83,7 +82,7 @@ def policy_flags(policy: str, family: str = "qsgdz") -> list[str]:
                      "equal:<bits> or equal:<codec>")
 
 
-def fl_run(policy: str, seed: int, a: argparse.Namespace, run_id: str) -> str:
+def fl_run(s: Session, policy: str, seed: int, a: argparse.Namespace, run_id: str) -> str:
     cmd = [sys.executable, "-m", "commlab.fl.run", *policy_flags(policy, a.qsgd),
            "--clients", str(CLIENTS), "--rounds", str(a.max_rounds), "--samples-per-round", str(a.samples),
            "--profile", a.profile, "--backend", "local", "--total-uplink-mbit", str(a.uplink_mbit),
@@ -91,11 +90,7 @@ def fl_run(policy: str, seed: int, a: argparse.Namespace, run_id: str) -> str:
            "--train-subset", str(a.train_subset), "--test-subset", str(a.test_subset),
            "--stop-accuracy", str(a.target), "--round-time-budget", str(a.time_limit),
            "--domain-id", str(a.domain_id), "--results-dir", str(a.results_dir), "--run-id", run_id]
-    with open(a.results_dir / f"{run_id}.log", "w") as f:
-        f.write(" ".join(cmd) + "\n")
-        f.flush()
-        code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
-    return "ok" if code == 0 else f"exit {code}"
+    return s.run(cmd, run_id).status
 
 
 def idle_times(rounds: pd.DataFrame, clients: pd.DataFrame) -> tuple[float, float]:
@@ -117,14 +112,9 @@ def accuracy_at(rounds: pd.DataFrame, budget_s: float) -> float | None:
     return 100 * float(within["test_accuracy"].iloc[-1]) if len(within) else None
 
 
-def has_rounds(run_dir: Path) -> bool:
-    path = run_dir / "rounds.csv"
-    return path.exists() and len(pd.read_csv(path)) > 0
-
-
-def summarize(run_dir: Path, target: float, budget_s: float) -> dict:
-    rounds = pd.read_csv(run_dir / "rounds.csv").sort_values("round").reset_index(drop=True)
-    clients = pd.concat([pd.read_csv(p) for p in sorted(run_dir.glob("clients-*.csv"))])
+def summarize(run: Run, target: float, budget_s: float) -> dict:
+    rounds = run.tables["rounds"].sort_values("round").reset_index(drop=True)
+    clients = run.tables["clients"]
     hit = time_to_target(rounds, target)
     mean_idle, max_idle = idle_times(rounds, clients)
     later = clients[clients["round"] > PROBE_ROUNDS].pivot(index="round", columns="client_id", values="bits")
@@ -196,13 +186,13 @@ def fit_beta(runs: list[dict]) -> str:
     return f"beta fitted to the median rounds to the target ({pairs}): {beta:.3g} (R0 {r0:.3g} rounds)"
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    p = BenchParser(__doc__, "adaptive", {"policies": ["joint:0:2", "equal:4"], "seeds": [0], "max_rounds": 4,
+                                          "samples": 300, "train_subset": 4000, "test_subset": 500},
+                    seeds=[0, 1, 2], profile="hetero4")
     p.add_argument("--policies", nargs="*", default=POLICIES)
-    p.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
     p.add_argument("--max-rounds", type=int, default=30, help="cap on rounds (runs stop at the target first)")
     p.add_argument("--samples", type=int, default=1000, help="samples per client and round")
-    p.add_argument("--profile", default="hetero4")
     p.add_argument("--uplink-mbit", type=float, default=8.0, help="the shared uplink B")
     p.add_argument("--probe-bits", type=int, default=2, help="joint's probe rounds (2: the frames of equal:2)")
     p.add_argument("--speed-factors", default="1,1,0.5,0.25")
@@ -213,50 +203,43 @@ def main() -> int:
     p.add_argument("--train-subset", type=int, default=20000)
     p.add_argument("--test-subset", type=int, default=2000)
     p.add_argument("--domain-id", type=int, default=94, help="DDS domain of every run (one run at a time)")
-    p.add_argument("--results-dir", type=Path, default=Path("results"))
     p.add_argument("--qsgd", choices=FAMILIES, default="qsgdz",
                    help="frames of the qsgd bits (joint, equal:<bits>): qsgdz entropy-coded, qsgd fixed-width")
-    p.add_argument("--name", default="adaptive", help="file stem under results/bench (keeps earlier tables)")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     for policy in a.policies:
         policy_flags(policy, a.qsgd)
-    a.results_dir = a.results_dir.resolve()
-    a.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     runs = []
     plan = [(seed, policy) for seed in a.seeds for policy in a.policies]
-    with Progress(len(plan), "run", in_place=False) as progress:
-        for k, (seed, policy) in enumerate(plan):
+    with Session(a, len(plan)) as s:
+        for seed, policy in plan:
             run_id = f"bench-adaptive-{stamp}-s{seed}-{policy.replace(':', '')}"
-            status = fl_run(policy, seed, a, run_id)
-            if status != "ok" and not has_rounds(a.results_dir / run_id):
+            status = fl_run(s, policy, seed, a, run_id)
+            if status != "ok" and try_load_run(a.results_dir / run_id) is None:
                 # Failed before its first round (seen once: a barrier timeout on the busy shared host)
-                print(f"{run_id}: {status} before its first round; running it once more", flush=True)
+                s.progress.log(f"{run_id}: {status} before its first round; running it once more")
                 run_id += "-again"
-                status = fl_run(policy, seed, a, run_id)
+                status = fl_run(s, policy, seed, a, run_id)
             run = {"policy": policy, "seed": seed, "status": status, "run_id": run_id}
-            if has_rounds(a.results_dir / run_id):
-                run.update(summarize(a.results_dir / run_id, a.target, a.budget))
+            done = try_load_run(a.results_dir / run_id)
+            if done is not None:
+                run.update(summarize(done, a.target, a.budget))
             runs.append(run)
-            progress.update(k + 1, f"seed {seed} {policy} {run['status']}, time to target {run.get('time_s')}")
-    per_run, per_policy = pd.DataFrame(runs), summarize_policies(runs)
-    out = a.results_dir / "bench"
-    out.mkdir(parents=True, exist_ok=True)
-    per_run.to_csv(out / f"{a.name}-runs.csv", index=False)
-    per_policy.to_csv(out / f"{a.name}.csv", index=False)
-    settings = (f"{CLIENTS} clients, profile {a.profile}, shared uplink B = {a.uplink_mbit:g} Mbit/s, speed factors "
-                f"{a.speed_factors}, {a.samples} samples/client/round (train subset {a.train_subset}, test subset "
-                f"{a.test_subset}), mnist_cnn, Dirichlet(0.5), seeds {' '.join(map(str, a.seeds))}; target "
-                f"{100 * a.target:g} % test accuracy (runs end there, or at {a.time_limit:g} s of round time, or "
-                f"after {a.max_rounds} rounds); accuracy at a budget of {a.budget:g} s; rounds 1-{PROBE_ROUNDS} "
-                f"probe over each client's own link (joint at {a.probe_bits} bits); qsgd bits as {a.qsgd} frames")
-    text = "\n\n".join([settings, markdown_table(per_policy.reindex(columns=list(POLICY_COLUMNS)), POLICY_COLUMNS),
-                        *verdict(per_policy), fit_beta(runs), "Per run:",
-                        markdown_table(per_run.reindex(columns=list(RUN_COLUMNS)), RUN_COLUMNS)]) + "\n"
-    (out / f"{a.name}.md").write_text(text)
-    (out / f"{a.name}.json").write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": sys.argv[1:],
-                                                   "runs": runs}, indent=2, default=str))
-    print(text)
+            s.step(f"seed {seed} {policy} {run['status']}, time to target {run.get('time_s')}")
+        per_run, per_policy = pd.DataFrame(runs), summarize_policies(runs)
+        per_run.to_csv(s.path("-runs.csv"), index=False)
+        settings = (f"{CLIENTS} clients, profile {a.profile}, shared uplink B = {a.uplink_mbit:g} Mbit/s, speed "
+                    f"factors {a.speed_factors}, {a.samples} samples/client/round (train subset {a.train_subset}, "
+                    f"test subset {a.test_subset}), mnist_cnn, Dirichlet(0.5), seeds {' '.join(map(str, a.seeds))}; "
+                    f"target {100 * a.target:g} % test accuracy (runs end there, or at {a.time_limit:g} s of round "
+                    f"time, or after {a.max_rounds} rounds); accuracy at a budget of {a.budget:g} s; rounds "
+                    f"1-{PROBE_ROUNDS} probe over each client's own link (joint at {a.probe_bits} bits); qsgd bits "
+                    f"as {a.qsgd} frames")
+        s.write(per_policy, POLICY_COLUMNS, "Adaptive bits and bandwidth against fixed settings", notes=[settings],
+                after=[*verdict(per_policy), fit_beta(runs), "Per run:",
+                       markdown_table(per_run.reindex(columns=list(RUN_COLUMNS)), RUN_COLUMNS)])
+        s.path(".json").write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": a.argv, "runs": runs},
+                                              indent=2, default=str))
     return 0 if all(r["status"] == "ok" for r in runs) else 1
 
 

@@ -10,7 +10,8 @@ each does `reps` allreduces of a numel-float vector (default: the MNIST CNN's gr
 schedule. Prints, per schedule: bytes each rank sent per allreduce over the payload (CommStats
 wire estimate, IP level; on the shaped links also the interface's counters, Ethernet headers and
 acknowledgements included; ideal ring 2(W-1)/W, naive W-1), seconds per allreduce (slowest rank, median of
-the reps), the naive/ring time ratio, and whether every rank ended with the same bytes.
+the reps), the naive/ring time ratio, and whether every rank ended with the same bytes, to
+results/bench/allreduce.{csv,md}.
 With --multicast data the naive schedule sends each vector once (what collective "auto" uses).
 """
 from __future__ import annotations
@@ -20,11 +21,14 @@ import hashlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
+import pandas as pd
+
+from commlab.bench import BenchParser, Session
+from commlab.claims import hold
 
 COLLECTIVES = ("naive", "ring")
 
@@ -52,57 +56,53 @@ def worker(spec: dict) -> dict:
     return out
 
 
-def run_ranks(world: int, spec: dict, prefixes: list[list[str]], settings: list[dict]) -> list[dict]:
-    procs = [subprocess.Popen([*prefixes[r], sys.executable, os.path.abspath(__file__), "--worker",
-                               json.dumps({**spec, "rank": r, "settings": settings[r]})],
-                              stdout=subprocess.PIPE, text=True) for r in range(world)]
-    outs = [p.communicate(timeout=1800)[0] for p in procs]
-    if any(p.returncode for p in procs):
-        raise RuntimeError(f"a rank failed: exit codes {[p.returncode for p in procs]}")
-    return [json.loads(o.strip().splitlines()[-1]) for o in outs]
+def run_ranks(s: Session, label: str, spec: dict, prefixes: list[list[str]], settings: list[dict]) -> list[dict]:
+    """Every rank started together (logs results/bench/logs/<name>-<label>-rank<r>.log); their results."""
+    out = s.run({f"rank{r}": [*prefixes[r], sys.executable, os.path.abspath(__file__), "--worker",
+                              json.dumps({**spec, "rank": r, "settings": settings[r]})] for r in range(spec["world"])},
+                f"bench/logs/{s.args.name}-{label}", timeout_s=1800).check()
+    return [json.loads(c.output().strip().splitlines()[-1]) for c in out.children]
 
 
-def loopback(world: int, spec: dict, domain: int) -> list[dict]:
-    return run_ranks(world, spec, [[]] * world, [{"domain_id": domain}] * world)
+def loopback(s: Session, spec: dict, domain: int) -> list[dict]:
+    return run_ranks(s, "loopback", spec, [[]] * spec["world"], [{"domain_id": domain}] * spec["world"])
 
 
-def shaped(world: int, spec: dict, profile: str, net: int, transport: dict) -> list[dict]:
+def shaped(s: Session, spec: dict, profile: str, net: int, transport: dict) -> list[dict]:
     from commlab.netem import link_for
     from commlab.testbed.netns import NetnsLab
-    names = [f"worker-{r}" for r in range(world)]
+    names = [f"worker-{r}" for r in range(spec["world"])]
     with NetnsLab(names, net=net) as lab:
         for n in names:
             lab.shape(n, link_for(profile, n))
         settings = [{"domain_id": 0, "interface": "eth0", "loopback_tuned": False, "write_timeout_s": 120.0,
                      **transport,
                      "peers": [a for m, a in lab.addresses.items() if m != n]} for n in names]
-        return run_ranks(world, spec, [lab.prefix(n) for n in names], settings)
+        return run_ranks(s, "shaped", spec, [lab.prefix(n) for n in names], settings)
 
 
-def report(title: str, ranks: list[dict], world: int, numel: int) -> None:
-    payload = 4 * numel
-    print(f"\n{title}: WORLD={world}, payload {payload:,} B")
-    secs = {}
+def rows(link: str, ranks: list[dict], world: int, numel: int) -> list[dict]:
+    """Per schedule: bytes a rank sent per allreduce over the payload, the slowest rank's time
+    (median over the reps), whether every rank ended with the same vector."""
+    payload, out = 4 * numel, []
     for c in COLLECTIVES:
         per_rep = [max(r[c]["runs"][i][0] for r in ranks) for i in range(len(ranks[0][c]["runs"]))]
         sent = statistics.mean(b for r in ranks for _, b, _ in r[c]["runs"])
         iface = [i for r in ranks for _, _, i in r[c]["runs"] if i is not None]
-        secs[c] = statistics.median(per_rep)
-        same = len({r[c]["digest"] for r in ranks}) == 1
-        on_iface = f" (interface: {statistics.mean(iface) / payload:.3f} x)" if iface else ""
-        print(f"  {c:6s} sent/rank/allreduce {sent:13,.0f} B = {sent / payload:.3f} x payload{on_iface}   "
-              f"time {secs[c]:7.3f} s (reps: {', '.join(f'{s:.2f}' for s in per_rep)})   "
-              f"identical on all ranks: {same}")
-    print(f"  ideal: ring {2 * (world - 1) / world:.3f} x, naive {world - 1:.3f} x;  "
-          f"time naive / ring: {secs['naive'] / secs['ring']:.2f}x")
+        out.append({"link": link, "world": world, "collective": c, "payload_bytes": payload,
+                    "sent_per_rank": sent, "sent_x_payload": sent / payload,
+                    "ideal_x_payload": 2 * (world - 1) / world if c == "ring" else world - 1,
+                    "iface_x_payload": statistics.mean(iface) / payload if iface else None,
+                    "seconds": statistics.median(per_rep), "reps": ", ".join(f"{t:.2f}" for t in per_rep),
+                    "identical_on_all_ranks": len({r[c]["digest"] for r in ranks}) == 1})
+    return out
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    p = BenchParser(__doc__, "allreduce", {"reps": 1}, profile="10mbit")
     p.add_argument("--world", type=int, default=3)
     p.add_argument("--numel", type=int, default=1_663_370)
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--profile", default="10mbit")
     p.add_argument("--domain", type=int, help="loopback DDS domain (default: a claimed one, commlab.claims)")
     p.add_argument("--net", type=int, default=247, help="namespace bridge 198.19.<net>.0/24")
     p.add_argument("--no-netns", action="store_true", help="loopback only")
@@ -112,24 +112,30 @@ def main() -> int:
     p.add_argument("--datagram-frames", type=int, help="dds.datagram_frames on the shaped links (default 6)")
     p.add_argument("--send-window", type=int, help="dds.send_window_bytes on the shaped links (default 32 KiB)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
-    a = p.parse_args()
+    a = p.parse_args(argv)
     if a.worker:
         print(json.dumps(worker(json.loads(a.worker))))
         return 0
     spec = {"world": a.world, "numel": a.numel, "reps": a.reps}
-    from commlab.claims import hold
-    report("loopback", loopback(a.world, spec, hold("domain") if a.domain is None else a.domain), a.world, a.numel)
-    if not a.no_netns:
-        if os.geteuid() != 0:
-            print("\nshaped links skipped: network namespaces need root")
-        else:
+    shaped_too = not a.no_netns and os.geteuid() == 0
+    with Session(a, 1 + shaped_too, "link") as s:
+        domain = hold("domain") if a.domain is None else a.domain
+        table = rows("loopback", loopback(s, spec, domain), a.world, a.numel)
+        s.step("loopback")
+        notes = [] if shaped_too or a.no_netns else ["shaped links skipped: network namespaces need root"]
+        if shaped_too:
             chosen = {"chunk_bytes": a.chunk_bytes, "multicast": a.multicast, "datagram_frames": a.datagram_frames,
                       "send_window_bytes": a.send_window}
             transport = {k: v for k, v in chosen.items() if v is not None}
-            report(f"network namespaces, every uplink {a.profile}, "
-                   + (", ".join(f"{k} {v}" for k, v in transport.items()) or "transport defaults"),
-                   shaped(a.world, spec, a.profile, a.net, transport),
-                   a.world, a.numel)
+            link = (f"namespaces, every uplink {a.profile}, "
+                    + (", ".join(f"{k} {v}" for k, v in transport.items()) or "transport defaults"))
+            table += rows(link, shaped(s, spec, a.profile, a.net, transport), a.world, a.numel)
+            s.step("shaped")
+        df = pd.DataFrame(table)
+        seconds = df.pivot(index="link", columns="collective", values="seconds")
+        ratios = [f"{link}: time naive / ring {row['naive'] / row['ring']:.2f}x" for link, row in seconds.iterrows()]
+        s.write(df, None, f"Dense allreduce over DDS, naive against ring (WORLD={a.world}, {a.numel:,} floats)",
+                notes=notes, after=["\n".join(ratios)])
     return 0
 
 

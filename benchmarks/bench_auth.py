@@ -5,13 +5,12 @@ untrusted receiver (the FL controller to a client: Ed25519 signatures and a BLAK
 
 Loopback: the two alternate `--repeat` times and the median goodput of each is compared (the
 machine is shared and noisy). 10 Mbit/s tbf between two network namespaces (root): the
-communication time of each. Prints the ratios and writes results/bench/auth.csv.
+communication time of each. Writes the ratios to results/bench/auth.{csv,md}.
 
     python benchmarks/bench_auth.py            # make bench-auth
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -19,12 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench_transport import run_pair
+from bench_transport import LOOPBACK, Prefixes, Sides, on_shaped_link, run_pair
+from commlab.bench import BenchParser, Session
 from commlab.claims import hold
 from commlab.dds.auth import make_keyrings, write_keyring
-from commlab.dds.netns import NetnsUnavailable, veth_pair
-from commlab.progress import Progress
-from commlab.report.markdown import table as markdown_table
 
 LOOPBACK_SIZES = "1700000x20,10000000x5"
 SHAPED_SIZES = "1700000x2"
@@ -45,15 +42,17 @@ def write_keys(folder: Path, trusted: set[str]) -> dict[str, Path]:
     return keys
 
 
-def measure(label: str, prefixes: tuple[list[str], list[str]], sides: tuple[dict, dict], sizes: str, domain: int,
-            mtu: bool, repeat: int, keys: dict[str, Path], progress: Progress) -> list[dict]:
+def measure(s: Session, label: str, prefixes: Prefixes, sides: Sides, sizes: str, domain: int, mtu: bool, repeat: int,
+            keys: dict[str, Path]) -> list[dict]:
     runs: dict[bool, list[list[dict]]] = {False: [], True: []}
-    for _ in range(repeat):
+    for k in range(repeat):
         for auth in (False, True):
+            step = f"{label} auth {'on' if auth else 'off'}"
             runs[auth].append(run_pair(
+                s, f"{step} {k}",
                 probe(prefixes[1], "recv", sides[1], sides[0], sizes, domain, mtu, keys["recv"] if auth else None),
                 probe(prefixes[0], "send", sides[0], sides[1], sizes, domain, mtu, keys["send"] if auth else None)))
-            progress.update(progress.done + 1, f"{label} auth {'on' if auth else 'off'}")
+            s.step(step)
     rows = []
     for i, first in enumerate(runs[False][0]):
         plain = statistics.median(r[i]["goodput_MBps"] for r in runs[False])
@@ -66,32 +65,20 @@ def measure(label: str, prefixes: tuple[list[str], list[str]], sides: tuple[dict
     return rows
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    p = BenchParser(__doc__, "auth", {"repeat": 3})
     p.add_argument("--repeat", type=int, default=7, help="loopback repetitions (the shaped link runs twice)")
-    p.add_argument("--results-dir", type=Path, default=Path("results"))
-    a = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="commlab-keys-") as folder:
+    a = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="commlab-keys-") as folder, Session(a, 4 * a.repeat + 4) as s:
         keys = write_keys(Path(folder), {"send", "recv"})
         signed = write_keys(Path(folder), {"send"})
-        lo = {"if": "lo", "addr": "127.0.0.1"}
         domain = hold("domain")  # loopback is shared with every other run and test on the machine
-        with Progress(4 * a.repeat + 4, "run", in_place=False) as progress:
-            rows = measure("loopback", ([], []), (lo, lo), LOOPBACK_SIZES, domain, False, a.repeat, keys, progress)
-            rows += measure("loopback, signed", ([], []), (lo, lo), LOOPBACK_SIZES, domain, False, a.repeat, signed,
-                            progress)
-            try:
-                with veth_pair(203, rate="10mbit") as (sa, sb):
-                    rows += measure("10mbit-tbf", (sa.exec_prefix(), sb.exec_prefix()),
-                                    ({"if": sa.interface, "addr": sa.address}, {"if": sb.interface, "addr": sb.address}),
-                                    SHAPED_SIZES, 187, True, 2, keys, progress)
-            except NetnsUnavailable as e:
-                progress.log(f"shaped link skipped: {e}")
-    df = pd.DataFrame(rows)
-    out = a.results_dir / "bench" / "auth.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
-    print(markdown_table(df, {c: c for c in df.columns}))
+        rows = measure(s, "loopback", *LOOPBACK, LOOPBACK_SIZES, domain, False, a.repeat, keys)
+        rows += measure(s, "loopback, signed", *LOOPBACK, LOOPBACK_SIZES, domain, False, a.repeat, signed)
+        rows += on_shaped_link(s, 203, lambda prefixes, sides: measure(
+            s, "10mbit-tbf", prefixes, sides, SHAPED_SIZES, 187, True, 2, keys))
+        s.write(pd.DataFrame(rows), None, "DDS goodput with and without authenticated messages",
+                notes=["median over alternating repetitions; signed: a trusted sender to an untrusted receiver"])
     return 0
 
 

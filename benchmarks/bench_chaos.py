@@ -8,12 +8,10 @@ as the undisturbed run of the same settings, or, where the protocol cannot compl
 killed for good), when every other node ends with one line naming the lost node within the bound
 the case states.
 
-    python benchmarks/bench_chaos.py [--pauses 2,10,60] [--out results/bench/chaos.csv]
+    python benchmarks/bench_chaos.py [--pauses 2,10,60]     # -> results/bench/chaos.{csv,md}
 """
 from __future__ import annotations
 
-import argparse
-import csv
 import json
 import re
 import shutil
@@ -25,6 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import pandas as pd
+
+from commlab.bench import BenchParser, Session
 from commlab.launch import NODES_DIR
 from commlab.testbed.node_procs import NodeProcess, start_ddp, start_fl
 
@@ -79,8 +80,8 @@ def node_name(p: NodeProcess) -> str:
 
 
 class Chaos:
-    def __init__(self, work: Path, domain: int):
-        self.work, self.domain = work, domain
+    def __init__(self, work: Path, domain: int, session: Session):
+        self.work, self.domain, self.session = work, domain, session
         self.rows: list[Row] = []
         self._live: list[NodeProcess] = []  # ended after each case, whatever happened
 
@@ -112,7 +113,7 @@ class Chaos:
                 p.stop()
             self._live.clear()
         row = Row(name, fault, expected, outcome, passed, time.monotonic() - start)
-        print(f"[chaos] {name}: {'pass' if passed else 'FAIL'}, {outcome} ({row.wall_s:.0f} s)", flush=True)
+        self.session.step(f"{name}: {'pass' if passed else 'FAIL'}, {outcome} ({row.wall_s:.0f} s)")
         self.rows.append(row)
 
     def baselines(self) -> tuple[list, list]:
@@ -228,36 +229,33 @@ class Chaos:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = BenchParser(__doc__, "chaos", {"pauses": "10"})
     p.add_argument("--pauses", default="2,10,60", help="pause lengths in seconds, comma-separated")
     p.add_argument("--domain", type=int, default=140, help="first DDS domain; each run takes the next")
-    p.add_argument("--out", default="results/bench/chaos.csv")
     p.add_argument("--work", default="results/bench/chaos-runs", help="each case's node logs and results (emptied first)")
     a = p.parse_args(argv)
     pauses = [float(s) for s in a.pauses.split(",")]
     work = Path(a.work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    chaos = Chaos(work, a.domain)
-    fl_want, ddp_want = chaos.baselines()
-    for pause_s in pauses:
-        chaos.fl_pause("controller", "after_round@1", pause_s, fl_want)
-        chaos.fl_pause("client-1", "before_upload@2", pause_s, fl_want)
-        chaos.ddp_pause(pause_s, ddp_want)
-    chaos.fl_kill_client()
-    chaos.fl_restart_controller()
-    chaos.ddp_kill_rank()
-    chaos.fl_cpu_hogs(fl_want)
-    chaos.fl_four_runs(fl_want)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["case", "fault", "expected", "outcome", "passed", "wall_s"])
-        for r in chaos.rows:
-            w.writerow([r.case, r.fault, r.expected, r.outcome, "yes" if r.passed else "NO", f"{r.wall_s:.1f}"])
-    failed = [r.case for r in chaos.rows if not r.passed]
-    print(f"[chaos] {len(chaos.rows) - len(failed)}/{len(chaos.rows)} cases passed -> {out}", flush=True)
+    with Session(a, 3 * len(pauses) + 5, "case") as s:
+        chaos = Chaos(work, a.domain, s)
+        fl_want, ddp_want = chaos.baselines()
+        for pause_s in pauses:
+            chaos.fl_pause("controller", "after_round@1", pause_s, fl_want)
+            chaos.fl_pause("client-1", "before_upload@2", pause_s, fl_want)
+            chaos.ddp_pause(pause_s, ddp_want)
+        chaos.fl_kill_client()
+        chaos.fl_restart_controller()
+        chaos.ddp_kill_rank()
+        chaos.fl_cpu_hogs(fl_want)
+        chaos.fl_four_runs(fl_want)
+        failed = [r.case for r in chaos.rows if not r.passed]
+        s.write(pd.DataFrame([{"case": r.case, "fault": r.fault, "expected": r.expected, "outcome": r.outcome,
+                               "passed": "yes" if r.passed else "NO", "wall_s": round(r.wall_s, 1)}
+                              for r in chaos.rows]), None,
+                "FL and DDP runs while nodes are paused past their lease, killed, restarted, starved, or share "
+                "the machine", after=[f"{len(chaos.rows) - len(failed)}/{len(chaos.rows)} cases passed"])
     return 1 if failed else 0
 
 

@@ -1,22 +1,21 @@
 """Codec benchmark: wire size, encode/decode throughput against a memcpy of the same vector
 measured in the same run, and reconstruction error, for the MNIST CNN parameter vector, an MNIST
 CNN update (what an FL client uploads) and a 10M-element vector. Prints a table and writes
-results/bench/codecs.csv (with each frame's bytes).
+results/bench/codecs.{csv,md} (with each frame's bytes).
 
     python benchmarks/bench_codecs.py [--reps 5] [--budget 2.0] [--codecs fp32,int8,...] [--vectors mnist_cnn_update]
 """
 from __future__ import annotations
 
-import argparse
-import csv
+import sys
 import time
-from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from commlab.bench import BenchParser, Session
 from commlab.codecs import decode_any, get_codec
 from commlab.models import build_model, flatten_params
-from commlab.progress import Progress
 
 CODECS = ["fp32", "int8", "fp32_sparse", "int8_sparse", "minmax8", "minmax4", "minmax2", "qsgd16", "qsgd4",
           "qsgdz3", "signsgd", "terngrad", "randomk"]
@@ -90,38 +89,34 @@ def fmt(row: dict) -> str:
             f"{row['roundtrip_x_memcpy']:.3f} | {row['max_abs_err']:.3g} | {row['mean_abs_err']:.3g} |")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = BenchParser(__doc__, "codecs", {"reps": 1, "budget": 0.2, "vectors": "mnist_cnn"})
     parser.add_argument("--reps", type=int, default=5, help="minimum repetitions per codec")
     parser.add_argument("--budget", type=float, default=2.0, help="seconds per codec for extra repetitions")
     parser.add_argument("--codecs", default=",".join(CODECS))
     parser.add_argument("--vectors", default=",".join(VECTORS), help=f"some of {', '.join(VECTORS)}")
-    parser.add_argument("--out", type=Path, default=Path("results/bench/codecs.csv"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    unknown = set(args.vectors.split(",")) - set(VECTORS)
+    if unknown:
+        parser.error(f"unknown vector(s) {', '.join(sorted(unknown))}; known: {', '.join(VECTORS)}")
     print("| vector | codec | x of fp32 | enc ms | dec ms | enc x memcpy | dec x memcpy | "
           "enc+dec x memcpy | max abs err | mean abs err |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     rows = []
-    unknown = set(args.vectors.split(",")) - set(VECTORS)
-    if unknown:
-        parser.error(f"unknown vector(s) {', '.join(sorted(unknown))}; known: {', '.join(VECTORS)}")
     vectors = {name: VECTORS[name]() for name in args.vectors.split(",")}
     cases = [(name, vec, codec_name) for name, vec in vectors.items() for codec_name in args.codecs.split(",")]
-    with Progress(len(cases), "case") as progress:
+    with Session(args, len(cases), "case") as s:
         for name, vec, codec_name in cases:
             rows.append(bench(name, vec, codec_name, args.reps, args.budget))
-            progress.log(fmt(rows[-1]))
-            progress.update(len(rows), f"{name} {codec_name}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
-    first = {r["vector"]: r for r in reversed(rows)}
-    memcpy = ", ".join(f"{v} {r['memcpy_MBps']:.0f} (beside {r['codec']})" for v, r in first.items())
-    print(f"\nmemcpy MB/s: {memcpy}; x memcpy = time(memcpy) / time(codec), same vector, same run")
-    print(f"wrote {args.out}")
+            s.progress.log(fmt(rows[-1]))
+            s.step(f"{name} {codec_name}")
+        first = {r["vector"]: r for r in reversed(rows)}
+        memcpy = ", ".join(f"{v} {r['memcpy_MBps']:.0f} (beside {r['codec']})" for v, r in first.items())
+        s.write(pd.DataFrame(rows, columns=FIELDS), None, "Codecs: wire bytes, encode/decode speed against memcpy, "
+                "reconstruction error", after=[f"memcpy MB/s: {memcpy}; x memcpy = time(memcpy) / time(codec), "
+                                               "same vector, same run"])
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -47,7 +47,7 @@ Settings and why:
 
     python benchmarks/bench_fedbuff.py                       # 3 seeds x {fedavg, fedbuff}, 20 clients
     python benchmarks/bench_fedbuff.py --seeds 0 --rounds 10 --buffer-size 5
-    python benchmarks/bench_fedbuff.py --smoke               # 4 clients, 2 rounds, one seed: the pipeline only
+    python benchmarks/bench_fedbuff.py --quick               # 4 clients, 2 rounds, one seed: the pipeline only
 """
 from __future__ import annotations
 
@@ -55,16 +55,16 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from commlab.progress import Progress
+from commlab.bench import BenchParser, Session
+from commlab.bench.accuracy import median, seconds_or_inf, spread, time_to_target, wall_times
 from commlab.report.markdown import table as markdown_table
-from time_to_accuracy import median, seconds_or_inf, spread, time_to_target, wall_times
+from commlab.report.runs import try_load_run
 
 STRATEGIES = ("fedavg", "fedbuff")
 RUN_COLUMNS = {"seed": "seed", "strategy": "strategy", "status": "status",
@@ -89,14 +89,6 @@ def strategy_flags(strategy: str, a: argparse.Namespace) -> list[str]:
     raise SystemExit(f"unknown strategy {strategy!r}: {', '.join(STRATEGIES)}")
 
 
-def reached(rounds_csv: Path, target: float) -> bool:
-    """Whether a row of the (growing) rounds.csv reached the target accuracy yet."""
-    try:
-        return bool((pd.read_csv(rounds_csv)["test_accuracy"] >= target).any())
-    except (OSError, ValueError, KeyError, pd.errors.EmptyDataError):
-        return False
-
-
 def mem_available_mb() -> float:
     """MemAvailable of this host (inf where /proc/meminfo is missing)."""
     try:
@@ -108,7 +100,7 @@ def mem_available_mb() -> float:
     return math.inf
 
 
-def fl_run(strategy: str, seed: int, domain: int, a: argparse.Namespace, run_id: str) -> str:
+def fl_run(s: Session, strategy: str, seed: int, domain: int, a: argparse.Namespace, run_id: str) -> str:
     """One FL run through the launcher; with a.stop_at_target it is ended (SIGTERM: the launcher
     ends its nodes and namespaces) once a row reached the target, which is all this bench measures."""
     cmd = [sys.executable, "-m", "commlab.fl.run", "--codec", a.codec, *strategy_flags(strategy, a),
@@ -117,25 +109,15 @@ def fl_run(strategy: str, seed: int, domain: int, a: argparse.Namespace, run_id:
            "--seed", str(seed), "--test-subset", str(a.test_subset), "--domain-id", str(domain),
            *(["--train-subset", str(a.train_subset)] if a.train_subset else []),
            "--results-dir", str(a.results_dir), "--run-id", run_id]
-    rounds_csv = a.results_dir / run_id / "rounds.csv"
-    with open(a.results_dir / f"{run_id}.log", "w") as f:
-        f.write(" ".join(cmd) + "\n")
-        f.flush()
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
-        stopped = None
-        while proc.poll() is None:
-            time.sleep(1.0)
-            if stopped is None and a.stop_at_target and reached(rounds_csv, a.target):
-                stopped = "ok (stopped at target)"
-            elif stopped is None and mem_available_mb() < a.min_free_mb:  # 21 processes on a shared host
-                stopped = f"stopped: host memory below {a.min_free_mb:g} MB"
-            if stopped is not None and proc.returncode is None:
-                proc.terminate()
-                proc.wait()
-        code = proc.wait()
-    if stopped is not None:
-        return stopped
-    return "ok" if code == 0 else f"exit {code}"
+
+    def stop() -> str | None:
+        run = try_load_run(a.results_dir / run_id, growing=True)  # its nodes may be appending rows
+        if a.stop_at_target and run is not None and (run.tables["rounds"]["test_accuracy"] >= a.target).any():
+            return "ok (stopped at target)"
+        if mem_available_mb() < a.min_free_mb:  # 21 processes on a shared host
+            return f"stopped: host memory below {a.min_free_mb:g} MB"
+        return None
+    return s.run(cmd, run_id, stop=stop).status
 
 
 def version_gaps(clients: pd.DataFrame) -> list[int]:
@@ -197,8 +179,9 @@ def shown(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    p = BenchParser(__doc__, "fedbuff", {"seeds": [0], "clients": 4, "rounds": 2, "aggregations": 2, "buffer_size": 2,
+                                         "samples": 100, "train_subset": 4000, "test_subset": 1000},
+                    seeds=[0, 1, 2], profile="hetero")
     p.add_argument("--strategies", nargs="*", default=list(STRATEGIES))
     p.add_argument("--clients", type=int, default=20)
     p.add_argument("--rounds", type=int, default=30, help="FedAvg rounds (a cap: a run ends at the target)")
@@ -209,7 +192,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--codec", default="int8_sparse")
-    p.add_argument("--profile", default="hetero")
     p.add_argument("--speed-factors", default="1,1,0.5,0.25")
     p.add_argument("--target", type=float, default=0.97, help="test accuracy to reach")
     p.add_argument("--train-subset", type=int, default=15000, help="0: the whole training set")
@@ -217,42 +199,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--domain-id", type=int, default=140, help="DDS domain of the first run; run k uses this + k")
     p.add_argument("--full", dest="stop_at_target", action="store_false",
                    help="run every round / version (default: end a run once it reached the target)")
-    p.add_argument("--smoke", action="store_true", help="4 clients, 2 rounds / 2 versions, one seed, small data")
     p.add_argument("--min-free-mb", type=float, default=400.0,
                    help="end a run when the host's available memory drops below this (the machine is shared)")
     p.add_argument("--rebuild", action="store_true", help="no runs: rebuild the tables from the run folders named "
-                   "in results/bench/fedbuff.json (with that benchmark's flags)")
-    p.add_argument("--rerun-failed", action="store_true", help="run again the runs of results/bench/fedbuff.json "
+                   "in results/bench/<name>.json (with that benchmark's flags)")
+    p.add_argument("--rerun-failed", action="store_true", help="run again the runs of results/bench/<name>.json "
                    "whose status is not ok (with that benchmark's flags), then rebuild the tables")
-    p.add_argument("--results-dir", type=Path, default=Path("results"))
     a = p.parse_args(argv)
-    if a.smoke:
-        a.seeds, a.clients, a.rounds, a.aggregations, a.buffer_size = a.seeds[:1], 4, 2, 2, 2
-        a.samples, a.train_subset, a.test_subset = 100, 4000, min(a.test_subset, 1000)
     if a.aggregations is None:
         a.aggregations = max(1, round(a.rounds * a.clients / a.buffer_size))
     for strategy in a.strategies:
         strategy_flags(strategy, a)
-    a.results_dir = a.results_dir.resolve()
     return a
 
 
 def run_row(row: dict, a: argparse.Namespace) -> dict:
     """`row` (seed, strategy, run_id, status) plus what its run folder measured."""
-    run_dir = a.results_dir / row["run_id"]
-    if (run_dir / "rounds.csv").exists():
-        files = sorted(run_dir.glob("clients-*.csv"))
-        clients = pd.concat([pd.read_csv(f) for f in files]) if files else None
-        row = {**row, **summarize_run(pd.read_csv(run_dir / "rounds.csv"), a.target, clients)}
+    run = try_load_run(a.results_dir / row["run_id"], growing=True)  # the run as far as it got
+    if run is not None:
+        clients = run.tables["clients"]
+        row = {**row, **summarize_run(run.tables["rounds"], a.target, clients if len(clients) else None)}
     return row
 
 
-def write_outputs(rows: list[dict], a: argparse.Namespace, stamp: str, argv: list[str], bench_s: float) -> str:
+def write_outputs(s: Session, rows: list[dict], a: argparse.Namespace, stamp: str, argv: list[str],
+                  bench_s: float) -> None:
     runs = pd.DataFrame(rows)
     summary = summarize_strategies(rows)
-    out = a.results_dir / "bench"
-    out.mkdir(parents=True, exist_ok=True)
-    runs.drop(columns=["accuracy", "wall_time_s"], errors="ignore").to_csv(out / "fedbuff.csv", index=False)
     budget = "each run ended once it reached the target" if a.stop_at_target else "every run to its end"
     settings = (f"{a.clients} clients, profile {a.profile} in network namespaces, speed factors {a.speed_factors} "
                 f"(cycling), codec {a.codec} up / fp32 down, {a.samples} samples/client/update in batches of "
@@ -265,74 +238,74 @@ def write_outputs(rows: list[dict], a: argparse.Namespace, stamp: str, argv: lis
     curves = pd.DataFrame([[r["seed"], r["strategy"], " ".join(f"{w:.0f}s:{x:.2f}" for w, x in
                                                              zip(r.get("wall_time_s", []), r.get("accuracy", [])))]
                            for r in rows], columns=["seed", "strategy", "curve"])
-    text = (settings + "\n\n" + markdown_table(shown(summary.reindex(columns=list(SUMMARY_COLUMNS))), SUMMARY_COLUMNS)
-            + "\n\nPer run:\n\n" + markdown_table(shown(runs.reindex(columns=list(RUN_COLUMNS))), RUN_COLUMNS)
-            + "\n\nTest accuracy (%) against wall time since the start of training (s), per row:\n\n"
-            + markdown_table(curves, {"seed": "seed", "strategy": "strategy", "curve": "wall s: accuracy %"}) + "\n")
-    (out / "fedbuff.md").write_text(text)
-    (out / "fedbuff.json").write_text(json.dumps(
+    per_run = runs.drop(columns=["accuracy", "wall_time_s"], errors="ignore")
+    s.write(per_run, RUN_COLUMNS, "FedBuff against synchronous FedAvg: wall time to the target accuracy",
+            notes=[settings, markdown_table(shown(summary.reindex(columns=list(SUMMARY_COLUMNS))), SUMMARY_COLUMNS),
+                   "Per run:"],
+            shown=shown(per_run.reindex(columns=list(RUN_COLUMNS))),
+            after=["Test accuracy (%) against wall time since the start of training (s), per row:",
+                   markdown_table(curves, {"seed": "seed", "strategy": "strategy", "curve": "wall s: accuracy %"})])
+    s.path(".json").write_text(json.dumps(
         {"settings": settings, "stamp": stamp, "argv": argv, "bench_wall_s": round(bench_s, 1),
          "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
          "summary": summary.replace({math.inf: None}).to_dict(orient="records"), "runs": rows},
         indent=2, default=str))
-    return text
 
 
-def run_once_more(seed: int, strategy: str, domain: int, a: argparse.Namespace, run_id: str) -> dict:
+def run_once_more(s: Session, seed: int, strategy: str, domain: int, a: argparse.Namespace, run_id: str) -> dict:
     """One run and its row; a run that failed before its first round (a barrier timeout on a
     busy host) is run once more, on domain + 10 (its row names the failed one in `retried`)."""
     row = run_row({"seed": seed, "strategy": strategy, "run_id": run_id,
-                   "status": fl_run(strategy, seed, domain, a, run_id)}, a)
+                   "status": fl_run(s, strategy, seed, domain, a, run_id)}, a)
     if "aggregations" in row:
         return row
     return run_row({"seed": seed, "strategy": strategy, "run_id": f"{run_id}-retry",
                     "retried": f"{run_id} {row['status']}",
-                    "status": fl_run(strategy, seed, domain + 10, a, f"{run_id}-retry")}, a)
+                    "status": fl_run(s, strategy, seed, domain + 10, a, f"{run_id}-retry")}, a)
 
 
 def rebuild(a: argparse.Namespace) -> int:
-    """--rebuild: the tables again from the run folders in results/bench/fedbuff.json, with that
+    """--rebuild: the tables again from the run folders in results/bench/<name>.json, with that
     benchmark's flags. --rerun-failed: first run again, with those flags, every run whose status is
     not ok (e.g. ended by the memory guard), in place of it (its row says which run it replaced)."""
-    saved = json.loads((a.results_dir / "bench" / "fedbuff.json").read_text())
-    rerun, results_dir = a.rerun_failed, a.results_dir
-    a = parse_args([*saved["argv"], "--results-dir", str(results_dir)])
+    now = a
+    saved = json.loads(now.tables.with_name(now.tables.name + ".json").read_text())
+    a = parse_args([*saved["argv"], "--results-dir", str(now.results_dir)])
     if "args" in saved:  # the flags as resolved then (defaults may have changed since)
-        a = argparse.Namespace(**{**saved["args"], "results_dir": results_dir})
+        a = argparse.Namespace(**saved["args"])
+    a.results_dir, a.tables, a.command = now.results_dir, now.tables, now.command
     keep = ("seed", "strategy", "run_id", "status", "retried", "replaced")
-    rows, extra_s = [], 0.0
-    for k, r in enumerate(saved["runs"]):
-        row = {key: r[key] for key in keep if key in r}
-        if rerun and not str(r["status"]).startswith("ok"):
-            started, run_id = time.monotonic(), f"{r['run_id']}-rerun"
-            row = {**run_once_more(r["seed"], r["strategy"], a.domain_id + 6 + k, a, run_id),
-                   "replaced": f"{r['run_id']} {r['status']}"}
-            extra_s += time.monotonic() - started
-            print(f"[bench] seed {r['seed']} {r['strategy']} again: {row['status']}", flush=True)
-        rows.append(run_row(row, a))
-    print(write_outputs(rows, a, saved["stamp"], saved["argv"], saved["bench_wall_s"] + extra_s))
+    failed = [r for r in saved["runs"] if now.rerun_failed and not str(r["status"]).startswith("ok")]
+    rows = []
+    with Session(a, len(failed)) as s:
+        for k, r in enumerate(saved["runs"]):
+            row = {key: r[key] for key in keep if key in r}
+            if r in failed:
+                row = {**run_once_more(s, r["seed"], r["strategy"], a.domain_id + 6 + k, a, f"{r['run_id']}-rerun"),
+                       "replaced": f"{r['run_id']} {r['status']}"}
+                s.step(f"seed {r['seed']} {r['strategy']} again: {row['status']}")
+            rows.append(run_row(row, a))
+        write_outputs(s, rows, a, saved["stamp"], saved["argv"], saved["bench_wall_s"] + s.wall_s)
     return 0 if all(str(r["status"]).startswith("ok") for r in rows) else 1
 
 
-def main() -> int:
-    a = parse_args()
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
     if os.geteuid() != 0 and not a.rebuild:
         print("bench_fedbuff: needs root (the hetero links are network namespaces with shaped veths); skipped")
         return 0
     if a.rebuild or a.rerun_failed:
         return rebuild(a)
-    a.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     plan = [(seed, strategy) for seed in a.seeds for strategy in a.strategies]
-    rows, started = [], time.monotonic()
-    with Progress(len(plan), "run", in_place=False) as progress:
+    rows = []
+    with Session(a, len(plan)) as s:
         for k, (seed, strategy) in enumerate(plan):
-            run_id = f"bench-fedbuff-{stamp}-{strategy}-seed{seed}"
-            row = run_once_more(seed, strategy, a.domain_id + k, a, run_id)
+            row = run_once_more(s, seed, strategy, a.domain_id + k, a, f"bench-fedbuff-{stamp}-{strategy}-seed{seed}")
             rows.append(row)
             reached = "-" if row.get("time_to_target_s") is None else f"{row['time_to_target_s']:.0f}s"
-            progress.update(k + 1, f"seed {seed} {strategy} {row['status']}, target at {reached}")
-    print(write_outputs(rows, a, stamp, sys.argv[1:], time.monotonic() - started))
+            s.step(f"seed {seed} {strategy} {row['status']}, target at {reached}")
+        write_outputs(s, rows, a, stamp, a.argv, s.wall_s)
     return 0 if all(r["status"].startswith("ok") for r in rows) else 1
 
 

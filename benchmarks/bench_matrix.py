@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,10 +29,10 @@ import pandas as pd
 
 from bench_ddp import summarise as summarise_ddp
 from bench_peers_common import centralized_fl_argv
+from commlab.bench import BenchParser, Session
 from commlab.codecs import names
 from commlab.models import build_model, num_params
-from commlab.progress import Progress
-from commlab.report.markdown import table as markdown_table
+from commlab.report.runs import load_run
 
 COLUMNS = {"mode": "mode", "compressor": "compressor", "status": "status",
            "bytes_per_node": "bytes per node per round (FL, incl. warm-up) / step and peer (DDP, after warm-up)",
@@ -42,6 +41,8 @@ COLUMNS = {"mode": "mode", "compressor": "compressor", "status": "status",
 SEED_COLUMNS = {"seeds": "seeds", "delta_min_pp": "delta min (pp)", "delta_max_pp": "delta max (pp)"}
 MEASURED = ["bytes_per_node", "comm_time_s", "test_accuracy"]
 CENTRALIZED = "centralized"  # the peer's row: no compressor, no link
+# The settings every row of one matrix must share (--update checks them against the last matrix's).
+SETTINGS = ("clients", "fl_rounds", "fl_samples", "world", "ddp_epochs", "ddp_train_subset", "dgc_warmup")
 
 # One concrete name per registered family: "minmax<bits>" -> minmax2/4/8 and so on.
 FAMILIES = {"minmax": ["minmax2", "minmax4", "minmax8"], "qsgd": ["qsgd4", "qsgd16"], "powersgd": ["powersgd2"]}
@@ -55,56 +56,35 @@ def compressors() -> list[str]:
     return out
 
 
-def run(cmd: list[str], log: Path) -> int:
-    with open(log, "w") as f:
-        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
-
-
-def fl_run(name: str, a: argparse.Namespace, seed: int, run_id: str) -> int:
-    return run([sys.executable, "-m", "commlab.fl.run", "--codec", name, "--clients", str(a.clients),
-                "--rounds", str(a.fl_rounds), "--samples-per-round", str(a.fl_samples), "--backend", "local",
-                "--seed", str(seed), "--results-dir", str(a.results_dir), "--run-id", run_id],
-               a.results_dir / f"{run_id}.log")
-
-
-def ddp_run(name: str, a: argparse.Namespace, seed: int, run_id: str) -> int:
-    method = "dense" if name == "fp32" else name
-    return run([sys.executable, "-m", "commlab.ddp.run", "--method", method, "--world", str(a.world),
-                "--epochs", str(a.ddp_epochs), "--train-subset", str(a.ddp_train_subset), "--backend", "local",
-                "--warmup", str(a.dgc_warmup), "--seed", str(seed), "--results-dir", str(a.results_dir),
-                "--run-id", run_id], a.results_dir / f"{run_id}.log")
-
-
-def summarise_fl(run_dir: Path) -> dict:
-    rounds = pd.read_csv(run_dir / "rounds.csv")
-    clients = pd.concat(pd.read_csv(p) for p in sorted(run_dir.glob("clients-*.csv")))
-    return {"bytes_per_node": float((rounds["bytes_up"] / rounds["n_participants"]).mean()),
-            "comm_time_s": float(clients["comm_time_s"].mean()),
-            "test_accuracy": float(rounds["test_accuracy"].iloc[-1])}
-
-
-def centralized_run(mode: str, a: argparse.Namespace, seed: int, run_id: str) -> int:
-    budget = (centralized_fl_argv(a.clients, a.fl_rounds, a.fl_samples) if mode == "fl" else
-              [sys.executable, "-m", "commlab.peers.run", "--kind", "centralized", "--world", str(a.world),
-               "--epochs", str(a.ddp_epochs), "--train-subset", str(a.ddp_train_subset)])
-    return run([*budget, "--profile", "lan", "--seed", str(seed), "--results-dir", str(a.results_dir),
-                "--run-id", run_id], a.results_dir / f"{run_id}.log")
+def run_argv(mode: str, name: str, a: argparse.Namespace, seed: int, run_id: str) -> list[str]:
+    """The launcher command of one row's run: FL or DDP with compressor ``name`` (fp32: dense DDP),
+    or the centralized peer at that mode's budget."""
+    where = ["--seed", str(seed), "--results-dir", str(a.results_dir), "--run-id", run_id]
+    if name == CENTRALIZED:
+        budget = (centralized_fl_argv(a.clients, a.fl_rounds, a.fl_samples) if mode == "fl" else
+                  [sys.executable, "-m", "commlab.peers.run", "--kind", "centralized", "--world", str(a.world),
+                   "--epochs", str(a.ddp_epochs), "--train-subset", str(a.ddp_train_subset)])
+        return [*budget, "--profile", "lan", *where]
+    if mode == "fl":
+        return [sys.executable, "-m", "commlab.fl.run", "--codec", name, "--clients", str(a.clients),
+                "--rounds", str(a.fl_rounds), "--samples-per-round", str(a.fl_samples), "--backend", "local", *where]
+    return [sys.executable, "-m", "commlab.ddp.run", "--method", "dense" if name == "fp32" else name,
+            "--world", str(a.world), "--epochs", str(a.ddp_epochs), "--train-subset", str(a.ddp_train_subset),
+            "--backend", "local", "--warmup", str(a.dgc_warmup), *where]
 
 
 def summarise(mode: str, name: str, run_dir: Path, world: int) -> dict:
     if name == CENTRALIZED:
-        epochs = pd.read_csv(run_dir / "epochs-rank0.csv")
-        return {"bytes_per_node": 0.0, "comm_time_s": 0.0, "test_accuracy": float(epochs["test_accuracy"].iloc[-1])}
+        return {"bytes_per_node": 0.0, "comm_time_s": 0.0, "test_accuracy": load_run(run_dir).final_accuracy}
     if mode == "fl":
-        return summarise_fl(run_dir)
+        run = load_run(run_dir)
+        rounds = run.tables["rounds"]
+        return {"bytes_per_node": float((rounds["bytes_up"] / rounds["n_participants"]).mean()),
+                "comm_time_s": float(run.tables["clients"]["comm_time_s"].mean()),
+                "test_accuracy": run.final_accuracy}
     s = summarise_ddp(run_dir)
     return {"bytes_per_node": s["bytes_sent_per_step_after_warmup"] / max(world - 1, 1), "comm_time_s": s["comm_wait_ms"] / 1000,
             "test_accuracy": s["test_accuracy"]}
-
-
-def settings_argv(a: argparse.Namespace) -> dict:
-    """The settings every row of one matrix must share."""
-    return {k: v for k, v in vars(a).items() if k not in ("only", "modes", "update", "results_dir", "name", "seeds")}
 
 
 def combine(runs: pd.DataFrame, payload: int) -> pd.DataFrame:
@@ -136,8 +116,9 @@ def combine(runs: pd.DataFrame, payload: int) -> pd.DataFrame:
                              else c.map({"fl": 0, "ddp": 1}), ignore_index=True)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    p = BenchParser(__doc__, "matrix", {"only": ["int8", "dgc"], "fl_rounds": 1, "fl_samples": 500,
+                                        "ddp_train_subset": 1920}, seeds=[0])
     p.add_argument("--only", nargs="*", help="compressors to run (default: every registered one); fp32 and the "
                    "centralized peer always run")
     p.add_argument("--modes", nargs="*", default=["fl", "ddp"], choices=["fl", "ddp"])
@@ -148,23 +129,17 @@ def main() -> int:
     p.add_argument("--ddp-epochs", type=int, default=1)
     p.add_argument("--ddp-train-subset", type=int, default=6000)
     p.add_argument("--dgc-warmup", type=float, default=0.25, help="DGC warm-up in epochs")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="one run per seed of every row (default: 0)")
-    p.add_argument("--name", default="matrix", help="file stem under results/bench (default: matrix)")
-    p.add_argument("--results-dir", type=Path, default=Path("results"))
     p.add_argument("--update", action="store_true", help="re-run only these compressors (and --seeds) of the last "
                    "matrix of --name, with its settings; its fp32/dense runs stay the reference unless named")
-    a = p.parse_args()
-    a.results_dir = a.results_dir.resolve()
-    a.results_dir.mkdir(parents=True, exist_ok=True)
-    out = a.results_dir / "bench"
-    out.mkdir(parents=True, exist_ok=True)
-    runs_csv, meta = out / f"{a.name}-runs.csv", out / f"{a.name}.json"
+    a = p.parse_args(argv)
+    settings_now = {k: getattr(a, k) for k in SETTINGS}
     previous = None
     if a.update:
+        runs_csv, meta = (a.tables.with_name(a.tables.name + suffix) for suffix in ("-runs.csv", ".json"))
         if not runs_csv.exists():
-            sys.exit(f"bench_matrix: --update needs {runs_csv} (the per-run rows of a matrix run with --name {a.name})")
-        if json.loads(meta.read_text())["argv"] != settings_argv(a):
-            sys.exit(f"bench_matrix: --update needs the settings of the last matrix: {json.loads(meta.read_text())['argv']}")
+            p.error(f"--update needs {runs_csv} (the per-run rows of a matrix run with --name {a.name})")
+        if json.loads(meta.read_text())["argv"] != settings_now:
+            p.error(f"--update needs the settings of the last matrix: {json.loads(meta.read_text())['argv']}")
         previous = pd.read_csv(runs_csv)
     # fp32/dense is every row's reference and centralized its ceiling: always run, except by --update,
     # which re-runs them only when named.
@@ -174,38 +149,31 @@ def main() -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     payload = 4 * num_params(build_model("mnist_cnn"))
     rows, jobs = [], [(mode, name, seed) for mode in a.modes for name in chosen for seed in a.seeds]
-    with Progress(len(jobs), "run", in_place=False) as progress:
-        for k, (mode, name, seed) in enumerate(jobs):
+    with Session(a, len(jobs)) as s:
+        for mode, name, seed in jobs:
             run_id = f"bench-matrix-{stamp}-{mode}-{name}-seed{seed}"
-            if name == CENTRALIZED:
-                code = centralized_run(mode, a, seed, run_id)
-            else:
-                code = (fl_run if mode == "fl" else ddp_run)(name, a, seed, run_id)
-            row = {"mode": mode, "compressor": name, "seed": seed, "run_id": run_id,
-                   "status": "ok" if code == 0 else f"exit {code}"}
-            if code == 0:
+            outcome = s.run(run_argv(mode, name, a, seed, run_id), run_id)
+            row = {"mode": mode, "compressor": name, "seed": seed, "run_id": run_id, "status": outcome.status}
+            if outcome.ok:
                 row.update(summarise(mode, name, a.results_dir / run_id, a.world))
             rows.append(row)
-            progress.update(k + 1, f"{mode} {name} seed {seed} {row['status']}")
-    runs = pd.DataFrame(rows).reindex(columns=["mode", "compressor", "seed", "run_id", "status", *MEASURED])
-    if previous is not None:  # the runs made now replace their earlier ones (same row and seed); the rest stay
-        key = ["mode", "compressor", "seed"]
-        redone = previous.set_index(key).index.isin(runs.set_index(key).index)
-        runs = pd.concat([previous[~redone], runs], ignore_index=True)
-    runs.to_csv(runs_csv, index=False)
-    table = combine(runs, payload)
-    table.to_csv(out / f"{a.name}.csv", index=False)
-    settings = {"fl": f"FL: {a.clients} clients, {a.fl_rounds} rounds, {a.fl_samples} samples/client/round",
-                "ddp": f"DDP: WORLD={a.world}, {a.ddp_epochs} epoch(s), {a.ddp_train_subset} training samples, "
-                       f"DGC warm-up {a.dgc_warmup} epochs"}
-    all_seeds = sorted(int(x) for x in runs["seed"].unique())
-    columns = {**COLUMNS, **(SEED_COLUMNS if len(all_seeds) > 1 else {})}
-    seeds = f"seeds {', '.join(map(str, all_seeds))}: delta = median of the per-seed deltas\n" if len(all_seeds) > 1 else ""
-    text = "\n".join(settings[m] for m in ("fl", "ddp") if (table["mode"] == m).any()) + "\n" + seeds + "\n" \
-        + markdown_table(table, columns) + "\n"
-    (out / f"{a.name}.md").write_text(text)
-    meta.write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": settings_argv(a)}, indent=2))
-    print(text)
+            s.step(f"{mode} {name} seed {seed} {row['status']}")
+        runs = pd.DataFrame(rows).reindex(columns=["mode", "compressor", "seed", "run_id", "status", *MEASURED])
+        if previous is not None:  # the runs made now replace their earlier ones (same row and seed); the rest stay
+            key = ["mode", "compressor", "seed"]
+            redone = previous.set_index(key).index.isin(runs.set_index(key).index)
+            runs = pd.concat([previous[~redone], runs], ignore_index=True)
+        runs.to_csv(s.path("-runs.csv"), index=False)
+        table = combine(runs, payload)
+        settings = {"fl": f"FL: {a.clients} clients, {a.fl_rounds} rounds, {a.fl_samples} samples/client/round",
+                    "ddp": f"DDP: WORLD={a.world}, {a.ddp_epochs} epoch(s), {a.ddp_train_subset} training samples, "
+                           f"DGC warm-up {a.dgc_warmup} epochs"}
+        all_seeds = sorted(int(x) for x in runs["seed"].unique())
+        seeds = [f"seeds {', '.join(map(str, all_seeds))}: delta = median of the per-seed deltas"] if len(all_seeds) > 1 else []
+        s.write(table, {**COLUMNS, **(SEED_COLUMNS if len(all_seeds) > 1 else {})},
+                "Every compressor in FL and DDP against fp32 / dense",
+                notes=["\n".join(settings[m] for m in ("fl", "ddp") if (table["mode"] == m).any()), *seeds])
+        s.path(".json").write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": settings_now}, indent=2))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 

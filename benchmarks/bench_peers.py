@@ -10,9 +10,9 @@ than lan every node runs in its own network namespace with the profile on its et
 bytes a rank sends per step (DDS: its CommStats; gloo: its eth0 counters; both payload plus headers)
 and the median step time, over steps >= --skip (after DGC's warm-up and PowerSGD's dense start), the
 final test accuracy, and the ratios and accuracy delta to gloo-none; the centralized accuracy (the
-ceiling at the same samples) is printed beside the table. `--smoke`: world 2, 10 steps on small
-subsets (CI: every row present, numbers parsed, ratios computed). Writes
-results/bench/peers[-smoke].csv and prints it.
+ceiling at the same samples) is printed beside the table. `--quick` (or `--smoke`): world 2, 10 steps
+on small subsets, two cases at a time (CI: every row present, numbers parsed, ratios computed).
+Writes results/bench/peers[-quick].{csv,md} and prints it.
 """
 from __future__ import annotations
 
@@ -20,18 +20,15 @@ import argparse
 import sys
 from pathlib import Path
 
-import pandas as pd
-
-from bench_peers_common import (JOBS_NOTE, add_ratios, add_run_args, apply_smoke, check_cases, run_cases,
-                                write_table)
+from bench_peers_common import PeerTable, run_table
+from commlab.bench import BenchParser
+from commlab.report.runs import load_run
 
 CASES = ("dds-dense-ring", "dds-dense-naive", "dds-int8", "dds-dgc", "dds-powersgd2",
          "gloo-none", "gloo-fp16", "gloo-powersgd", "centralized")
 KNOWN = (*CASES, "dds-dense")  # dds-dense: the collective `auto` picks (naive with multicast data, else ring)
-FIELDS = ["case", "bytes_sent_per_rank_step_after_warmup", "step_time_s", "comm_time_s", "test_accuracy",
-          "bytes_x_of_gloo_none", "step_time_x_of_gloo_none", "acc_delta_vs_gloo_none_pts", "steps", "run_wall_s",
-          "status", "run_id"]
-SMOKE = {"world": 2, "epochs": 1, "train_subset": 640, "test_subset": 200}
+MEASURED = ["bytes_sent_per_rank_step_after_warmup", "step_time_s", "comm_time_s", "test_accuracy", "steps"]
+QUICK = {"world": 2, "epochs": 1, "train_subset": 640, "test_subset": 200, "jobs": 2}
 
 
 def command(case: str, a: argparse.Namespace, run_id: str) -> list[str]:
@@ -51,45 +48,34 @@ def command(case: str, a: argparse.Namespace, run_id: str) -> list[str]:
             "--start-iter", str(a.start_iter), *common]
 
 
-def measure(run_dir: Path, skip: int) -> dict:
-    """Bytes and median times over steps >= skip (all of them when the run is shorter), final accuracy."""
-    steps = pd.concat([pd.read_csv(p) for p in sorted(run_dir.glob("steps-rank*.csv"))], ignore_index=True)
-    after = steps[steps["step"] >= min(skip, int(steps["step"].max()))]
-    epochs = pd.read_csv(run_dir / "epochs-rank0.csv")
+def measure(case: str, a: argparse.Namespace, run_dir: Path) -> dict:
+    """Bytes and median times over steps >= --skip (all of them when the run is shorter), final accuracy."""
+    run = load_run(run_dir)
+    steps = run.tables["steps"]
+    after = steps[steps["step"] >= min(a.skip, int(steps["step"].max()))]
     return {"bytes_sent_per_rank_step_after_warmup": round(after.groupby("rank")["bytes_sent"].mean().mean()),
             "step_time_s": round(after["step_time_s"].median(), 4),
             "comm_time_s": round(after["comm_time_s"].median(), 4),
-            "test_accuracy": round(float(epochs["test_accuracy"].iloc[-1]), 4),
+            "test_accuracy": round(run.final_accuracy, 4),
             "steps": int(steps["step"].max()) + 1}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--profile", default="10mbit")
+def main(argv: list[str] | None = None) -> int:
+    p = BenchParser(__doc__, "peers", QUICK, seeds=0, profile="10mbit")
     p.add_argument("--world", type=int, default=3)
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--train-subset", type=int, default=3000)
-    p.add_argument("--test-subset", type=int, help="random test subset (default: all 10000)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip", type=int, default=4, help="steps left out of bytes and time: DGC warm-up length (steps)")
     p.add_argument("--start-iter", type=int, default=2, help="dense steps before PowerSGD, DDS and gloo alike")
-    add_run_args(p, "world 2, 1 epoch of 640 samples (10 steps), 200 test (CI)",
-                 f"comma-separated cases of {', '.join(KNOWN)}", CASES)
-    a = p.parse_args()
-    apply_smoke(a, SMOKE, "peers")
-    cases = check_cases("bench_peers", a.only, KNOWN, a.profile)
-    if cases is None:
-        return 2
-    rows = run_cases(cases, "bench-peers", a.results_dir, lambda case, run_id: command(case, a, run_id),
-                     lambda case, run_dir: measure(run_dir, a.skip), a.jobs)
-    add_ratios(rows, "gloo-none", {"bytes_x_of_gloo_none": "bytes_sent_per_rank_step_after_warmup",
-                                   "step_time_x_of_gloo_none": "step_time_s"}, "acc_delta_vs_gloo_none_pts")
-    write_table(rows, FIELDS, a.out,
-                f"{a.profile}, world {a.world}, {a.epochs} epoch(s) of {a.train_subset} samples, batch 32/rank; "
-                f"bytes and times over steps >= {a.skip}" + JOBS_NOTE * (a.jobs > 1),
-                f"one process on the union of the {a.world} shards, batches of {a.world} x 32, the same steps")
-    return 0 if all(r["status"] == "ok" for r in rows) else 1
+    return run_table(p, argv, TABLE)
 
+
+TABLE = PeerTable("bench-peers", CASES, KNOWN, command, measure, MEASURED, "gloo-none",
+                  {"bytes": "bytes_sent_per_rank_step_after_warmup", "step_time": "step_time_s"},
+                  "DDS beside torch DDP over gloo and the centralized trainer",
+                  lambda a: f"{a.profile}, world {a.world}, {a.epochs} epoch(s) of {a.train_subset} samples, "
+                            f"batch 32/rank; bytes and times over steps >= {a.skip}",
+                  lambda a: f"one process on the union of the {a.world} shards, batches of {a.world} x 32, the same steps",
+                  3000)
 
 if __name__ == "__main__":
     sys.exit(main())

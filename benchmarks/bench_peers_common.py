@@ -1,25 +1,26 @@
-"""The part bench_peers.py (DDP vs gloo) and bench_peers_fl.py (FL vs Flower) share: run the cases one
-after another (smoke: two at a time), measure each from its run's tables, add the ratios to the
-reference peer, write the CSV, print it with the centralized peer's accuracy beside it."""
+"""The part bench_peers.py (DDP vs gloo) and bench_peers_fl.py (FL vs Flower) share (run_table):
+the cases to run (--only) and how many at once (--jobs; --quick: two), a row per case measured from
+its run's tables, the ratios to the reference peer, and the table with the centralized peer's
+accuracy below it."""
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from commlab.bench import BenchParser, Session
 from commlab.fl.config import OptimizerSection, TrainingSection
+from commlab.report.runs import RunError
 
-ROOT = Path(__file__).resolve().parents[1]
-JOBS_NOTE = ("\n(cases ran concurrently: times and loopback byte counters (gloo, Flower) include the other runs'; "
+JOBS_NOTE = ("(cases ran concurrently: times and loopback byte counters (gloo, Flower) include the other runs'; "
              "a check of the pipeline, not a measurement)")
 
 
@@ -34,71 +35,93 @@ def centralized_fl_argv(clients: int, rounds: int, samples_per_round: int) -> li
             "--weight-decay", str(opt.weight_decay), "--samples", str(samples), "--train-subset", "0"]
 
 
-def add_run_args(p: argparse.ArgumentParser, smoke_help: str, only_help: str, default_cases: tuple[str, ...]) -> None:
-    """The flags both benchmarks take: --smoke, --only, --jobs, --results-dir, --out."""
-    p.add_argument("--smoke", action="store_true", help=smoke_help)
-    p.add_argument("--only", default=",".join(default_cases), help=only_help)
-    p.add_argument("--jobs", type=int, help="cases run at once (default 1; --smoke: 2, its times and loopback "
+Command = Callable[[str, argparse.Namespace, str], list[str]]  # (case, args, run id) -> argv
+Measure = Callable[[str, argparse.Namespace, Path], dict]  # (case, args, run folder) -> measured columns
+Describe = Callable[[argparse.Namespace], str]
+
+
+@dataclass(frozen=True)
+class PeerTable:
+    """What one peer benchmark compares: its cases, how each is run and measured, the reference
+    peer and the columns of ratios to it, what the table says above and below it."""
+    label: str  # in run ids: <stamp>-<label>-<case>
+    cases: tuple[str, ...]  # run by default, in this order
+    known: tuple[str, ...]
+    command: Command
+    measure: Measure
+    measured: list[str]  # the columns measure() fills
+    reference: str
+    ratios: dict[str, str]  # <name>_x_of_<reference> is the row's measured column over the reference's
+    title: str
+    settings: Describe
+    ceiling: Describe  # the centralized peer's budget
+    train_subset: int | None  # --train-subset's default (None: all 60,000)
+
+    @property
+    def ref(self) -> str:
+        return self.reference.replace("-", "_")
+
+    @property
+    def acc_delta(self) -> str:
+        return f"acc_delta_vs_{self.ref}_pts"
+
+    @property
+    def fields(self) -> list[str]:
+        return ["case", *self.measured, *(f"{name}_x_of_{self.ref}" for name in self.ratios), self.acc_delta,
+                "run_wall_s", "status", "run_id"]
+
+
+def run_table(p: BenchParser, argv: list[str] | None, t: PeerTable) -> int:
+    """Every case of --only run and measured, the ratios to the reference, the table written with
+    the settings above it and the centralized peer's accuracy below it."""
+    a = parse_cases(p, argv, t)
+    with Session(a, len(a.cases), "case") as s:
+        rows = run_cases(s, a.cases, t.label, lambda case, run_id: t.command(case, a, run_id),
+                         lambda case, run_dir: t.measure(case, a, run_dir), a.jobs)
+        add_ratios(rows, t.reference, {f"{name}_x_of_{t.ref}": of for name, of in t.ratios.items()}, t.acc_delta)
+        write_table(s, rows, t.fields, t.title, t.settings(a), t.ceiling(a))
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+def parse_cases(p: BenchParser, argv: list[str] | None, t: PeerTable) -> argparse.Namespace:
+    """The arguments, with --only, --jobs and the data subsets; a.cases the cases of --only in
+    order (an unknown one: one line, exit 2)."""
+    p.add_argument("--train-subset", type=int, default=t.train_subset,
+                   help=f"random training subset (default: {t.train_subset or 'all 60000'})")
+    p.add_argument("--test-subset", type=int, help="random test subset (default: all 10000)")
+    p.add_argument("--only", default=",".join(t.cases), help=f"comma-separated cases of {', '.join(t.known)}")
+    p.add_argument("--jobs", type=int, default=1, help="cases run at once (--quick: 2, its times and loopback "
                    "counters then include the other run's: it checks the pipeline, it measures nothing)")
-    p.add_argument("--results-dir", type=Path, default=ROOT / "results")
-    p.add_argument("--out", type=Path)
-
-
-def apply_smoke(a: argparse.Namespace, smoke: dict, table: str) -> None:
-    """With --smoke, its settings and two jobs; the CSV defaults to results/bench/<table>[-smoke].csv."""
-    if a.smoke:
-        for k, v in smoke.items():
-            setattr(a, k, v)
-    a.jobs = a.jobs or (2 if a.smoke else 1)
-    a.out = a.out or ROOT / "results" / "bench" / f"{table}{'-smoke' if a.smoke else ''}.csv"
-
-
-def check_cases(prog: str, only: str, known: tuple[str, ...], profile: str) -> list[str] | None:
-    """The cases of --only in order, or None (after one line naming the unknown ones)."""
-    cases = [c for c in only.split(",") if c]
-    unknown = set(cases) - set(known)
+    a = p.parse_args(argv)
+    a.cases = [c for c in a.only.split(",") if c]
+    unknown = set(a.cases) - set(t.known)
     if unknown:
-        print(f"{prog}: unknown case(s) {', '.join(sorted(unknown))}; known: {', '.join(known)}", file=sys.stderr)
-        return None
-    if profile != "lan" and os.geteuid() != 0:
-        print(f"{prog}: not root: profile {profile} will NOT be applied (runs on loopback)", flush=True)
-    return cases
+        p.error(f"unknown case(s) {', '.join(sorted(unknown))}; known: {', '.join(t.known)}")
+    if a.profile != "lan" and os.geteuid() != 0:
+        print(f"{p.prog}: not root: profile {a.profile} will NOT be applied (runs on loopback)", flush=True)
+    return a
 
 
-def run_cases(cases: list[str], label: str, results_dir: Path, command: Callable[[str, str], list[str]],
+def run_cases(s: Session, cases: list[str], label: str, command: Callable[[str, str], list[str]],
               measure: Callable[[str, Path], dict], jobs: int = 1) -> list[dict]:
-    """One run per case, one after another (jobs > 1: that many at once, each run's output in
-    <results-dir>/<run-id>.log; for smoke runs only, times and loopback counters then include the
-    other runs'); a row per case, in the order of cases, with its status and what measure() read."""
+    """One run per case, one after another (jobs > 1: that many at once; for quick runs only,
+    times and loopback counters then include the other runs'); a row per case, in the order of
+    cases, with its status and what measure() read from its run folder."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    results_dir.mkdir(parents=True, exist_ok=True)
 
-    def one(i: int, case: str) -> dict:
+    def one(case: str) -> dict:
         run_id = f"{stamp}-{label}-{case}"
-        cmd = command(case, run_id)
-        log = results_dir / f"{run_id}.log"
-        print(f"[bench] case {i}/{len(cases)} {case}: {' '.join(cmd[1:])}" + (f" (log: {log})" if jobs > 1 else ""),
-              flush=True)
-        t0 = time.perf_counter()
-        if jobs > 1:
-            with open(log, "w") as f:
-                code = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
-        else:
-            code = subprocess.run(cmd, cwd=ROOT).returncode
-        row = {"case": case, "run_wall_s": round(time.perf_counter() - t0, 1), "run_id": run_id,
-               "status": "ok" if code == 0 else f"exit {code}"}
+        outcome = s.run(command(case, run_id), run_id)
+        row = {"case": case, "run_wall_s": round(outcome.wall_s, 1), "run_id": run_id, "status": outcome.status}
         try:
-            row.update(measure(case, results_dir / run_id))
-        except (OSError, ValueError, KeyError, IndexError) as e:
+            row.update(measure(case, s.args.results_dir / run_id))
+        except (RunError, OSError, KeyError, IndexError) as e:
             row["status"] += f"; no tables ({type(e).__name__})"
-        if jobs > 1:
-            print(f"[bench] case {i}/{len(cases)} {case}: {row['status']} in {row['run_wall_s']} s", flush=True)
+        s.step(f"{case} {row['status']} in {row['run_wall_s']} s")
         return row
 
-    if jobs <= 1:
-        return [one(i, case) for i, case in enumerate(cases, 1)]
-    with ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(one, range(1, len(cases) + 1), cases))
+    with ThreadPoolExecutor(max(jobs, 1)) as pool:
+        return list(pool.map(one, cases))
 
 
 def add_ratios(rows: list[dict], ref_case: str, ratios: dict[str, str], acc_delta: str) -> None:
@@ -115,17 +138,13 @@ def add_ratios(rows: list[dict], ref_case: str, ratios: dict[str, str], acc_delt
             r[acc_delta] = round(100 * (r["test_accuracy"] - ref["test_accuracy"]), 2)
 
 
-def write_table(rows: list[dict], fields: list[str], out: Path, title: str, centralized_note: str) -> None:
-    """Write the CSV and print it, then the centralized peer's accuracy (the ceiling) beside it."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields, restval="")
-        w.writeheader()
-        w.writerows(rows)
-    print(f"\n{title}; written to {out}")
-    print(pd.read_csv(out).drop(columns=["run_id"]).to_string(index=False))
+def write_table(s: Session, rows: list[dict], fields: list[str], title: str, settings: str,
+                centralized_note: str) -> None:
+    """The table of every case (the CSV with run ids), the centralized peer's accuracy (the
+    ceiling) on its own line below it."""
     acc = next((r.get("test_accuracy") for r in rows if r["case"] == "centralized"), None)
-    if acc is None or not math.isfinite(acc):
-        print("centralized: not run or no accuracy (case centralized)")
-    else:
-        print(f"centralized ({centralized_note}): test accuracy {100 * acc:.2f} %")
+    ceiling = ("centralized: not run or no accuracy (case centralized)" if acc is None or not math.isfinite(acc)
+               else f"centralized ({centralized_note}): test accuracy {100 * acc:.2f} %")
+    notes = [settings] + ([JOBS_NOTE] if s.args.jobs > 1 else [])
+    s.write(pd.DataFrame(rows).reindex(columns=fields), {f: f for f in fields if f != "run_id"}, title,
+            notes=notes, after=[ceiling])

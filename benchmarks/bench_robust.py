@@ -6,7 +6,7 @@ flip, on request also 4 IID clients with a x10 flip (`--settings iid4`).
 Every row is a real FL run through the launcher (local processes on loopback, same seeds and
 settings). Prints and writes results/bench/robust.{csv,md,json}: final test accuracy, its delta
 to clean FedAvg and to the same rule clean, each run's wall time, and the accuracy of every round
-(docs/security.md); the table's header names the command that produced it. A run whose test loss
+(docs/security.md), headed by the command, commit, date, machine and wall time. A run whose test loss
 passes DIVERGED_LOSS is ended there and reported with its last round: its model is lost, and the
 next round could only end at the clients' idle timeout (every client's delta from such a model is
 non-finite, so none is sent).
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -27,8 +25,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from commlab.progress import Progress
+from commlab.bench import BenchParser, Session
 from commlab.report.markdown import table as markdown_table
+from commlab.report.runs import try_load_run
 
 # Mean test cross-entropy; an untrained 10-class model has about 2.3. A -100x flip takes FedAvg to
 # thousands in one round, and the honest deltas from that model are already non-finite.
@@ -76,15 +75,21 @@ def rule_args(rule: str, clients: int, a: argparse.Namespace) -> list[str]:
 
 
 def rounds(run_dir: Path) -> pd.DataFrame:
-    """rounds.csv so far (the controller may be appending to it: an unreadable one is empty)."""
-    try:
-        return pd.read_csv(run_dir / "rounds.csv")
-    except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError):
-        return pd.DataFrame(columns=["test_loss"])
+    """The rounds so far (the controller may be appending to them); none before the first."""
+    run = try_load_run(run_dir, growing=True)
+    return pd.DataFrame(columns=["test_loss", "test_accuracy"]) if run is None else run.tables["rounds"]
 
 
-def fl_run(setting: Setting, rule: str, attacked: bool, a: argparse.Namespace, run_id: str) -> str:
-    """Run one FL run; its status: ok, diverged (stopped) or the launcher's exit code."""
+def diverged(run_dir: Path) -> str | None:
+    loss = rounds(run_dir)["test_loss"]
+    if len(loss) and not loss.iloc[-1] <= DIVERGED_LOSS:  # NaN too
+        return f"diverged, stopped after round {len(loss)}"
+    return None
+
+
+def fl_run(s: Session, setting: Setting, rule: str, attacked: bool, a: argparse.Namespace, run_id: str) -> str:
+    """Run one FL run; its status: ok, diverged (stopped: the launcher ends its nodes) or the
+    launcher's exit code."""
     cmd = [sys.executable, "-m", "commlab.fl.run", *rule_args(rule, setting.clients, a),
            "--clients", str(setting.clients), "--partition", setting.partition, "--rounds", str(a.rounds),
            "--samples-per-round", str(setting.samples), "--test-subset", str(a.test_subset), "--backend", "local",
@@ -94,40 +99,34 @@ def fl_run(setting: Setting, rule: str, attacked: bool, a: argparse.Namespace, r
         cmd += ["--train-subset", str(a.train_subset)]
     if attacked:
         cmd += ["--attack", "sign_flip", "--attack-scale", str(setting.scale), "--attackers", "1"]
-    with open(a.results_dir / f"{run_id}.log", "w") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
-        while proc.poll() is None:
-            loss = pd.to_numeric(rounds(a.results_dir / run_id)["test_loss"], errors="coerce")
-            if len(loss) and not loss.iloc[-1] <= DIVERGED_LOSS:  # NaN too
-                proc.terminate()  # the launcher ends the nodes it started
-                proc.wait()
-                return f"diverged, stopped after round {len(loss)}"
-            time.sleep(2)
-    return "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+    return s.run(cmd, run_id, stop=lambda: diverged(a.results_dir / run_id)).status
 
 
-def run_all(a: argparse.Namespace, stamp: str) -> tuple[pd.DataFrame, dict[str, list[float]]]:
+def run_all(s: Session, a: argparse.Namespace, stamp: str) -> tuple[pd.DataFrame, dict[str, list[float]]]:
     """Every (setting, rule, clean/attacked) run; the rows and each run's accuracy per round."""
-    rules = ["fedavg", *[r for r in a.rules if r != "fedavg"]]  # clean FedAvg is each setting's reference
     settings = {name: replace(SETTINGS[name], samples=a.samples or SETTINGS[name].samples) for name in a.settings}
-    jobs = [(name, rule, attacked) for name in a.settings for rule in rules for attacked in (False, True)]
     rows, curves = [], {}
-    with Progress(len(jobs), "run", in_place=False) as progress:
-        for k, (name, rule, attacked) in enumerate(jobs):
-            setting, kind = settings[name], "attacked" if attacked else "clean"
-            run_id = f"bench-robust-{stamp}-{name}-{rule}-{kind}"
-            started = time.monotonic()
-            status = fl_run(setting, rule, attacked, a, run_id)
-            row = {"setting": setting.label(), "rule": rule, "status": status, "run_id": run_id,
-                   "attack": f"1 of {setting.clients}, sign flip x{setting.scale:g}" if attacked else "none",
-                   "wall_s": round(time.monotonic() - started)}
-            acc = rounds(a.results_dir / run_id).get("test_accuracy", pd.Series(dtype=float))
-            if len(acc):
-                row.update(test_accuracy=float(acc.iloc[-1]), min_accuracy=float(acc.min()))
-                curves[f"{name}, {rule}, {kind}"] = acc.tolist()
-            rows.append(row)
-            progress.update(k + 1, f"{name} {rule} {kind} {status}")
+    for name, rule, attacked in jobs(a):
+        setting, kind = settings[name], "attacked" if attacked else "clean"
+        run_id = f"bench-robust-{stamp}-{name}-{rule}-{kind}"
+        started = time.monotonic()
+        status = fl_run(s, setting, rule, attacked, a, run_id)
+        row = {"setting": setting.label(), "rule": rule, "status": status, "run_id": run_id,
+               "attack": f"1 of {setting.clients}, sign flip x{setting.scale:g}" if attacked else "none",
+               "wall_s": round(time.monotonic() - started)}
+        acc = rounds(a.results_dir / run_id)["test_accuracy"]
+        if len(acc):
+            row.update(test_accuracy=float(acc.iloc[-1]), min_accuracy=float(acc.min()))
+            curves[f"{name}, {rule}, {kind}"] = acc.tolist()
+        rows.append(row)
+        s.step(f"{name} {rule} {kind} {status}")
     return pd.DataFrame(rows).reindex(columns=[*COLUMNS, "run_id"]), curves
+
+
+def jobs(a: argparse.Namespace) -> list[tuple[str, str, bool]]:
+    """(setting, rule, attacked) of every run; clean FedAvg first, each setting's reference."""
+    rules = ["fedavg", *[r for r in a.rules if r != "fedavg"]]
+    return [(name, rule, attacked) for name in a.settings for rule in rules for attacked in (False, True)]
 
 
 def with_deltas(table: pd.DataFrame) -> pd.DataFrame:
@@ -155,10 +154,8 @@ def verdicts(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def report(table: pd.DataFrame, curves: dict[str, list[float]], a: argparse.Namespace, wall_s: float) -> str:
-    command = shlex.join(["python", "benchmarks/bench_robust.py", *sys.argv[1:]])
-    settings = (f"Command: `{command}` (benchmark wall time {wall_s / 60:.1f} min)\n\n"
-                f"{a.rounds} rounds, mnist_cnn, "
+def report(s: Session, table: pd.DataFrame, curves: dict[str, list[float]], a: argparse.Namespace) -> None:
+    settings = (f"{a.rounds} rounds, mnist_cnn, "
                 f"{f'train subset {a.train_subset}' if a.train_subset else 'full training set'}, "
                 f"test subset {a.test_subset}, seed {a.seed}, Dirichlet alpha 0.5; the attacker is the last client; "
                 f"trimmed mean cuts at least one value per side; Krum and Multi-Krum assume f = 1 and Multi-Krum "
@@ -166,13 +163,14 @@ def report(table: pd.DataFrame, curves: dict[str, list[float]], a: argparse.Name
     per_round = pd.DataFrame([[name, *(f"{100 * x:.2f}" for x in acc), *["-"] * (a.rounds - len(acc))]
                               for name, acc in curves.items()], columns=["run", *range(1, a.rounds + 1)])
     shown = table.assign(test_accuracy=100 * table["test_accuracy"], min_accuracy=100 * table["min_accuracy"])
-    return (settings + "\n\n" + markdown_table(shown, COLUMNS) + "\n\n" + "\n".join(verdicts(table))
-            + "\n\nTest accuracy (%) per round:\n\n"
-            + markdown_table(per_round, {c: str(c) for c in per_round.columns}) + "\n")
+    s.write(table, COLUMNS, "Robust aggregation under a forged update", notes=[settings], shown=shown,
+            after=["\n".join(verdicts(table)), "Test accuracy (%) per round:",
+                   markdown_table(per_round, {c: str(c) for c in per_round.columns})])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = BenchParser(__doc__, "robust", {"settings": ["dirichlet3"], "rules": ["fedavg", "median"], "rounds": 2,
+                                        "train_subset": 4000, "test_subset": 500}, seeds=0)
     p.add_argument("--settings", nargs="*", default=DEFAULT_SETTINGS, choices=list(SETTINGS))
     p.add_argument("--rules", nargs="*", default=RULES, choices=RULES)
     p.add_argument("--rounds", type=int, default=8)
@@ -181,26 +179,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-subset", type=int, default=20000, help="training samples partitioned (0: all 60,000)")
     p.add_argument("--test-subset", type=int, default=2000, help="test samples evaluated each round")
     p.add_argument("--root-samples", type=int, default=100, help="fltrust: the server's clean root set")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--results-dir", type=Path, default=Path("results"))
     return p.parse_args(argv)
 
 
-def main() -> int:
-    a = parse_args()
-    a.results_dir = a.results_dir.resolve()
-    a.results_dir.mkdir(parents=True, exist_ok=True)
-    stamp, started = time.strftime("%Y%m%d-%H%M%S"), time.monotonic()
-    table, curves = run_all(a, stamp)
-    table = with_deltas(table)
-    out = a.results_dir / "bench"
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "robust.csv", index=False)
-    text = report(table, curves, a, time.monotonic() - started)
-    (out / "robust.md").write_text(text)
-    (out / "robust.json").write_text(json.dumps({"stamp": stamp, "argv": sys.argv[1:], "curves": curves,
-                                                 "bench_wall_s": round(time.monotonic() - started)}, indent=2))
-    print(text)
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    with Session(a, len(jobs(a))) as s:
+        table, curves = run_all(s, a, stamp)
+        table = with_deltas(table)
+        report(s, table, curves, a)
+        s.path(".json").write_text(json.dumps({"stamp": stamp, "argv": a.argv, "curves": curves,
+                                               "bench_wall_s": round(s.wall_s)}, indent=2))
     return 0 if all(s == "ok" or s.startswith("diverged") for s in table["status"]) else 1
 
 

@@ -5,32 +5,37 @@
 Each measurement: the sender writes `count` messages of one size; the receiver hashes everything
 and acknowledges the batch with the SHA-256; goodput = payload bytes / (first write -> ack).
 DDS ends are `python -m commlab.dds.probe`; TCP ends are this script's tcp-send/tcp-recv.
-Prints the median goodput of both over alternating repetitions and the DDS/TCP ratio
-(targets: >= 0.5 loopback, >= 0.9 shaped).
+Writes the median goodput of both over alternating repetitions and the DDS/TCP ratio
+(targets: >= 0.5 loopback, >= 0.9 shaped) to results/bench/transport.{csv,md}.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
+import re
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
+
+from commlab.bench import BenchParser, Session
 from commlab.claims import hold
 from commlab.dds.netns import NetnsUnavailable, veth_pair
 from commlab.dds.probe import parse_sizes
-from commlab.progress import Progress
 
 HERE = Path(__file__).resolve()
 LOOPBACK_SIZES = "65536x100,1700000x20,10000000x5"
 SHAPED_SIZES = "65536x20,1700000x2,10000000x1"
 LEN = struct.Struct("!Q")
+Sides = tuple[dict, dict]  # the sender's and the receiver's interface ("if") and address ("addr")
+Prefixes = tuple[list[str], list[str]]  # what runs a command on each side (ip netns exec NS)
+LOOPBACK: tuple[Prefixes, Sides] = (([], []), ({"if": "lo", "addr": "127.0.0.1"}, {"if": "lo", "addr": "127.0.0.1"}))
 
 
 def tcp_send(peer: str, port: int, sizes: list[tuple[int, int]]) -> None:
@@ -80,36 +85,43 @@ def tcp_recv(bind: str, port: int, sizes: list[tuple[int, int]]) -> None:
                 conn.sendall(h.digest())
 
 
-def run_pair(recv_cmd: list[str], send_cmd: list[str]) -> list[dict]:
-    receiver = subprocess.Popen(recv_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def run_pair(s: Session, label: str, recv_cmd: list[str], send_cmd: list[str]) -> list[dict]:
+    """A receiver and a sender started together (logs results/bench/logs/<name>-<label>-{recv,send}.log);
+    the sender's result lines."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-")
+    out = s.run({"recv": recv_cmd, "send": send_cmd}, f"bench/logs/{s.args.name}-{slug}", timeout_s=900).check()
+    return [json.loads(line) for line in out.child("send").output().splitlines() if line.startswith("{")]
+
+
+def on_shaped_link(s: Session, net: int, measure: Callable[[Prefixes, Sides], list[dict]]) -> list[dict]:
+    """``measure`` between two network namespaces joined by a 10 Mbit/s tbf veth pair (root);
+    without them no rows and one line saying why."""
     try:
-        sender = subprocess.run(send_cmd, capture_output=True, text=True, timeout=900)
-        if sender.returncode != 0:
-            raise SystemExit(f"sender failed: {sender.stderr[-3000:]}")
-        receiver.wait(timeout=60)
-        return [json.loads(line) for line in sender.stdout.splitlines() if line.startswith("{")]
-    finally:
-        if receiver.poll() is None:
-            receiver.terminate()
-            receiver.wait(10)
+        with veth_pair(net, rate="10mbit") as (sa, sb):
+            return measure((sa.exec_prefix(), sb.exec_prefix()),
+                           ({"if": sa.interface, "addr": sa.address}, {"if": sb.interface, "addr": sb.address}))
+    except NetnsUnavailable as e:
+        s.progress.log(f"shaped link skipped: {e}")
+        return []
 
 
-def measure(label: str, a_prefix: list[str], b_prefix: list[str], a: dict, b: dict, sizes: str,
-            domain: int, port: int, mtu: bool, repeat: int) -> list[dict]:
-    """Sender on side a, receiver on side b; DDS and TCP alternate `repeat` times (the machine is
-    shared and noisy) and the median goodput of each is compared."""
+def measure(s: Session, label: str, prefixes: Prefixes, sides: Sides, sizes: str, domain: int, mtu: bool,
+            repeat: int, port: int) -> list[dict]:
+    """Sender on the first side, receiver on the second; DDS and TCP alternate `repeat` times (the
+    machine is shared and noisy) and the median goodput of each is compared."""
+    (a_prefix, b_prefix), (a, b) = prefixes, sides
     py = [sys.executable]
     dds = ["-m", "commlab.dds.probe"]
     flags = ["--domain", str(domain), "--sizes", sizes] + (["--mtu"] if mtu else [])
     d_runs, t_runs = [], []
-    with Progress(repeat, "repetition") as progress:
-        progress.update(0, label)
-        for _ in range(repeat):
-            d_runs.append(run_pair(b_prefix + py + dds + ["recv", "--interface", b["if"], "--peer", a["addr"]] + flags,
-                                   a_prefix + py + dds + ["send", "--interface", a["if"], "--peer", b["addr"]] + flags))
-            tcp = ["--addr", b["addr"], "--port", str(port), "--sizes", sizes]
-            t_runs.append(run_pair(b_prefix + py + [str(HERE), "tcp-recv", *tcp], a_prefix + py + [str(HERE), "tcp-send", *tcp]))
-            progress.update(len(t_runs), label)
+    for k in range(repeat):
+        d_runs.append(run_pair(s, f"{label} {k} dds",
+                               b_prefix + py + dds + ["recv", "--interface", b["if"], "--peer", a["addr"]] + flags,
+                               a_prefix + py + dds + ["send", "--interface", a["if"], "--peer", b["addr"]] + flags))
+        t_runs.append(run_pair(s, f"{label} {k} tcp",
+                               b_prefix + py + [str(HERE), "tcp-recv", "--addr", b["addr"], "--port", str(port), "--sizes", sizes],
+                               a_prefix + py + [str(HERE), "tcp-send", "--addr", b["addr"], "--port", str(port), "--sizes", sizes]))
+        s.step(f"{label} repetition {k + 1}/{repeat}")
     rows = []
     for i, dr in enumerate(d_runs[0]):
         dds_mbps = statistics.median(run[i]["goodput_MBps"] for run in d_runs)
@@ -117,41 +129,34 @@ def measure(label: str, a_prefix: list[str], b_prefix: list[str], a: dict, b: di
         rows.append({"link": label, "size": dr["size"], "count": dr["count"], "repeat": repeat,
                      "dds_MBps": dds_mbps, "tcp_MBps": tcp_mbps, "ratio": dds_mbps / tcp_mbps,
                      "dds_wire_bytes_est": dr["bytes_sent"], "payload_bytes": dr["size"] * dr["count"]})
-        r = rows[-1]
-        print(f"{label:10s} {r['size']:>10,d} B x{r['count']:<4d} DDS {r['dds_MBps']:8.2f} MB/s   "
-              f"TCP {r['tcp_MBps']:8.2f} MB/s   DDS/TCP {r['ratio']:.2f}   "
-              f"DDS wire/payload {r['dds_wire_bytes_est'] / r['payload_bytes']:.3f}", flush=True)
     return rows
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    p = BenchParser(__doc__, "transport", {"repeat": 1})
     p.add_argument("role", nargs="?", default="bench", choices=["bench", "tcp-send", "tcp-recv"])
     p.add_argument("--addr", default="127.0.0.1")
-    p.add_argument("--port", type=int, help="tcp-send/tcp-recv: the receiver's port")
     p.add_argument("--sizes", default=None)
+    p.add_argument("--port", type=int, help="TCP port (default: a claimed one, commlab.claims)")
     p.add_argument("--repeat", type=int, default=3, help="loopback repetitions (the shaped link runs once)")
-    p.add_argument("--json", type=Path, default=None, help="also write the rows here")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     if a.role == "tcp-send":
-        return tcp_send(a.addr, a.port, parse_sizes(a.sizes))
+        tcp_send(a.addr, a.port, parse_sizes(a.sizes))
+        return 0
     if a.role == "tcp-recv":
-        return tcp_recv(a.addr, a.port, parse_sizes(a.sizes))
-    lo = {"if": "lo", "addr": "127.0.0.1"}
-    port = hold("port")  # loopback is shared with every other run and test on the machine: claimed ones
-    rows = measure("loopback", [], [], lo, lo, a.sizes or LOOPBACK_SIZES, domain=hold("domain"), port=port,
-                   mtu=False, repeat=a.repeat)
-    try:
-        with veth_pair(202, rate="10mbit") as (sa, sb):
-            rows += measure("10mbit-tbf", sa.exec_prefix(), sb.exec_prefix(),
-                            {"if": sa.interface, "addr": sa.address}, {"if": sb.interface, "addr": sb.address},
-                            a.sizes or SHAPED_SIZES, domain=189, port=port, mtu=True, repeat=1)
-    except NetnsUnavailable as e:
-        print(f"shaped link skipped: {e}")
-    if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps(rows, indent=2))
+        tcp_recv(a.addr, a.port, parse_sizes(a.sizes))
+        return 0
+    # Loopback is shared with every other run and test on the machine: a claimed domain and port.
+    domain, port = hold("domain"), a.port or hold("port")
+    with Session(a, a.repeat + 1, "repetition") as s:
+        rows = measure(s, "loopback", *LOOPBACK, a.sizes or LOOPBACK_SIZES, domain=domain, mtu=False,
+                       repeat=a.repeat, port=port)
+        rows += on_shaped_link(s, 202, lambda prefixes, sides: measure(
+            s, "10mbit-tbf", prefixes, sides, a.sizes or SHAPED_SIZES, domain=189, mtu=True, repeat=1, port=port))
+        s.write(pd.DataFrame(rows), None, "DDS against TCP goodput between the same two endpoints",
+                notes=["median goodput over alternating repetitions; DDS wire bytes: the transport's estimate"])
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

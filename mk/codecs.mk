@@ -1,17 +1,17 @@
-# Codec benchmark (docs/codecs.md): wire size, throughput vs memcpy, error; CSV in results/bench/.
+# Codec benchmark (docs/codecs.md): wire size, throughput vs memcpy, error; table in results/bench/.
 .PHONY: bench-codecs
-bench-codecs: $(STAMP) ## codec table: wire bytes, encode/decode MB/s vs memcpy, error -> results/bench/codecs.csv
-	$(PYTHON) benchmarks/bench_codecs.py
+bench-codecs: $(STAMP) ## codec table: wire bytes, encode/decode MB/s vs memcpy, error -> results/bench/codecs.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_codecs.py $(BENCH_QUICK)
 
 # Every compressor in FL and DDP (docs/codecs.md): bytes vs fp32/dense, accuracy delta, comm time.
 # Short runs by default; MATRIX_ARGS="--fl-rounds 10 --fl-samples 6000 --ddp-epochs 2 --ddp-train-subset 20000" for the full ones.
 MATRIX_ARGS ?=
 .PHONY: bench-matrix
-bench-matrix: $(STAMP) ## every compressor x {FL, DDP}: bytes, accuracy delta, comm time -> results/bench/matrix.{csv,md}
-	$(PYTHON) benchmarks/bench_matrix.py $(MATRIX_ARGS)
+bench-matrix: $(STAMP) ## every compressor x {FL, DDP}: bytes, accuracy delta, comm time -> results/bench/matrix.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_matrix.py $(BENCH_QUICK) $(MATRIX_ARGS)
 
 # Both directions, one-to-many (docs/fl.md): compressed model broadcast and multicast on 10 Mbit links (root).
 DOWNLINK_ARGS ?=
 .PHONY: bench-downlink
-bench-downlink: $(STAMP) ## compressed broadcast + multicast vs fp32 unicast, 10 Mbit namespaces (root) -> results/bench/downlink-*.csv
-	$(PYTHON) benchmarks/bench_downlink.py $(DOWNLINK_ARGS)
+bench-downlink: $(STAMP) ## compressed broadcast + multicast vs fp32 unicast, 10 Mbit namespaces (root) -> results/bench/downlink-*.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_downlink.py $(BENCH_QUICK) $(DOWNLINK_ARGS)

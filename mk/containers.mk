@@ -18,5 +18,13 @@ stack-up: docker-engine images ## the default experiment (as `up`: FL int8_spars
 stack-down: $(STAMP) ## remove leftover stacks and leave the single-node swarm that stack-up made
 	$(PYTHON) -m commlab.testbed.swarm down
 
-bench-stack: docker-engine images ## the same FL run on compose and on the swarm: bytes and accuracy side by side -> results/bench/stack.csv
-	$(PYTHON) benchmarks/bench_stack.py
+bench-stack: docker-engine images ## the same FL run on compose and on the swarm: bytes and accuracy side by side -> results/bench/stack.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_stack.py $(BENCH_QUICK)
+
+# LINK_BACKEND=netns: local processes in network namespaces (root); docker: one container per node.
+# LINK_COMM_ARGS: --profile P --rounds R --codec C
+LINK_BACKEND ?= netns
+LINK_COMM_ARGS ?=
+.PHONY: bench-link-comm
+bench-link-comm: $(STAMP) ## fp32 vs int8_sparse FL communication time per round on 10 Mbit links, LINK_BACKEND netns|docker (root; LINK_COMM_ARGS) -> results/bench/link-comm.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_link_comm.py --backend $(LINK_BACKEND) $(BENCH_QUICK) $(LINK_COMM_ARGS)

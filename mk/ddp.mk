@@ -7,3 +7,7 @@ DDP_ARGS ?=
 
 ddp-%: $(STAMP) ## DDP run with method % (dense, dgc, int8, qsgd4, signsgd, ...): WORLD EPOCHS BACKEND PROFILE DDP_ARGS
 	$(PYTHON) -m commlab.ddp.run --method $* --world $(WORLD) --epochs $(EPOCHS) --backend $(BACKEND) --profile $(PROFILE) $(DDP_ARGS)
+
+.PHONY: bench-ddp
+bench-ddp: $(STAMP) ## dense allreduce vs DGC, same seeds and data: bytes after warm-up, accuracy gap, step times (WORLD EPOCHS) -> results/bench/ddp.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_ddp.py --world $(WORLD) $(if $(QUICK),--quick,--epochs $(EPOCHS))

@@ -36,14 +36,14 @@ test-fl-slow: $(STAMP) ## FL tests with real node processes (tests/fl): clients 
 	$(PYTHON) -m pytest -q -ra -m slow tests/fl
 
 .PHONY: bench-robust
-bench-robust: $(STAMP) ## every aggregation rule clean and with one sign-flipped client: 4 iid x10, 3 and 10 non-IID x100 (ROBUST_ARGS) -> results/bench/robust.{csv,md}
-	$(PYTHON) benchmarks/bench_robust.py $(ROBUST_ARGS)
+bench-robust: $(STAMP) ## every aggregation rule clean and with one sign-flipped client: 3 and 10 non-IID x100 (ROBUST_ARGS) -> results/bench/robust.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_robust.py $(BENCH_QUICK) $(ROBUST_ARGS)
 
 # FedBuff vs synchronous FedAvg to 97 % on hetero links, 20 clients in namespaces (docs/scale.md).
 FEDBUFF_ARGS ?=
 .PHONY: bench-fedbuff
-bench-fedbuff: $(STAMP) ## FedBuff vs FedAvg: wall time to 97 % on hetero, 20 clients in namespaces (root), 3 seeds -> results/bench/fedbuff.{csv,md} (FEDBUFF_ARGS=--smoke)
-	$(PYTHON) benchmarks/bench_fedbuff.py $(FEDBUFF_ARGS)
+bench-fedbuff: $(STAMP) ## FedBuff vs FedAvg: wall time to 97 % on hetero, 20 clients in namespaces (root), 3 seeds -> results/bench/fedbuff.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_fedbuff.py $(BENCH_QUICK) $(FEDBUFF_ARGS)
 
 # Adaptive bits and bandwidth per client (docs/adaptive.md); PROFILE=hetero4 CLIENTS=4 to match the bench.
 UPLINK_MBIT ?= 8
@@ -54,8 +54,8 @@ ADAPTIVE_CODEC ?= qsgdz15
 fl-adaptive: $(STAMP) ## FL with per-client qsgd bits and uplink rates each round: CLIENTS ROUNDS BACKEND PROFILE SAMPLES UPLINK_MBIT SPEEDS ADAPTIVE_CODEC FL_ARGS
 	$(PYTHON) -m commlab.fl.run --codec $(ADAPTIVE_CODEC) --adaptive joint --total-uplink-mbit $(UPLINK_MBIT) --speed-factors $(SPEEDS) --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --backend $(BACKEND) --profile $(PROFILE) $(FL_ARGS)
 
-bench-adaptive: $(STAMP) ## adaptive (qsgd bits and rates; int8_sparse's rates) vs qsgd 2/4/8 bits, fp32, int8_sparse (equal split) on hetero4, 3 seeds to 97 %, 4 clients in namespaces (root) -> results/bench/adaptive.{csv,md}
-	$(PYTHON) benchmarks/bench_adaptive.py $(ADAPTIVE_ARGS)
+bench-adaptive: $(STAMP) ## adaptive (qsgd bits and rates; int8_sparse's rates) vs qsgd 2/4/8 bits, fp32, int8_sparse (equal split) on hetero4, 3 seeds to 97 %, 4 clients in namespaces (root) -> results/bench/adaptive.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_adaptive.py $(BENCH_QUICK) $(ADAPTIVE_ARGS)
 
 test-adaptive: $(STAMP) ## the allocation against brute force, budget, monotonicity, fairness; estimates; the rate change applied (root)
 	$(PYTHON) -m pytest -q tests/fl/test_adaptive.py tests/benchmarks/test_bench_adaptive.py

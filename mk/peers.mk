@@ -2,7 +2,7 @@
 # make peer-gloo HOOK=none|fp16|powersgd WORLD=3 EPOCHS=2 PROFILE=lan|10mbit BACKEND=auto|local|docker PEER_ARGS="--train-subset 6000"
 # make centralized WORLD=3 EPOCHS=2
 # make bench-peers [SMOKE=1]   /   make peer-flower CLIENTS=2 ROUNDS=10 PROFILE=lan|10mbit   /   make bench-peers-fl PROFILE=10mbit [SMOKE=1]
-# SMOKE=1: a few steps / 2 rounds on small subsets with PROFILE (default lan), every row and ratio (CI runs both:
+# SMOKE=1 (or QUICK=1): a few steps / 2 rounds on small subsets with PROFILE (default lan), every row and ratio (CI runs both:
 # tests/benchmarks/test_bench_peers_smoke.py)
 HOOK ?= none
 PEER_ARGS ?=
@@ -15,8 +15,8 @@ peer-gloo: $(STAMP) ## torch DDP over gloo with comm hook HOOK (none, fp16, powe
 centralized: $(STAMP) ## one process on the union of WORLD workers' data, same budget: the accuracy ceiling
 	$(PYTHON) -m commlab.peers.run --kind centralized --world $(WORLD) --epochs $(EPOCHS) --profile $(PROFILE) $(PEER_ARGS)
 
-bench-peers: $(STAMP) ## DDS dense ring/naive, int8, dgc, powersgd2 vs gloo none/fp16/powersgd vs centralized on 10 Mbit namespaces (root; SMOKE=1: 10 steps)
-	$(PYTHON) benchmarks/bench_peers.py $(if $(SMOKE),--smoke --profile $(PROFILE))
+bench-peers: $(STAMP) ## DDS dense ring/naive, int8, dgc, powersgd2 vs gloo none/fp16/powersgd vs centralized on 10 Mbit namespaces (root; SMOKE=1: 10 steps) -> results/bench/peers.{csv,md}
+	$(PYTHON) benchmarks/bench_peers.py $(if $(or $(SMOKE),$(QUICK)),--quick --profile $(PROFILE))
 
 # Flower is a test dependency (pyproject.toml's [test], the version pinned there), not one of the nodes.
 flwr: $(STAMP)
@@ -25,5 +25,5 @@ flwr: $(STAMP)
 peer-flower: flwr ## Flower FedAvg (server + clients over its gRPC) with make fl-fp32's settings: CLIENTS ROUNDS PROFILE PEER_ARGS
 	$(PYTHON) -m commlab.peers.run --kind flower --clients $(CLIENTS) --rounds $(ROUNDS) --profile $(PROFILE) $(PEER_ARGS)
 
-bench-peers-fl: flwr ## DDS fp32 and int8_sparse vs Flower FedAvg vs centralized, one table (SMOKE=1: 2 rounds on small subsets)
-	$(PYTHON) benchmarks/bench_peers_fl.py --profile $(PROFILE) --clients $(CLIENTS) $(if $(SMOKE),--smoke,--rounds $(ROUNDS))
+bench-peers-fl: flwr ## DDS fp32 and int8_sparse vs Flower FedAvg vs centralized, one table (SMOKE=1: 2 rounds on small subsets) -> results/bench/peers-fl.{csv,md}
+	$(PYTHON) benchmarks/bench_peers_fl.py --profile $(PROFILE) --clients $(CLIENTS) $(if $(or $(SMOKE),$(QUICK)),--quick,--rounds $(ROUNDS))

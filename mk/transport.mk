@@ -1,12 +1,17 @@
-# DDS transport (commlab.dds): tests and the DDS-vs-TCP benchmark.
-.PHONY: bench-transport test-transport
+# DDS transport (commlab.dds): tests, the DDS-vs-TCP and the allreduce benchmarks.
+.PHONY: bench-transport bench-allreduce test-transport
 
-bench-transport: $(STAMP) ## DDS vs TCP goodput on loopback and a 10 Mbit tbf link (needs root for namespaces)
-	$(PYTHON) benchmarks/bench_transport.py --json results/bench/transport.json
+bench-transport: $(STAMP) ## DDS vs TCP goodput on loopback and a 10 Mbit tbf link (needs root for namespaces) -> results/bench/transport.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_transport.py $(BENCH_QUICK)
+
+# ALLREDUCE_ARGS: --profile P --numel N --reps R --multicast data --chunk-bytes N --datagram-frames K --send-window B --no-netns
+ALLREDUCE_ARGS ?=
+bench-allreduce: $(STAMP) ## dense allreduce over DDS, naive vs ring, WORLD ranks on loopback and on 10 Mbit namespaces (root; ALLREDUCE_ARGS) -> results/bench/allreduce.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_allreduce.py --world $(WORLD) $(BENCH_QUICK) $(ALLREDUCE_ARGS)
 
 test-transport: $(STAMP) ## DDS transport tests (tests/dds: unit, multi-process, network namespaces) and message authentication
 	$(PYTHON) -m pytest -q -ra tests/dds tests/security/test_auth.py
 
 .PHONY: bench-auth
-bench-auth: $(STAMP) ## cost of authenticated messages: DDS goodput with/without, loopback and a 10 Mbit link -> results/bench/auth.csv
-	$(PYTHON) benchmarks/bench_auth.py
+bench-auth: $(STAMP) ## cost of authenticated messages: DDS goodput with/without, loopback and a 10 Mbit link -> results/bench/auth.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_auth.py $(BENCH_QUICK)

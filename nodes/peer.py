@@ -9,22 +9,24 @@ from __future__ import annotations
 import os
 import sys
 
-from commlab.config_schema import ConfigError
-from commlab.peers.config import load_peer_config
+from commlab.config_schema import ConfigError, load_from_argv
+from commlab.peers.config import PeerConfig, load_peer_config
+
+
+def load(path: str) -> tuple[PeerConfig, int]:
+    """The config and this process's RANK (0 when unset)."""
+    cfg = load_peer_config(path)
+    rank = int(os.environ.get("RANK", "0"))
+    if not 0 <= rank < cfg.world:
+        raise ConfigError(f"RANK={rank}: must be in 0..{cfg.world - 1}")
+    return cfg, rank
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: [RANK=r] peer.py CONFIG.json", file=sys.stderr)
+    loaded = load_from_argv("peer", "[RANK=r] peer.py CONFIG.json", argv, load)
+    if loaded is None:
         return 2
-    try:
-        cfg = load_peer_config(argv[0])
-        rank = int(os.environ.get("RANK", "0"))
-        if not 0 <= rank < cfg.world:
-            raise ConfigError(f"RANK={rank}: must be in 0..{cfg.world - 1}")
-    except ValueError as e:  # ConfigError, or RANK not an integer
-        print(f"peer: config error: {e}", file=sys.stderr)
-        return 2
+    cfg, rank = loaded
     from commlab.data import DatasetError
     try:
         if cfg.kind == "centralized":

@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import sys
 
-from commlab.config_schema import ConfigError
+from commlab.config_schema import ConfigError, load_from_argv
 from commlab.ddp.config import load_worker_config, world_and_rank
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: WORLD=N RANK=r worker.py CONFIG.json", file=sys.stderr)
+    loaded = load_from_argv("worker", "WORLD=N RANK=r worker.py CONFIG.json", argv,
+                            lambda path: (load_worker_config(path), *world_and_rank()))
+    if loaded is None:
         return 2
-    try:
-        cfg = load_worker_config(argv[0])
-        world, rank = world_and_rank()
-    except ConfigError as e:
-        print(f"worker: config error: {e}", file=sys.stderr)
-        return 2
+    cfg, world, rank = loaded
     from commlab.codecs import CodecError
     from commlab.data import DatasetError
     from commlab.dds import DdsError, exit_cleanly_on_sigterm

@@ -13,11 +13,12 @@ import json
 import math
 import socket
 import struct
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
 
@@ -126,6 +127,19 @@ def load_config(cls: type[T], path: str | Path) -> T:
         raise ConfigError(f"{path}: {e}") from None
 
 
+def load_from_argv(prog: str, usage: str, argv: list[str], load: Callable[[str], T]) -> T | None:
+    """What ``load`` makes of a node program's one argument, its config file; None after one line
+    on stderr, the usage or the config error naming the problem (the program then exits 2)."""
+    if len(argv) != 1:
+        print(f"usage: {usage}", file=sys.stderr)
+        return None
+    try:
+        return load(argv[0])
+    except ValueError as e:  # ConfigError, or a number in the environment that is none
+        print(f"{prog}: config error: {e}", file=sys.stderr)
+        return None
+
+
 def positive(where: str, **values: float) -> None:
     for name, v in values.items():
         if v <= 0:
@@ -206,9 +220,15 @@ class DdsSection:
 
 
 @dataclass(frozen=True)
-class ModelSection:
-    name: str = "mnist_cnn"
+class NamedSection:
+    """Something built by registry name with keyword parameters: a model, a codec."""
+    name: str
     params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelSection(NamedSection):
+    name: str = "mnist_cnn"
 
 
 @dataclass(frozen=True)

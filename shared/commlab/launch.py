@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from .progress import echo
 from .roster import Node
@@ -26,6 +26,27 @@ END_GRACE_S = 15.0  # how long a node may take to exit after SIGTERM
 def end_nodes_on_sigterm() -> None:
     """Let SIGTERM unwind through NodeProcesses.__exit__, so the nodes we started are ended too."""
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+T = TypeVar("T")
+
+
+def config_or_report(prog: str, build: Callable[[], T], errors: tuple[type[Exception], ...] = ()) -> T | None:
+    """What ``build`` returns (the node configs of a run), or None after one line on stderr naming
+    the problem: a ConfigError (bad flags, files), or one of ``errors``. The launcher then exits 2."""
+    from commlab.config_schema import ConfigError
+    try:
+        return build()
+    except (ConfigError, *errors) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
+
+
+def announce(cfg: dict[str, Any], what: str) -> Path:
+    """Print the run's id, ``what`` it is and where its results go; returns that folder."""
+    run_dir = Path(cfg["results_dir"]) / cfg["run_id"]
+    print(f"[run] {cfg['run_id']}: {what}, results {run_dir}", flush=True)
+    return run_dir
 
 
 def codec_params(pairs: list[str]) -> dict[str, Any]:

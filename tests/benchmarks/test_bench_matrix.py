@@ -42,14 +42,11 @@ def test_median_range_and_a_failed_seed():
     assert (row["delta_min_pp"], row["delta_max_pp"]) == (pytest.approx(-1.0), pytest.approx(1.0))
 
 
-def test_the_centralized_peer_runs_at_each_modes_budget_and_is_tabled_last(monkeypatch, tmp_path):
-    argv = {}
-    monkeypatch.setattr(bench_matrix, "run", lambda cmd, log: argv.setdefault(log.name, cmd) and 0)
+def test_the_centralized_peer_runs_at_each_modes_budget_and_is_tabled_last(tmp_path):
     a = bench_matrix.argparse.Namespace(clients=2, fl_rounds=10, fl_samples=6000, world=3, ddp_epochs=2,
                                         ddp_train_subset=20000, results_dir=tmp_path)
-    bench_matrix.centralized_run("fl", a, 1, "fl-c")
-    bench_matrix.centralized_run("ddp", a, 1, "ddp-c")
-    fl, ddp = argv["fl-c.log"], argv["ddp-c.log"]
+    fl = bench_matrix.run_argv("fl", "centralized", a, 1, "fl-c")
+    ddp = bench_matrix.run_argv("ddp", "centralized", a, 1, "ddp-c")
 
     def flag(cmd: list[str], name: str) -> str:
         return cmd[cmd.index(name) + 1]
@@ -72,9 +69,13 @@ def test_ddp_bytes_are_those_of_the_steady_state(tmp_path, method, params, first
     from bench_ddp import summarise
     config = {"method_params": params, "dgc": {"warmup_length": 2, "warmup_unit": "epochs"}}
     (tmp_path / "manifest.json").write_text(json.dumps(
-        {"method": method, "config": config, "steps_per_epoch": 4, "world": 3, "status": "finished"}))
-    zeros = {c: 0.0 for c in ("comm_time_s", "compute_time_s", "compress_time_s", "decompress_time_s", "step_time_s")}
-    pd.DataFrame([{"step": k, "bytes_sent": 1000 if k < first_steady else 10, "bytes_received": 10, "density": 1.0,
-                   **zeros} for k in range(12)]).to_csv(tmp_path / "steps-rank0.csv", index=False)
-    pd.DataFrame([{"test_accuracy": 0.9}]).to_csv(tmp_path / "epochs-rank0.csv", index=False)
+        {"kind": "ddp", "model": "mnist_cnn", "dataset": "mnist", "link_profile": "lan", "method": method,
+         "config": config, "steps_per_epoch": 4, "world": 3, "epochs": 3, "status": "finished"}))
+    zeros = {c: 0.0 for c in ("comm_time_s", "compute_time_s", "compress_time_s", "decompress_time_s", "step_time_s",
+                              "train_loss")}
+    pd.DataFrame([{"step": k, "epoch": k // 4, "rank": 0, "bytes_sent": 1000 if k < first_steady else 10,
+                   "bytes_received": 10, "density": 1.0, **zeros} for k in range(12)]
+                 ).to_csv(tmp_path / "steps-rank0.csv", index=False)
+    pd.DataFrame([{"epoch": 2, "rank": 0, "step": 11, "test_accuracy": 0.9, "test_loss": 0.3, "epoch_time_s": 1.0}]
+                 ).to_csv(tmp_path / "epochs-rank0.csv", index=False)
     assert summarise(tmp_path)["bytes_sent_per_step_after_warmup"] == 10

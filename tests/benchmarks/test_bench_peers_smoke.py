@@ -38,11 +38,11 @@ class Bench:
 
 
 def run_bench(tmp: Path, script: str) -> Bench:
-    out_csv = tmp / "table.csv"
+    out_csv = tmp / "bench" / "table-quick.csv"
     log = tmp / "bench.log"
     with open(log, "w") as f:
         code = subprocess.run([sys.executable, f"benchmarks/{script}", "--smoke", "--profile", "lan",
-                               "--results-dir", str(tmp), "--out", str(out_csv)],
+                               "--results-dir", str(tmp), "--name", "table"],
                               cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=840).returncode
     text = log.read_text()
     assert code == 0, text[-4000:]

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from commlab.report.results_doc import HEADER_FIELDS, document, header, machine
+from commlab.report.provenance import HEADER_FIELDS, header, machine
+from commlab.report.results_doc import document
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 PATTERNS = {"command": r"`[^`]+`", "commit": r"`[0-9a-f]{7,}(\+dirty)?`", "date": r"\d{4}-\d\d-\d\d \d\d:\d\d UTC",

@@ -14,7 +14,8 @@ from commlab.claims import hold
 from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec
 from commlab.ddp.config import WorkerConfig, steps_per_epoch
-from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, write_node_config
+from commlab.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
+                            write_node_config)
 from commlab.metrics import new_run_id, peak_memory_line
 from commlab.progress import watch_csv
 from commlab.roster import ddp_roster
@@ -69,6 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_config(a: argparse.Namespace) -> dict:
     """The worker config every rank reads, validated through the workers' own schema."""
+    if a.world < 1:
+        raise ConfigError(f"--world must be >= 1, got {a.world}")
     domain = a.domain_id if a.domain_id is not None else hold("domain")
     cfg = {"run_id": a.run_id or new_run_id("ddp", f"{a.method}-w{a.world}"), "method": a.method,
            "method_params": codec_params(a.method_param),
@@ -106,17 +109,13 @@ def run_local(cfg: dict, world: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     end_nodes_on_sigterm()
     a = parse_args(argv)
-    try:
-        if a.world < 1:
-            raise ConfigError(f"--world must be >= 1, got {a.world}")
-        cfg = build_config(a)
-        backend = "local" if a.backend == "local" else choose_backend(a.backend)
-    except (ConfigError, RuntimeError) as e:
-        print(f"commlab.ddp.run: {e}", file=sys.stderr)
+    built = config_or_report("commlab.ddp.run", lambda: (build_config(a), choose_backend(a.backend)),
+                             (RuntimeError,))
+    if built is None:
         return 2
-    run_dir = Path(cfg["results_dir"]) / cfg["run_id"]
-    print(f"[run] {cfg['run_id']}: {a.method}, world {a.world}, {a.epochs} epochs, backend {backend}, "
-          f"DDS domain {cfg['dds']['domain_id']}, results {run_dir}", flush=True)
+    cfg, backend = built
+    run_dir = announce(cfg, f"{a.method}, world {a.world}, {a.epochs} epochs, backend {backend}, "
+                            f"DDS domain {cfg['dds']['domain_id']}")
     # Every backend writes rank 0's steps-rank0.csv into this host folder, one row per step.
     stop_progress = watch_csv(run_dir / "steps-rank0.csv", total_steps(cfg, a.world), "step",
                               numbered_from=0, note_column="train_loss", note_label="loss")

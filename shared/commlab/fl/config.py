@@ -5,13 +5,13 @@ raise ConfigError (naming the key or file) before anything is trained or written
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, existing, load_config,
-                                   positive, to_dict)
+from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, NamedSection, existing,
+                                   load_config, positive, to_dict)
 from commlab.dds.messages import MAX_TEXT
 from commlab.fl.adaptive import AdaptiveSection
 from commlab.fl.root_update import RootUpdate
@@ -43,9 +43,8 @@ class PartitionSection:
 
 
 @dataclass(frozen=True)
-class CodecSection:
+class CodecSection(NamedSection):
     name: str = "fp32"
-    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from pathlib import Path
 from commlab.claims import hold
 from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.fl.config import ClientConfig, ControllerConfig
-from commlab.launch import NodeProcesses, codec_params, end_nodes_on_sigterm, write_node_config
+from commlab.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
+                            write_node_config)
 from commlab.fl.adaptive import record_heterogeneity, speed_factors
 from commlab.metrics import new_run_id, peak_memory_line
 from commlab.progress import watch_csv
@@ -201,19 +202,13 @@ def run_local(controller_cfg: dict, client_cfgs: list[dict]) -> int:
 def main(argv: list[str] | None = None) -> int:
     end_nodes_on_sigterm()
     a = parse_args(argv)
-    try:
-        controller, clients = build_configs(a)
-    except ConfigError as e:
-        print(f"commlab.fl.run: config error: {e}", file=sys.stderr)
+    built = config_or_report("commlab.fl.run", lambda: (*build_configs(a), choose_backend(a.backend)),
+                             (RuntimeError,))
+    if built is None:
         return 2
-    try:
-        backend = "local" if a.backend == "local" else choose_backend(a.backend)
-    except RuntimeError as e:
-        print(f"commlab.fl.run: {e}", file=sys.stderr)
-        return 2
-    run_dir = Path(controller["results_dir"]) / controller["run_id"]
-    print(f"[run] {controller['run_id']}: codec {a.codec} up, {a.downlink_codec} down, {a.clients} clients, {a.rounds} rounds, "
-          f"backend {backend}, DDS domain {controller['dds']['domain_id']}, results {run_dir}", flush=True)
+    controller, clients, backend = built
+    run_dir = announce(controller, f"codec {a.codec} up, {a.downlink_codec} down, {a.clients} clients, {a.rounds} "
+                                   f"rounds, backend {backend}, DDS domain {controller['dds']['domain_id']}")
     # Every backend writes rounds.csv into this host folder: one row per round, whoever runs the nodes.
     stop_progress = watch_csv(run_dir / "rounds.csv", a.rounds, "round", note_column="test_accuracy",
                               note_label="acc")

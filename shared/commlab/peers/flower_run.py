@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from commlab.claims import hold
-from commlab.config_schema import ConfigError, from_dict, to_dict
+from commlab.config_schema import from_dict, to_dict
 from commlab.fl.run import add_experiment_args
-from commlab.launch import END_GRACE_S, NodeProcesses, write_node_config
+from commlab.launch import END_GRACE_S, NodeProcesses, announce, config_or_report, write_node_config
 from commlab.metrics import new_run_id
 from commlab.peers.flower import METHOD, TRANSPORTS, FlowerConfig, roster
 from commlab.peers.run import GRACE_S
@@ -241,14 +241,11 @@ def main(argv: list[str]) -> int:
         print("commlab.peers.run: --kind flower needs flwr (pip install flwr; `make peer-flower` does it)",
               file=sys.stderr)
         return 2
-    try:
-        cfg = build_config(a)
-    except ConfigError as e:
-        print(f"commlab.peers.run: {e}", file=sys.stderr)
+    cfg = config_or_report("commlab.peers.run", lambda: build_config(a))
+    if cfg is None:
         return 2
-    run_dir = Path(cfg["results_dir"]) / cfg["run_id"]
-    print(f"[run] {cfg['run_id']}: {METHOD} (flwr {flwr.__version__}, {a.transport}), {a.clients} clients, "
-          f"{a.rounds} rounds, profile {a.profile}, results {run_dir}", flush=True)
+    run_dir = announce(cfg, f"{METHOD} (flwr {flwr.__version__}, {a.transport}), {a.clients} clients, "
+                            f"{a.rounds} rounds, profile {a.profile}")
     stop_progress = watch_csv(run_dir / "rounds.csv", a.rounds, "round", note_column="test_accuracy", note_label="acc")
     try:
         return run_nodes("commlab.peers.run", "local", a.profile, run_dir, [n.name for n in roster(a.clients)],

@@ -19,7 +19,7 @@ from commlab.claims import hold
 from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec
 from commlab.ddp.config import steps_per_epoch
-from commlab.launch import NodeProcesses, end_nodes_on_sigterm, write_node_config
+from commlab.launch import NodeProcesses, announce, config_or_report, end_nodes_on_sigterm, write_node_config
 from commlab.metrics import new_run_id
 from commlab.peers.config import HOOKS, KINDS, PeerConfig
 from commlab.progress import watch_csv
@@ -150,15 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         from commlab.peers.flower_run import main as run_flower
         return run_flower(argv)
     a = parse_args(argv)
-    try:
-        cfg = build_config(a)
-    except ConfigError as e:
-        print(f"commlab.peers.run: {e}", file=sys.stderr)
+    cfg = config_or_report("commlab.peers.run", lambda: build_config(a))
+    if cfg is None:
         return 2
-    run_dir = Path(cfg["results_dir"]) / cfg["run_id"]
     method = PeerConfig(**{k: cfg[k] for k in ("run_id", "results_dir", "kind", "hook")}).method
-    print(f"[run] {cfg['run_id']}: {method}, world {a.world}, {a.epochs} epochs, profile {a.profile}, "
-          f"results {run_dir}", flush=True)
+    run_dir = announce(cfg, f"{method}, world {a.world}, {a.epochs} epochs, profile {a.profile}")
     stop_progress = watch_csv(run_dir / "steps-rank0.csv", total_steps(cfg), "step", numbered_from=0,
                               note_column="train_loss", note_label="loss")
     try:

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
-import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -20,25 +17,27 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-HEADER_FIELDS = ("command", "commit", "date", "machine", "wall time")
+from commlab.bench.options import table_stem
+
+from .provenance import git_commit, header, machine
+
 Column = tuple[str, str]  # (heading, format spec for float(value); "" keeps the value as written)
+# The first columns of both probe benchmarks (auth, transport): which link, what was sent, how often.
+PROBE_COLUMNS: dict[str, Column] = {"link": ("link", ""), "size": ("message bytes", ",.0f"),
+                                    "count": ("messages", ""), "repeat": ("repetitions (median)", "")}
 
 
 @dataclass(frozen=True)
 class Bench:
     title: str
     script: str
-    args: tuple[str, ...]  # every run
-    quick: tuple[str, ...]  # added by --quick: small settings, a run of minutes
-    rows: str  # the file the benchmark writes its rows to (.csv or a .json list)
     columns: dict[str, Column]
 
 
 BENCHES = {
     "codecs": Bench(
         "Codecs: wire bytes, encode/decode speed against memcpy, reconstruction error",
-        "benchmarks/bench_codecs.py", (), ("--reps", "1", "--budget", "0.2", "--vectors", "mnist_cnn"),
-        "results/bench/codecs.csv",
+        "benchmarks/bench_codecs.py",
         {"vector": ("vector", ""), "numel": ("values", ",.0f"), "codec": ("codec", ""),
          "wire_bytes": ("wire bytes", ",.0f"), "wire_x_of_fp32": ("wire, x of fp32", ".4f"),
          "encode_MBps": ("encode MB/s", ".0f"), "decode_MBps": ("decode MB/s", ".0f"),
@@ -46,56 +45,22 @@ BENCHES = {
          "mean_abs_err": ("mean abs error", ".3g")}),
     "auth": Bench(
         "Authentication: DDS goodput with and without authenticated messages",
-        "benchmarks/bench_auth.py", (), ("--repeat", "3"), "results/bench/auth.csv",
-        {"link": ("link", ""), "size": ("message bytes", ",.0f"), "count": ("messages", ""),
-         "repeat": ("repetitions (median)", ""), "plain_MBps": ("plain MB/s", ".2f"),
+        "benchmarks/bench_auth.py",
+        {**PROBE_COLUMNS, "plain_MBps": ("plain MB/s", ".2f"),
          "auth_MBps": ("authenticated MB/s", ".2f"), "goodput_cost": ("goodput cost", ".1%"),
          "plain_s": ("plain s", ".3f"), "auth_s": ("authenticated s", ".3f")}),
     "transport": Bench(
         "Transport: DDS against TCP goodput between the same two endpoints",
-        "benchmarks/bench_transport.py", ("--json", "results/bench/transport.json"), ("--repeat", "1"),
-        "results/bench/transport.json",
-        {"link": ("link", ""), "size": ("message bytes", ",.0f"), "count": ("messages", ""),
-         "repeat": ("repetitions (median)", ""), "dds_MBps": ("DDS MB/s", ".2f"), "tcp_MBps": ("TCP MB/s", ".2f"),
+        "benchmarks/bench_transport.py",
+        {**PROBE_COLUMNS, "dds_MBps": ("DDS MB/s", ".2f"), "tcp_MBps": ("TCP MB/s", ".2f"),
          "ratio": ("DDS / TCP", ".2f"), "dds_wire_bytes_est": ("DDS wire bytes (estimate)", ",.0f"),
          "payload_bytes": ("payload bytes", ",.0f")}),
     "chaos": Bench(
         "Chaos: FL and DDP runs while nodes are paused past their lease, killed, restarted, starved, or share the machine",
-        "benchmarks/bench_chaos.py", (), ("--pauses", "10"), "results/bench/chaos.csv",
+        "benchmarks/bench_chaos.py",
         {"case": ("case", ""), "fault": ("fault", ""), "expected": ("expected", ""), "outcome": ("outcome", ""),
          "passed": ("passed", ""), "wall_s": ("wall s", ".0f")}),
 }
-
-
-def git_commit(root: Path) -> str:
-    """Short commit of ``root``, "+dirty" when anything but the generated tables differs from it."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-    dirty = git("status", "--porcelain", "--", ".", ":(exclude)docs/results")
-    return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
-
-
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {model}, kernel {platform.release()}"
-
-
-def duration(seconds: float) -> str:
-    minutes, secs = divmod(round(seconds), 60)
-    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
-
-
-def header(command: str, commit: str, date: datetime, machine_text: str, wall_s: float) -> list[str]:
-    """The lines above every table; ``command`` is markdown (code spans included)."""
-    values = (command, f"`{commit}`", date.strftime("%Y-%m-%d %H:%M UTC"), machine_text, duration(wall_s))
-    return [f"- {field}: {value}" for field, value in zip(HEADER_FIELDS, values)]
 
 
 def cell(value: object, spec: str) -> str:
@@ -116,16 +81,15 @@ def document(title: str, head: list[str], rows: list[dict], columns: dict[str, C
 
 
 def read_rows(path: Path) -> list[dict]:
-    if path.suffix == ".json":
-        return json.loads(path.read_text())
     with path.open(newline="") as fh:
         return list(csv.DictReader(fh))
 
 
 def run(name: str, quick: bool, out_dir: Path, root: Path) -> Path:
-    """Run benchmark ``name`` in ``root`` (its output goes to the terminal) and write its table."""
+    """Run benchmark ``name`` in ``root`` (its output goes to the terminal) and write its table from
+    the rows it saved (results/bench/<name>[-quick].csv: commlab.bench)."""
     bench = BENCHES[name]
-    args = [bench.script, *bench.args, *(bench.quick if quick else ())]
+    args = [bench.script, *(["--quick"] if quick else [])]
     command = f"`{shlex.join(['python', *args])}` (run by `make results{' QUICK=1' if quick else ''}`)"
     commit, date, start = git_commit(root), datetime.now(timezone.utc), time.monotonic()
     done = subprocess.run([sys.executable, *args], cwd=root)
@@ -135,7 +99,8 @@ def run(name: str, quick: bool, out_dir: Path, root: Path) -> Path:
     out = out_dir / f"{name}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     head = header(command, commit, date, machine(), wall_s)
-    out.write_text(document(bench.title, head, read_rows(root / bench.rows), bench.columns))
+    rows = read_rows(table_stem(root / "results", name, quick).with_suffix(".csv"))
+    out.write_text(document(bench.title, head, rows, bench.columns))
     return out
 
 

@@ -57,6 +57,18 @@ class Run:
         return series
 
     @property
+    def final_accuracy(self) -> float:
+        """Test accuracy of the last evaluated round (FL) or of rank 0's last epoch (DDP; every rank
+        evaluates the same model); NaN when nothing was evaluated."""
+        if self.kind == "fl":
+            accuracy = self.tables["rounds"]["test_accuracy"]
+        else:
+            epochs = self.tables["epochs"]
+            accuracy = epochs.loc[epochs["rank"] == 0, "test_accuracy"]
+        evaluated = accuracy.dropna()
+        return float(evaluated.iloc[-1]) if len(evaluated) else float("nan")
+
+    @property
     def settings(self) -> dict:
         m, k = self.manifest, KINDS[self.kind]
         out = {"kind": self.kind, "backend": m.get("backend", "local"), "model": m["model"],
@@ -136,9 +148,12 @@ def read_manifest(path: Path) -> dict:
     return manifest
 
 
-def read_table(file: Path, columns: list[str]) -> pd.DataFrame:
-    """Strict CSV read: a short last line (a writer killed mid-row) or a non-number is an error."""
+def read_table(file: Path, columns: list[str], growing: bool = False) -> pd.DataFrame:
+    """Strict CSV read: a short last line (a writer killed mid-row) or a non-number is an error.
+    ``growing``: the file of a run still going, whose writer may be mid-row: only whole lines count."""
     raw = file.read_bytes()
+    if growing:
+        raw = raw[:raw.rfind(b"\n") + 1]
     if raw and not raw.endswith(b"\n"):
         raise RunError(f"{file}: truncated (last line has no newline)")
     rows = list(csv.reader(raw.decode("utf-8", errors="replace").splitlines()))
@@ -159,7 +174,8 @@ def read_table(file: Path, columns: list[str]) -> pd.DataFrame:
         if c in TEXT:
             continue
         values = pd.to_numeric(df[c].replace("", None), errors="coerce")
-        bad = values.isna() & ((df[c] != "") | (c not in OPTIONAL))
+        # "nan" is a number a node wrote (the loss of a diverged model), not a broken cell
+        bad = values.isna() & (df[c].str.lower() != "nan") & ((df[c] != "") | (c not in OPTIONAL))
         if bad.any():
             line = int(bad.idxmax()) + 2
             raise RunError(f"{file}: line {line}, column {c}: {df[c].iloc[line - 2]!r} is not a number")
@@ -167,20 +183,22 @@ def read_table(file: Path, columns: list[str]) -> pd.DataFrame:
     return df
 
 
-def read_tables(path: Path, name: str) -> pd.DataFrame | None:
+def read_tables(path: Path, name: str, growing: bool = False) -> pd.DataFrame | None:
     """`<name>.csv` and every `<name>-*.csv` (one per client or rank) concatenated, or None."""
     files = sorted({*path.glob(f"{name}.csv"), *path.glob(f"{name}-*.csv")})
     if not files:
         return None
-    frames = [read_table(f, COLUMNS[name]) for f in files]
+    frames = [read_table(f, COLUMNS[name], growing) for f in files]
     return pd.concat(frames, ignore_index=True)
 
 
-def load_run(path: Path) -> Run:
+def load_run(path: Path, growing: bool = False) -> Run:
+    """The run in folder ``path``; ``growing``: a run still going, its tables read up to their
+    last whole line (read_table)."""
     manifest = read_manifest(path)
     run = Run(run_id=str(manifest.get("run_id") or path.name), path=path, manifest=manifest, tables={})
     for name, required in KINDS[manifest["kind"]]["tables"].items():
-        df = read_tables(path, name)
+        df = read_tables(path, name, growing)
         if df is None or df.empty:
             if required:
                 raise RunError(f"{path}: no rows in {name}.csv (run not started or wrong kind?)")
@@ -188,6 +206,14 @@ def load_run(path: Path) -> Run:
             df = pd.DataFrame(columns=COLUMNS[name])
         run.tables[name] = df
     return run
+
+
+def try_load_run(path: Path, growing: bool = False) -> Run | None:
+    """load_run, or None for a run that cannot be read (yet): no manifest, no rows, a broken file."""
+    try:
+        return load_run(path, growing)
+    except (RunError, OSError):
+        return None
 
 
 def load_runs(results: Path, run_ids: list[str] | None = None,

@@ -1,5 +1,5 @@
-"""Time to a target accuracy from a run's rounds.csv, and its spread over seeds: shared by the
-benchmarks that compare wall time to accuracy (bench_fedbuff, bench_adaptive)."""
+"""Time to a target accuracy from a run's rounds table, and its spread over seeds: for the
+benchmarks that compare time to accuracy (bench_fedbuff, bench_adaptive, bench_downlink)."""
 from __future__ import annotations
 
 import math
