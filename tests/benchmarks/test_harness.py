@@ -41,6 +41,7 @@ def python(code: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(code)]
 
 
+@pytest.mark.slow  # starts benchmark processes
 def test_a_tiny_benchmark_writes_its_table_with_command_and_commit_and_the_childs_log(tmp_path):
     script = tmp_path / "bench_tiny.py"
     script.write_text(TINY)
@@ -61,6 +62,7 @@ def test_a_tiny_benchmark_writes_its_table_with_command_and_commit_and_the_child
     assert md in done.stdout  # printed as written
 
 
+@pytest.mark.slow  # starts benchmark processes
 def test_a_failing_child_is_reported_in_one_line_and_ends_its_set(tmp_path, capsys):
     out = run_logged({"waiter": python("import time; time.sleep(120)"),
                       "crasher": python("import sys; print('loading'); print('bad frame'); sys.exit(3)")},
@@ -74,6 +76,7 @@ def test_a_failing_child_is_reported_in_one_line_and_ends_its_set(tmp_path, caps
         out.check()
 
 
+@pytest.mark.slow  # starts benchmark processes
 def test_a_stop_condition_ends_the_run_with_its_reason(tmp_path):
     flag = tmp_path / "reached"
     out = run_logged(python(f"import pathlib, time; pathlib.Path({str(flag)!r}).touch(); time.sleep(120)"),
