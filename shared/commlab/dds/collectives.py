@@ -8,6 +8,11 @@ but 1x with dds.multicast "data" (one copy reaches every reader). "auto", the de
 with data multicast and ring otherwise. Both give every rank bit-identical results. A rank whose
 node is no longer alive (lease expired or left) or which sends nothing within timeout_s makes
 wait() raise PeerLost naming it.
+
+Allreduce values travel as raw float32 unless a `codec` is given (fp16, bf16, fp32 frames: any
+object with encode(vec) -> bytes and decode(frame, numel) -> float32 vector, raising ValueError on
+a bad frame): then every contribution, ring block and partial sum crosses the network as one of
+its frames, and sums are taken in float32 after decoding.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -31,6 +36,26 @@ log = logging.getLogger(__name__)
 POLL_S = 0.05
 REMEMBERED_KEYS = 4096
 COLLECTIVES = ("auto", "ring", "naive")  # allreduce schedules; the first is the default
+
+
+class FrameCodec(Protocol):
+    def encode(self, vec: np.ndarray) -> bytes: ...
+    def decode(self, frame: bytes | memoryview, numel: int | None = None) -> np.ndarray: ...
+
+
+class Float32:
+    """The allreduce's own wire: little-endian float32 values, no header."""
+
+    def encode(self, vec: np.ndarray) -> memoryview:
+        return memoryview(np.ascontiguousarray(vec, dtype=np.float32)).cast("B")
+
+    def decode(self, frame: bytes | memoryview, numel: int | None = None) -> np.ndarray:
+        if numel is not None and len(frame) != 4 * numel:
+            raise ValueError(f"{len(frame)} bytes, {numel} float32 values need {4 * numel}")
+        return np.frombuffer(frame, dtype=np.float32)
+
+
+FLOAT32 = Float32()
 
 
 class Group:
@@ -104,20 +129,21 @@ class Group:
     def allgather_async(self, key: str, data: bytes | memoryview) -> "Handle":
         return self._start(key, data)
 
-    def allreduce_async(self, key: str, vec: np.ndarray, op: str = "mean",
-                        collective: str | None = None) -> "Handle | TwoRingsHandle":
-        """Start an allreduce (collective: see schedule()); ring handles progress in wait(), so wait
-        for them in the same order on every rank."""
+    def allreduce_async(self, key: str, vec: np.ndarray, op: str = "mean", collective: str | None = None,
+                        codec: FrameCodec | None = None) -> "Handle | TwoRingsHandle":
+        """Start an allreduce (collective: see schedule(); codec: the values' wire, raw float32 if
+        None); ring handles progress in wait(), so wait for them in the same order on every rank."""
         collective = self.schedule(collective)
         if op not in ("sum", "mean"):
             raise ValueError(f"allreduce op must be 'sum' or 'mean', got {op!r}")
         if collective not in COLLECTIVES:
             raise ValueError(f"allreduce collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
         dense = np.ascontiguousarray(vec, dtype=np.float32).ravel()
+        codec = FLOAT32 if codec is None else codec
         if collective == "ring" and self._ring is not None:
-            return self._ring.start(key, dense, op)
-        handle = self._start(key, memoryview(dense).cast("B"))
-        handle.reduce = (op, dense.size)
+            return self._ring.start(key, dense, op, codec)
+        handle = self._start(key, codec.encode(dense))
+        handle.reduce = (op, dense.size, codec)
         return handle
 
     def schedule(self, collective: str | None = None) -> str:
@@ -132,8 +158,9 @@ class Group:
     def allgather(self, key: str, data: bytes | memoryview) -> list[bytes]:
         return self.allgather_async(key, data).wait()
 
-    def allreduce(self, key: str, vec: np.ndarray, op: str = "mean", collective: str | None = None) -> np.ndarray:
-        return self.allreduce_async(key, vec, op, collective).wait()
+    def allreduce(self, key: str, vec: np.ndarray, op: str = "mean", collective: str | None = None,
+                  codec: FrameCodec | None = None) -> np.ndarray:
+        return self.allreduce_async(key, vec, op, collective, codec).wait()
 
     def _collect(self, key: str, deadline: float) -> list[bytes]:
         def done_or_lost() -> bool:
@@ -166,17 +193,20 @@ class Handle:
 
     def __init__(self, group: Group, key: str, deadline: float):
         self.group, self.key, self.deadline = group, key, deadline
-        self.reduce: tuple[str, int] | None = None
+        self.reduce: tuple[str, int, FrameCodec] | None = None
 
     def wait(self):
         parts = self.group._collect(self.key, self.deadline)
         if self.reduce is None:
             return parts
-        op, numel = self.reduce
-        bad = [r for r, p in enumerate(parts) if len(p) != 4 * numel]
-        if bad:
-            raise DdsError(f"allreduce {self.key!r}: rank(s) {bad} sent a different length than {numel} floats")
-        total = np.frombuffer(parts[0], dtype=np.float32).copy()
-        for p in parts[1:]:
-            total += np.frombuffer(p, dtype=np.float32)
+        op, numel, codec = self.reduce
+        values = []
+        for rank, part in enumerate(parts):  # own part too, as its frame: every rank sums the same values
+            try:
+                values.append(codec.decode(part, numel))
+            except ValueError as e:
+                raise DdsError(f"allreduce {self.key!r}: rank {rank} sent no {numel}-value contribution: {e}") from None
+        total = values[0].copy()
+        for v in values[1:]:
+            total += v
         return total / np.float32(self.group.world) if op == "mean" else total
