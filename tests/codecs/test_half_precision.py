@@ -14,6 +14,7 @@ from hypothesis.extra.numpy import arrays
 
 from commlab.codecs import CodecError, NoMemory, build_compression, decode_any, get_codec, wire
 from commlab.codecs.base import ALLREDUCE
+from commlab.codecs.fp16 import from_fp16, to_fp16
 from frame_mutations import mutated
 
 pytestmark = pytest.mark.filterwarnings("error")  # a numpy warning in a codec is a silently wrong vector
@@ -55,6 +56,14 @@ def test_round_trip_is_torchs_conversion_within_the_bound(name, limit, data):
 ])
 def test_rounding_to_nearest_even(name, x, rounded):
     assert decode_any(get_codec(name).encode(np.array([x], np.float32)))[0] == np.float32(rounded)
+
+
+def test_every_finite_fp16_word_decodes_as_numpy_and_encodes_back_to_itself():
+    words = np.arange(1 << 16, dtype=np.uint16)
+    words = words[(words & 0x7C00) != 0x7C00]  # Inf and NaN have no place in a frame
+    values = from_fp16(words)
+    assert values.tobytes() == words.view(np.float16).astype(np.float32).tobytes()
+    assert to_fp16(values).tobytes() == words.tobytes()
 
 
 @pytest.mark.parametrize("name, bad", [("fp16", np.nan), ("fp16", np.inf), ("fp16", 65520.0), ("fp16", -1e6),
