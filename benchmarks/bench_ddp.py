@@ -15,9 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from commlab.bench import BenchParser, Session
-from commlab.codecs import get_codec
-from commlab.codecs.base import codec_class
-from commlab.codecs.powersgd import PowerSgd
+from commlab.codecs import build_compression
 from commlab.report.runs import load_run
 
 METHODS = ("dense", "dgc")
@@ -29,16 +27,12 @@ COLUMNS = {"method": "method", "world": "world", "status": "status", "steps": "s
            "test_accuracy": "test accuracy"}
 
 
-def steady_from(manifest: dict) -> float:
+def steady_from(manifest: dict) -> int:
     """The first step of the steady state: after DGC's warm-up, after PowerSGD's whole steps
-    (start_iter); 0 for every other method."""
-    method, config = manifest["method"], manifest["config"]
-    if method == "dgc":
-        dgc = config["dgc"]
-        return dgc["warmup_length"] * (manifest["steps_per_epoch"] if dgc["warmup_unit"] == "epochs" else 1)
-    if method != "dense" and issubclass(codec_class(method)[0], PowerSgd):
-        return get_codec(method, **config.get("method_params", {})).start_iter
-    return 0
+    (start_iter); 0 for every other method. The run's compressor says (Compression.steady_from)."""
+    config = manifest["config"]
+    compression = build_compression(manifest["method"], config.get("method_params", {}), [], setting="ddp")
+    return compression.steady_from(manifest["steps_per_epoch"])
 
 
 def summarise(run_dir: Path) -> dict:

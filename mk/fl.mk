@@ -18,7 +18,7 @@ SCHEDULE_many = --epochs 10 --batch-size 16 --lr 0.02 --server-momentum 0.5 --se
 FL_SCHEDULE = $(if $(SCHEDULE),$(or $(SCHEDULE_$(SCHEDULE)),$(error unknown SCHEDULE=$(SCHEDULE); known: many)))
 
 .PHONY: test-fl test-fl-slow
-fl-%: $(STAMP) ## FL run with compressor % (fp32, int8, int8_sparse, qsgd16, dgc, powersgd, signsgd, ...): CLIENTS ROUNDS BACKEND PROFILE SAMPLES PER_ROUND AVAILABILITY PROCS SCHEDULE FL_ARGS
+fl-%: $(STAMP) ## FL run with compressor % (fp32, fp16, bf16, int8, int8_sparse, qsgd16, dgc, powersgd, signsgd, ...): CLIENTS ROUNDS BACKEND PROFILE SAMPLES PER_ROUND AVAILABILITY PROCS SCHEDULE FL_ARGS
 	$(PYTHON) -m commlab.fl.run --codec $* --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --downlink-codec $(DOWNLINK) --backend $(BACKEND) --profile $(PROFILE) $(FL_SAMPLING) $(FL_SCHEDULE) $(FL_ARGS)
 
 TRACE ?= results/traces/diurnal-$(CLIENTS)x$(ROUNDS).csv

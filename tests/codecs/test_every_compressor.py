@@ -1,6 +1,7 @@
 """Every registered compressor in both modes, through the same code the nodes run (no processes):
 an FL client's upload (memory, encode) decoded by the controller's collector, and a DDP step's
-exchange (allgather of frames, or PowerSGD's allreduces) on an in-process world of one."""
+exchange (the allreduce of summable frames, PowerSGD's allreduces, or the allgather of frames) on
+an in-process world of one."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -23,8 +24,9 @@ class WorldOfOne:
     def allgather(self, key, payload):
         return [bytes(payload)]
 
-    def allreduce(self, key, vec, op="mean"):
-        return np.array(vec, dtype=np.float32)
+    def allreduce(self, key, vec, op="mean", codec=None):
+        vec = np.array(vec, dtype=np.float32)
+        return vec if codec is None else codec.decode(codec.encode(vec), vec.size)
 
 
 def test_every_family_is_listed():

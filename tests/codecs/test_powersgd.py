@@ -178,7 +178,7 @@ def test_error_feedback_decay_and_clip_bound_the_carried_residual():
 def test_fl_powersgd_defaults_two_whole_rounds_then_half_the_residual_at_most_the_deltas_norm():
     """FL defaults: the hook's least start_iter (2 whole rounds, no residual), then each frame
     encodes the new delta plus half the last residual, clipped to the delta's norm
-    (POWERSGD_MEMORY_PARAMS); the plain residual stays one parameter away."""
+    (PowerSgd.node_params); the plain residual stays one parameter away."""
     rng = np.random.default_rng(7)
     x = rng.standard_normal(NUMEL).astype(np.float32)
     comp = build_compression("powersgd2", {}, LAYOUT)
@@ -214,8 +214,13 @@ def test_residual_parameters_belong_to_fl_powersgd_memory():
         build_compression("fp32_sparse", {"residual_clip": 1.0}, LAYOUT)
     assert build_compression("fp32_sparse", {}, LAYOUT).memory.clip is None
     with pytest.raises(CodecError):  # nor has the DDP exchange (ddp/lowrank.py): its residual is a step old
-        LowRankAllreduce(InProcessGroup(), Model(np.zeros(NUMEL, np.float32)), TrainingSection(), "powersgd2",
-                         {"residual_clip": 1.0})
+        lowrank_exchange(Model(np.zeros(NUMEL, np.float32)), TrainingSection(), {"residual_clip": 1.0})
+
+
+def lowrank_exchange(model, training, params, group=None) -> LowRankAllreduce:
+    """The DDP exchange of powersgd2 as a worker builds it (ddp/train.py build_exchange)."""
+    compression = build_compression("powersgd2", params, LAYOUT, setting="ddp", run_seed=training.seed)
+    return LowRankAllreduce(group or InProcessGroup(), model, training, compression, steps_per_epoch=10)
 
 
 class InProcessGroup:
@@ -258,7 +263,7 @@ class Model:
 def test_ddp_exchange_is_two_small_allreduces_with_error_feedback():
     rng = np.random.default_rng(0)
     model, group = Model(np.zeros(NUMEL, np.float32)), InProcessGroup()
-    exchange = LowRankAllreduce(group, model, TrainingSection(), "powersgd2", {"start_iter": 1})
+    exchange = lowrank_exchange(model, TrainingSection(), {"start_iter": 1}, group)
     applied, raw_total = np.zeros(NUMEL), np.zeros(NUMEL)
     for step in range(4):
         g = rng.standard_normal(NUMEL).astype(np.float32)
@@ -286,12 +291,12 @@ def test_ddp_exchange_state_survives_a_weights_only_checkpoint(tmp_path):
     rng = np.random.default_rng(1)
     grads = [rng.standard_normal(NUMEL).astype(np.float32) for _ in range(3)]
     model = Model(grads[0])
-    a = LowRankAllreduce(InProcessGroup(), model, TrainingSection(), "powersgd2", {})
+    a = lowrank_exchange(model, TrainingSection(), {})
     for g in grads[:2]:
         model.load(g)
         a.exchange(0)
     torch.save(a.state_dict(), tmp_path / "state.pt")
-    b = LowRankAllreduce(InProcessGroup(), Model(grads[0]), TrainingSection(seed=7), "powersgd2", {})
+    b = lowrank_exchange(Model(grads[0]), TrainingSection(seed=7), {})
     b.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
     outs = []
     for exchange in (a, b):

@@ -40,10 +40,12 @@ def test_example_config_is_valid():
     ({"training": {"epochs": "two"}}, "training.epochs: expected int"),
     ({"method": "zipper"}, "method: neither dense nor a registered codec: unknown codec 'zipper'; known: .*dgc"),
     ({"method": "int8", "method_params": {"chunk": "big"}}, "method_params: int8 chunk must be an integer"),
-    ({"dgc": {"warmup_unit": "rounds"}}, "dgc.warmup_unit"),
+    ({"method_params": {"warmup_unit": "rounds"}}, "method_params: dgc: warm-up unit must be 'steps' or 'epochs'"),
+    ({"dgc": {"warmup_length": 1.0}}, "unknown key dgc"),  # DGC's parameters are method_params
     ({"training": {"lr": float("nan")}}, r"training\.lr: must be a finite number, got nan"),
     ({"training": {"momentum": float("inf")}}, r"training\.momentum: must be a finite number, got inf"),
-    ({"dgc": {"warmup_stages": [0.25, float("-inf")]}}, r"dgc\.warmup_stages\[1\]: must be a finite number"),
+    ({"method_params": {"warmup_stages": [0.25, float("-inf")]}},
+     r"method_params\.warmup_stages\[1\]: must be a finite number"),
     ({"method": "int8", "method_params": {"scale": float("nan")}}, r"method_params\.scale: must be a finite"),
 ])
 def test_bad_config_names_the_key(tmp_path, change, message):
@@ -66,7 +68,7 @@ def test_worker_exits_2_with_one_message(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WORLD", "1")
     monkeypatch.setenv("RANK", "0")
     for args, message in [([str(tmp_path / "missing.json")], "config file not found"),
-                          ([str(write_config(tmp_path, dgc={"fp16_values": 1}))], "dgc.fp16_values"),
+                          ([str(write_config(tmp_path, method_params={"fp16_values": 1}))], "fp16_values"),
                           ([str(EXAMPLE), "extra"], "usage")]:
         assert worker.main(args) == 2
         err = capsys.readouterr().err

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commlab.codecs import get_codec
-from commlab.fl.adaptive import (BITS, LinkEstimates, allocate, allocate_rates, check_size_estimates, codec_name,
-                                 equal_split, family_of, frame_size_estimates, levels, payload_bytes, variance_factor)
+from commlab.fl.adaptive import (BITS, LinkEstimates, allocate, allocate_rates, check_size_estimates, equal_split,
+                                 frame_size_estimates, levels, payload_bytes, takes_bits, variance_factor)
 
 D = 1_663_370  # mnist_cnn
 compute = st.floats(0.0, 30.0, allow_nan=False)
@@ -47,8 +47,8 @@ def brute_force(t, caps, total_Bps, numel, bits=BITS, beta=1.0, eff=None, sizes=
 
 def test_payload_is_the_codec_wire_size():
     for q in BITS:
-        assert codec_name(q) == f"qsgd{2 ** q - 1}" and levels(q) == 2 ** q - 1
-        frame = get_codec(codec_name(q)).encode(np.linspace(-1, 1, 5000, dtype=np.float32))
+        assert levels(q) == 2 ** q - 1
+        frame = get_codec(f"qsgd{levels(q)}").encode(np.linspace(-1, 1, 5000, dtype=np.float32))
         assert len(frame) == payload_bytes(q, 5000)
     assert [payload_bytes(q, D) for q in BITS] == sorted(payload_bytes(q, D) for q in BITS)
 
@@ -98,7 +98,7 @@ def test_frame_size_estimates_are_close_to_the_frames():
     est = frame_size_estimates(vec, "qsgdz", 2, sent)
     assert est[2] == sent
     for q in BITS:
-        actual = len(get_codec(codec_name(q, "qsgdz"), seed=9).encode(vec))
+        actual = len(get_codec("qsgdz", levels=levels(q), seed=9).encode(vec))
         # A sample of 37 buckets here; on an MNIST CNN update (3,249 buckets) within 1 %.
         assert abs(est[q] - actual) <= 0.1 * actual, (q, est[q], actual)
     # More bits, bigger frames; except 8, whose levels are whole bytes: zstd codes those better than 7-bit ones.
@@ -119,9 +119,9 @@ def test_bad_frame_size_reports_are_rejected(sizes, message):
 
 
 def test_codec_families():
-    assert family_of("qsgdz7") == "qsgdz" and family_of("qsgd7") == "qsgd"
-    assert family_of("int8_sparse") == "qsgd" and family_of("no such codec") == "qsgd"
-    assert codec_name(2, "qsgdz") == "qsgdz3"
+    assert get_codec("qsgdz7").family == "qsgdz" and get_codec("qsgd7").family == "qsgd"
+    assert takes_bits("qsgdz7") and takes_bits("qsgd") and not takes_bits("int8_sparse")
+    assert not takes_bits("no such codec")
     # qsgdz's frame size is data-dependent: the codec's size is only deflate's worst case.
     assert payload_bytes(2, D, family="qsgdz") > payload_bytes(2, D)
 
@@ -388,7 +388,7 @@ def test_equal_rates_with_any_codec(tmp_path):
     assert planner.plan(2, 100) == ({}, {})
     assert planner.plan(3, 100) == ({}, {c: 2.5e5 for c in CLIENTS})
     side = ClientSide("client-0", "hetero4", "lo", log=lambda s: None)
-    assert side.codec(cmd(codec="int8_sparse", client_rates_Bps={"client-0": 2.5e5})) == "int8_sparse"
+    assert side.codec_params(cmd(codec="int8_sparse", client_rates_Bps={"client-0": 2.5e5})) == {}
     with pytest.raises(SystemExit):
         configs(tmp_path, "--adaptive", "equal", "--fixed-bits", "four")
 
@@ -424,10 +424,10 @@ def test_client_side_codec_and_reports():
     logs = []
     side = ClientSide("client-0", "hetero4", "lo", speed_factor=0.5, log=logs.append)
     assert side.link_bps == 2e6 and not side.can_shape            # loopback: never shaped
-    assert side.codec(cmd()) == "qsgd15" and side.bits is None
-    assert side.codec(cmd(client_bits={"client-0": 2, "client-1": 8})) == "qsgd3" and side.bits == 2
-    assert side.codec(cmd(client_bits={"client-0": 9})) == "qsgd15" and "ignoring bits 9" in logs[-1]
-    assert side.codec(cmd(client_bits={"client-0": True})) == "qsgd15"
+    assert side.codec_params(cmd()) == {} and side.bits is None
+    assert side.codec_params(cmd(client_bits={"client-0": 2, "client-1": 8})) == {"levels": 3} and side.bits == 2
+    assert side.codec_params(cmd(client_bits={"client-0": 9})) == {} and "ignoring bits 9" in logs[-1]
+    assert side.codec_params(cmd(client_bits={"client-0": True})) == {} and side.bits is None
     side.before_upload(cmd(client_rates_Bps={"client-0": 1e5}))
     assert "NOT applied" in logs[-1]
     assert side.stretch(0.05) == pytest.approx(0.05, abs=0.04)      # speed 0.5: as long again
@@ -444,12 +444,13 @@ def test_client_side_codec_and_reports():
     assert row["rate_bps"] == "" and row["stretch_s"] == 0.1 and row["upload_s"] > 0
     # Entropy-coded frames: the client names its frame sizes at every bits; fixed-width: nothing.
     vec = heavy_tailed_update(50_000)
-    assert side.codec(cmd(codec="qsgdz15", client_bits={"client-0": 3})) == "qsgdz7"
-    sent = len(get_codec("qsgdz7").encode(vec))
-    sizes = side.size_report(cmd(codec="qsgdz15", client_bits={"client-0": 3}), vec, sent)
+    params = side.codec_params(cmd(codec="qsgdz15", client_bits={"client-0": 3}, codec_params={"bucket": 256}))
+    assert params == {"bucket": 256, "levels": 7}
+    codec = get_codec("qsgdz15", **params)
+    sent = len(codec.encode(vec))
+    sizes = side.size_report(codec, vec, sent)
     assert sorted(sizes) == [str(q) for q in BITS] and sizes["3"] == sent
-    side.codec(cmd(client_bits={"client-0": 3}))
-    assert side.size_report(cmd(client_bits={"client-0": 3}), vec, 1000) == {}
+    assert side.size_report(get_codec("qsgd", **side.codec_params(cmd(client_bits={"client-0": 3}))), vec, 1000) == {}
 
 
 def test_allocated_rate_holds_for_the_upload_only(monkeypatch):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from commlab.codecs import names
+from commlab.codecs import build_compression, names
 from commlab.fl.broadcast import ModelReplica, ModelSender
 from commlab.fl.messages import ModelBlob
 from commlab.models import build_model, flatten_params, layout_of, weights_digest
@@ -13,6 +13,11 @@ MODEL = build_model("mnist_cnn", seed=0)
 LAYOUT = layout_of(MODEL)
 START = flatten_params(MODEL)
 RUN = "run-a"
+
+
+def sender_of(name: str) -> ModelSender:
+    """The controller's sender for downlink codec `name`, built for the model once."""
+    return ModelSender(build_compression(name, {}, LAYOUT).codec, RUN)
 
 
 def every_compressor() -> list[str]:
@@ -31,7 +36,7 @@ def trajectory(rounds: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def test_fp32_sends_the_whole_model_every_round():
-    sender, replica = ModelSender("fp32", {}, LAYOUT, RUN), ModelReplica(START.size)
+    sender, replica = sender_of("fp32"), ModelReplica(START.size)
     assert replica.apply(sender.full(0, START)) == (None, False)
     for rnd, w in enumerate(trajectory(3), 1):
         blob = sender.next(rnd, w)
@@ -41,7 +46,7 @@ def test_fp32_sends_the_whole_model_every_round():
 
 @pytest.mark.parametrize("name", [n for n in every_compressor() if n != "fp32"])
 def test_every_compressor_keeps_replicas_bit_identical_to_the_senders(name):
-    sender, replica = ModelSender(name, {}, LAYOUT, RUN), ModelReplica(START.size)
+    sender, replica = sender_of(name), ModelReplica(START.size)
     replica.apply(sender.full(0, START))
     for rnd, w in enumerate(trajectory(3), 1):
         blob = sender.next(rnd, w)
@@ -53,7 +58,7 @@ def test_every_compressor_keeps_replicas_bit_identical_to_the_senders(name):
 
 def test_what_the_codec_drops_reaches_the_replica_in_later_rounds():
     """Server-side error feedback: broadcasting the same target again shrinks the gap."""
-    sender, replica = ModelSender("int8_sparse", {}, LAYOUT, RUN), ModelReplica(START.size)
+    sender, replica = sender_of("int8_sparse"), ModelReplica(START.size)
     replica.apply(sender.full(0, START))
     target = trajectory(1)[0]
     gaps = []
@@ -64,7 +69,7 @@ def test_what_the_codec_drops_reaches_the_replica_in_later_rounds():
 
 
 def test_a_replica_that_missed_a_delta_needs_and_takes_the_whole_model():
-    sender = ModelSender("int8_sparse", {}, LAYOUT, RUN)
+    sender = sender_of("int8_sparse")
     behind, fresh = ModelReplica(START.size), ModelReplica(START.size)
     behind.apply(sender.full(0, START))
     w1, w2, w3 = trajectory(3)
@@ -86,7 +91,7 @@ def test_a_replica_that_missed_a_delta_needs_and_takes_the_whole_model():
     (lambda b: ModelBlob(b.round, "delta", b.digest, "", b.run_id, b.payload), "without base_digest"),
 ])
 def test_corrupt_blobs_are_refused_and_leave_the_replica_as_it_was(corrupt, expected):
-    sender, replica = ModelSender("int8", {}, LAYOUT, RUN), ModelReplica(START.size)
+    sender, replica = sender_of("int8"), ModelReplica(START.size)
     replica.apply(sender.full(0, START))
     before = replica.weights.copy()
     problem, _ = replica.apply(corrupt(sender.next(1, trajectory(1)[0])))
@@ -97,14 +102,14 @@ def test_corrupt_blobs_are_refused_and_leave_the_replica_as_it_was(corrupt, expe
 def test_a_whole_model_with_nan_is_refused():
     bad = START.copy()
     bad[3] = np.nan
-    blob = ModelSender("fp32", {}, LAYOUT, RUN).full(0, bad)
+    blob = sender_of("fp32").full(0, bad)
     replica = ModelReplica(START.size)
     assert replica.apply(blob) == ("holds NaN or Inf", True) and replica.weights is None
 
 
 def test_the_model_trained_from_is_the_replica():
     """Clients load the replica into their torch model: the vector has the model's layout."""
-    sender, replica = ModelSender("dgc", {}, LAYOUT, RUN), ModelReplica(START.size)
+    sender, replica = sender_of("dgc"), ModelReplica(START.size)
     replica.apply(sender.full(0, START))
     replica.apply(sender.next(1, trajectory(1)[0]))
     assert replica.weights.size == sum(p.numel() for p in MODEL.parameters())

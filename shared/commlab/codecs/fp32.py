@@ -1,11 +1,12 @@
-"""fp32: the raw little-endian float32 vector; the dense reference every other codec is compared with."""
+"""fp32: the raw little-endian float32 vector; the dense reference every other codec is compared with.
+In DDP it is the allreduce reference ("dense"), as torch's allreduce_hook."""
 from __future__ import annotations
 
 import struct
 
 import numpy as np
 
-from commlab.codecs.base import Codec, register
+from commlab.codecs.base import ALLREDUCE, Codec, register
 from commlab.codecs.errors import CodecError
 
 
@@ -15,6 +16,8 @@ class Fp32(Codec):
     codec_id = 1
     lossy = False
     params_struct = struct.Struct("<")
+    aliases = ("dense",)
+    exchange = ALLREDUCE
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         return (), [vec]

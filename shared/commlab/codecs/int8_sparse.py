@@ -15,6 +15,7 @@ class Int8Sparse(Codec):
     name = "int8_sparse"
     codec_id = 4
     lossy = True
+    sized_by_content = True
     params_struct = struct.Struct("<QBQI")  # k, index coding mode, index section bytes, chunk
 
     def __init__(self, ratio: float = 0.10, chunk: int = 8192, **kw) -> None:

@@ -16,8 +16,8 @@ rank-2 approximation of an MNIST CNN round delta well short of the best one (fc1
 energy from a random start against 39 % for the best rank 2, conv2 36 % against 52 %; 4
 iterations: 38.6 % and 51.9 %), and FL powersgd2 at 81 % after 10 rounds (fp32 98.6 %).
 
-Before `start_iter` (the hook's start_powerSGD_iter; DDP counts steps, FL rounds: Compression.at_step
-sets `whole`) the whole vector travels, in FL as a frame with no matrices. Its default, 2, is the
+Before `start_iter` (the hook's start_powerSGD_iter; DDP counts steps, FL rounds: the schedule
+WholeFirst sets `whole`) the whole vector travels, in FL as a frame with no matrices. Its default, 2, is the
 hook's least: torch refuses start_powerSGD_iter <= 1 with error feedback or warm start, and the
 gloo peer (peers/gloo.py) runs with 2. In FL those are the first two rounds, and they are what
 brings FL powersgd2 within 0.5 pp of fp32 after 10 rounds (docs/codecs.md).
@@ -26,25 +26,33 @@ As a frame (FL uploads): per matrix its offset, n and m, then P (n x r) and Q (m
 then the dense positions (indices coded as fp32_sparse codes them) and their float32 values; a
 frame before start_iter has no matrices and every position dense, with no index bytes. The
 receiver needs nothing but the frame. In DDP the same maths runs as two allreduces, of the Ps and
-of the Qs (ddp/lowrank.py), so that every rank orthogonalises the same averaged P.
+of the Qs (ddp/lowrank.py, through the lowrank_* methods), so that every rank orthogonalises the
+same averaged P.
 """
 from __future__ import annotations
 
 import math
 import struct
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any
 
 import numpy as np
 
 from commlab.codecs import indices
-from commlab.codecs.base import Codec, register
+from commlab.codecs.base import LOWRANK, Codec, Context, Layout, register
 from commlab.codecs.errors import CodecError
+from commlab.codecs.memory import ErrorFeedback
 from commlab.codecs.topk import split_sparse
 
 ENTRY = struct.Struct("<QII")  # offset in the flat vector, n, m
-Layout = Sequence[tuple[str, tuple[int, ...]]]
 POWER_ITERS = 4  # per frame; see the module docstring
+# The error feedback's parameters (ErrorFeedback's decay and clip) by setting. A round-old FL
+# residual overshoots: the next round's training re-learns part of what the frame dropped. Carried
+# at half its size and at most the new delta's norm, after the codec's two whole rounds
+# (start_iter), FL powersgd2 after 10 rounds, seeds 0/1/2, is within 0.33-0.40 pp of fp32 (rank 2
+# from round 1 with the clipped residual: 0.66-1.26 pp below; docs/codecs.md). DDP keeps the
+# plain residual, one step old, and takes neither parameter.
+RESIDUAL_PARAMS = {"fl": {"residual_decay": 0.5, "residual_clip": 1.0}, "ddp": {}}
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,8 @@ class PowerSgd(Codec):
     params_struct = struct.Struct("<IIIBQ")  # matrices, rank, dense count, index mode, index bytes
     suffix_param = "rank"
     needs_layout = True
+    exchange = LOWRANK
+    node_params = RESIDUAL_PARAMS
 
     def __init__(self, layout: Layout | None = None, rank: int = 2, min_compression_rate: float = 2.0,
                  start_iter: int = 2, seed: int = 0, power_iters: int = POWER_ITERS, **kw) -> None:
@@ -97,6 +107,7 @@ class PowerSgd(Codec):
         # start_iter: DDP steps exchanged dense before PowerSGD starts (the hook's start_powerSGD_iter).
         # power_iters: power iterations per encoded frame (FL uploads); DDP's exchange runs one per step.
         self.rank, self.start_iter, self.rng = rank, start_iter, np.random.default_rng(seed)
+        self.name = f"powersgd{rank}"
         self.power_iters = power_iters
         self.whole = False  # this frame carries the whole vector: at_step sets it (Compression calls it)
         self.numel: int | None = None
@@ -110,6 +121,17 @@ class PowerSgd(Codec):
         # Warm start: each matrix's Q from the last step (PyTorch starts from random normal).
         self.qs = [self.rng.standard_normal((mat.m, min(rank, mat.n, mat.m))).astype(np.float32)
                    for mat in self.matrices]
+
+    @classmethod
+    def build(cls, params: dict[str, Any], context: Context) -> tuple[PowerSgd, ErrorFeedback, WholeFirst]:
+        """PowerSGD as a node runs it: the codec seeded alike on every node (ranks never exchange
+        their first Qs), error feedback with the setting's residual parameters (node_params),
+        and whole frames before start_iter."""
+        residual = {k: params.get(k, default) for k, default in cls.node_params[context.setting].items()}
+        codec = cls.create({"seed": context.run_seed, **{k: v for k, v in params.items() if k not in residual}},
+                           context.layout)
+        memory = ErrorFeedback(residual.get("residual_decay", 1.0), residual.get("residual_clip"))
+        return codec, memory, WholeFirst(codec)
 
     def at_step(self, step: int) -> None:
         self.whole = step < self.start_iter
@@ -168,6 +190,37 @@ class PowerSgd(Codec):
         factors = sum(ENTRY.size + 4 * min(self.rank, mat.n, mat.m) * (mat.n + mat.m) for mat in self.matrices)
         return factors + self.dense_code[1].size + 4 * self.dense_idx.size
 
+    def lowrank_p(self, m: np.ndarray) -> np.ndarray:
+        """A DDP step's first allreduce: every matrix's M Q (Q from the last step), then the values
+        that travel whole."""
+        parts = [self.view(m, mat) @ q for mat, q in zip(self.matrices, self.qs)]
+        return np.concatenate(parts + [m[self.dense_idx]], axis=None)
+
+    def lowrank_q(self, m: np.ndarray, p_mean: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """The second allreduce: (the averaged Ps orthogonalised, the same on every rank; every
+        matrix's M^T P)."""
+        ps, pos = [], 0
+        for mat, q in zip(self.matrices, self.qs):
+            ps.append(orthogonalize(p_mean[pos:pos + mat.n * q.shape[1]].reshape(mat.n, q.shape[1])))
+            pos += mat.n * q.shape[1]
+        q_parts = [(self.view(m, mat).T @ p).ravel() for mat, p in zip(self.matrices, ps)]
+        return ps, np.concatenate(q_parts or [np.zeros(0, np.float32)])
+
+    def lowrank_product(self, m: np.ndarray, ps: list[np.ndarray], q_mean: np.ndarray) -> np.ndarray:
+        """`m` with every matrix replaced by P Q^T of the averaged Qs, which become the next
+        step's warm start; the values that travel whole stay this rank's own."""
+        approx, pos = m.copy(), 0
+        for k, (mat, p) in enumerate(zip(self.matrices, ps)):
+            q = q_mean[pos:pos + mat.m * p.shape[1]].reshape(mat.m, p.shape[1])
+            pos += q.size
+            self.qs[k] = q
+            approx[mat.offset:mat.offset + mat.n * mat.m] = (p @ q.T).ravel()
+        return approx
+
+    def lowrank_whole(self, approx: np.ndarray, p_mean: np.ndarray) -> None:
+        """Put the averaged values that travel whole (the first allreduce's tail) into `approx`."""
+        approx[self.dense_idx] = p_mean[p_mean.size - self.dense_idx.size:]
+
     def state_dict(self) -> dict:
         return {"qs": [q.copy() for q in self.qs], "rng": self.rng.bit_generator.state}
 
@@ -176,3 +229,15 @@ class PowerSgd(Codec):
         if [q.shape for q in qs] != [q.shape for q in self.qs]:
             raise CodecError("powersgd: saved warm-start matrices do not fit this model")
         self.qs, self.rng.bit_generator.state = qs, state["rng"]
+
+
+@dataclass
+class WholeFirst:
+    """PowerSGD's schedule: the first `start_iter` steps (FL: rounds) travel whole."""
+    codec: PowerSgd
+
+    def at_step(self, step: int, steps_per_epoch: int) -> None:
+        self.codec.at_step(step)
+
+    def steady_from(self, steps_per_epoch: int) -> int:
+        return self.codec.start_iter

@@ -185,6 +185,7 @@ class QSGDZ(QSGD):
     length (uint32) and the zstd-compressed bit-packed levels, then one sign bit per non-zero level."""
     name = "qsgdz"
     codec_id = 12
+    sized_by_content = True
 
     def __init__(self, levels: int = 16, bucket: int = 512, seed: int | np.random.Generator | None = None, **kw) -> None:
         super().__init__(levels, bucket, seed, **kw)

@@ -1,11 +1,22 @@
-"""Compressor parameters over time. One schedule so far, DGC's density warm-up: start dense-ish
-and tighten in equal stages so early, fast-changing gradients are not starved (paper: 25% ->
-6.25% -> 1.5625% -> 0.4% -> 0.1%)."""
+"""Compressor parameters over time. A compressor's hook (Codec.build) may return a Schedule;
+Compression.at_step runs it before every frame. DGC's density warm-up is the one with stages:
+start dense-ish and tighten in equal stages so early, fast-changing gradients are not starved
+(paper: 25% -> 6.25% -> 1.5625% -> 0.4% -> 0.1%)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Protocol
 
 PAPER_STAGES = (0.25, 0.0625, 0.015625, 0.004)
+
+
+class Schedule(Protocol):
+    def at_step(self, step: int, steps_per_epoch: int) -> None:
+        """Set what changes over time for the frame of global step `step` (FL: the round)."""
+
+    def steady_from(self, steps_per_epoch: int) -> int:
+        """The first step at the final setting (after a warm-up)."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +38,10 @@ class Warmup:
         """True once `step` runs at the final density."""
         progress = step if self.unit == "steps" else step / steps_per_epoch
         return progress >= self.length
+
+    def first_final_step(self, steps_per_epoch: int) -> int:
+        """The first step `done` is true for."""
+        return math.ceil(self.length * (1 if self.unit == "steps" else steps_per_epoch))
 
     def density(self, step: int, steps_per_epoch: int) -> float:
         """Density at global step `step` (0-based); epochs count fractionally within an epoch."""

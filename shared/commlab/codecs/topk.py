@@ -93,6 +93,7 @@ class TopK(Codec):
     name = "fp32_sparse"
     codec_id = 3
     lossy = True
+    sized_by_content = True
     params_struct = struct.Struct("<QBQ")  # k, index coding mode, index section bytes
 
     def __init__(self, ratio: float = 0.10, **kw) -> None:

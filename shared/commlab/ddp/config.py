@@ -11,11 +11,9 @@ from pathlib import Path
 
 from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, existing, load_config,
                                    positive)
-from commlab.codecs.compression import DGC_MEMORY_PARAMS, MASKING
-from commlab.codecs.schedule import PAPER_STAGES
 from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
-DENSE = "dense"  # the allreduce reference; every other method is a registered codec (commlab.codecs)
+DENSE = "dense"  # the allreduce reference (the fp32 codec's other name); every method is a registered codec
 COLLECTIVES = ("auto", "ring", "naive")  # as commlab.dds.collectives.COLLECTIVES (validation needs no DDS)
 
 
@@ -44,48 +42,18 @@ class TrainingSection:
 
 
 @dataclass(frozen=True)
-class DgcSection:
-    """DGC's codec, memory and schedule parameters (method "dgc"); method_params override them."""
-    final_density: float = 0.001
-    warmup_stages: tuple[float, ...] = PAPER_STAGES
-    warmup_length: float = 1.0      # in warmup_unit, split evenly over the stages
-    warmup_unit: str = "epochs"     # "steps" | "epochs"
-    sample_ratio: float = 0.01      # share of coordinates sampled to estimate the threshold
-    min_sparse_numel: int = 256     # smaller tensors (and every <= 1-dim tensor) go dense
-    fp16_values: bool = True
-    # Momentum factor masking: "always" is the paper; "after_warmup" (default) starts it at the final
-    # density: during warm-up coordinates are resent within a few steps, staleness is small, and
-    # masking would discard most of their momentum (docs/ddp.md: 95.1% vs 97.4% after epoch 0).
-    momentum_masking: str = "after_warmup"
-    clip_norm: float | None = 10.0  # clipping of the averaged gradient, done locally (each rank at clip_norm*sqrt(world)); None: off
-
-    def check(self, where: str) -> None:
-        if self.warmup_unit not in ("steps", "epochs"):
-            raise ConfigError(f"{where}warmup_unit: must be 'steps' or 'epochs', got {self.warmup_unit!r}")
-        for name, d in [("final_density", self.final_density)] + [("warmup_stages", s) for s in self.warmup_stages]:
-            if not 0 < d <= 1:
-                raise ConfigError(f"{where}{name}: densities must be in (0, 1], got {d}")
-        if self.momentum_masking not in MASKING:
-            raise ConfigError(f"{where}momentum_masking: must be one of {', '.join(MASKING)}, "
-                              f"got {self.momentum_masking!r}")
-        if self.warmup_length < 0 or not 0 < self.sample_ratio <= 1:
-            raise ConfigError(f"{where}warmup_length >= 0 and 0 < sample_ratio <= 1 required")
-        if self.clip_norm is not None:
-            positive(where, clip_norm=self.clip_norm)
-
-
-@dataclass(frozen=True)
 class WorkerConfig:
     run_id: str
     results_dir: str
     dds: DdsSection
     method: str                       # "dense" or any registered codec name ("dgc", "int8", "qsgd4", ...)
-    method_params: dict = field(default_factory=dict)  # codec parameters, e.g. {"ratio": 0.05}
+    # The compressor's parameters, its memory and schedule ones included, e.g. {"ratio": 0.05} or
+    # {"density": 0.001, "warmup_length": 1.0}; defaults: the compressor's for DDP (docs/codecs.md).
+    method_params: dict = field(default_factory=dict)
     link_profile: str = "lan"         # recorded in the manifest; shaping is applied by the testbed
     model: ModelSection = ModelSection()
     dataset: DatasetSection = DatasetSection()
     training: TrainingSection = TrainingSection()
-    dgc: DgcSection = DgcSection()
     barrier_timeout_s: float = 120.0  # all ranks must have joined by then
     collective_timeout_s: float = 30.0  # a rank silent for this long (every rank alive) is reported lost
     peer_return_s: float = 120.0      # a rank whose lease expired (paused, cut off) may come back until then
@@ -102,27 +70,16 @@ class WorkerConfig:
                   collective_timeout_s=self.collective_timeout_s, peer_return_s=self.peer_return_s,
                   summary_every=self.summary_every,
                   eval_batch_size=self.eval_batch_size)
-        if self.method == DENSE:
-            return
-        from commlab.codecs import CodecError, get_codec
+        from commlab.codecs import CodecError, build_compression
+        from commlab.codecs.base import codec_class
         try:
-            get_codec(self.method)
+            codec_class(self.method)
         except CodecError as e:
             raise ConfigError(f"{where}method: neither {DENSE} nor a registered codec: {e}") from None
         try:
-            get_codec(self.method, **{k: v for k, v in self.codec_params().items() if k not in DGC_MEMORY_PARAMS})
+            build_compression(self.method, self.method_params, layout=[], setting="ddp")
         except CodecError as e:
             raise ConfigError(f"{where}method_params: {e}") from None
-
-    def codec_params(self) -> dict:
-        """Parameters for commlab.codecs.compression: for dgc the dgc section, then method_params."""
-        if self.method != "dgc":
-            return dict(self.method_params)
-        d = self.dgc
-        return {"density": d.final_density, "warmup_stages": d.warmup_stages, "warmup_length": d.warmup_length,
-                "warmup_unit": d.warmup_unit, "sample_ratio": d.sample_ratio, "min_sparse_numel": d.min_sparse_numel,
-                "fp16_values": d.fp16_values, "momentum_masking": d.momentum_masking, "clip_norm": d.clip_norm,
-                **self.method_params}
 
 
 def steps_per_epoch(train_size: int, world: int, batch_size: int) -> int:

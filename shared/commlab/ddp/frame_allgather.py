@@ -1,5 +1,6 @@
-"""Every compressed DDP gradient exchange: compensate (the codec's memory), encode, allgather the
-frames, decode every rank's frame and average; dense.py is the reference it is compared with.
+"""The DDP exchange of every compressor whose frames cannot be summed (Codec.exchange ALLGATHER):
+compensate (the compressor's memory), encode, allgather the frames, decode every rank's frame and
+average; dense.py is the reference it is compared with.
 
 Per step each rank sends one frame (codec.wire_size bytes at most) to its peers instead of the
 dense vector. What the codec drops stays in this rank's memory and joins the next step's gradient
@@ -7,24 +8,23 @@ dense vector. What the codec drops stays in this rank's memory and joins the nex
 momentum lives in the memory, so weight decay joins the gradient before compensation and the
 optimizer is plain SGD; otherwise the optimizer is the same momentum SGD as the dense reference.
 
-    exchange = FrameAllgather(group, model, training, "int8", {}, steps_per_epoch)
+    exchange = FrameAllgather(group, model, training, build_compression("int8", {}, layout, setting="ddp"),
+                              steps_per_epoch)
     compress_s, decompress_s, density = exchange.exchange(step)   # every .grad is now the average
     exchange.optimizer.step()
 """
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 import torch
 
-from commlab.codecs import CodecError
-from commlab.codecs.compression import build_compression
+from commlab.codecs import CodecError, Compression
 from commlab.dds import Group
 from commlab.ddp.checkpoint import as_arrays, as_tensors
 from commlab.ddp.config import TrainingSection
-from commlab.models import flatten_grads, flatten_params, layout_of, load_grads
+from commlab.models import flatten_grads, flatten_params, load_grads
 
 
 class FrameError(ValueError):
@@ -32,12 +32,9 @@ class FrameError(ValueError):
 
 
 class FrameAllgather:
-    def __init__(self, group: Group, model: torch.nn.Module, training: TrainingSection, method: str,
-                 params: dict[str, Any], steps_per_epoch: int):
-        self.group, self.model, self.method, self.steps_per_epoch = group, model, method, steps_per_epoch
-        self.compression = build_compression(method, params, layout_of(model), momentum=training.momentum,
-                                             nesterov=training.nesterov, world=group.world,
-                                             seed=training.seed * 1_000_003 + group.rank)
+    def __init__(self, group: Group, model: torch.nn.Module, training: TrainingSection, compression: Compression,
+                 steps_per_epoch: int):
+        self.group, self.model, self.compression, self.steps_per_epoch = group, model, compression, steps_per_epoch
         self.fold_weight_decay = self.compression.memory.applies_momentum
         self.weight_decay = training.weight_decay
         if self.fold_weight_decay:
@@ -56,7 +53,7 @@ class FrameAllgather:
         self.compression.at_step(step, self.steps_per_epoch)
         frame, sent = self.compression.compress(grad)
         t1 = time.perf_counter()
-        frames = self.group.allgather(f"{step}/{self.method}", frame)
+        frames = self.group.allgather(f"{step}/{self.compression.codec.name}", frame)
         t2 = time.perf_counter()
         total = np.zeros(sent.size, np.float32)
         for rank, received in enumerate(frames):

@@ -1,4 +1,4 @@
-"""`python -m commlab.ddp.run --method dense|dgc --world N --epochs E --backend local|docker|swarm|auto`
+"""`python -m commlab.ddp.run --method dense|dgc|<codec> --world N --epochs E --backend local|docker|swarm|auto`
 
 Builds the WORLD identical worker configs of one DDP run (unique run id and DDS domain), then
 starts the workers through commlab.testbed.backend.run_nodes: local processes (WORLD/RANK in their
@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 from commlab.claims import hold
+from commlab.codecs import CodecError
+from commlab.codecs.base import codec_class
 from commlab.config_schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec
 from commlab.ddp.config import WorkerConfig, steps_per_epoch
@@ -30,8 +32,9 @@ GRACE_S = 15.0  # after a worker fails, the others get their timeouts + this to 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m commlab.ddp.run", description=__doc__.split("\n\n")[0])
-    p.add_argument("--method", default="dgc", help="dense (allreduce), dgc, or any registered codec "
-                   "(int8, qsgd4, signsgd, ...: allgather of frames with error feedback)")
+    p.add_argument("--method", default="dgc", help="dense (allreduce), or any registered codec: each says "
+                   "how it is exchanged (fp16, bf16: allreduce; powersgd<r>: two allreduces; dgc, int8, qsgd4, "
+                   "signsgd, ...: allgather of frames)")
     p.add_argument("--method-param", action="append", default=[], metavar="KEY=JSON",
                    help="codec parameter, e.g. ratio=0.05 (repeatable)")
     p.add_argument("--world", type=int, default=3)
@@ -50,9 +53,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-step", default=DEFAULT_TRAIN_STEP, metavar="SPEC",
                    help="every worker's loss of one batch: package.module:function or path/to/file.py:function "
                    "(default %(default)s; docs/ddp.md)")
-    p.add_argument("--density", type=float, default=0.001, help="DGC density after warm-up")
-    p.add_argument("--warmup", type=float, default=1.0, help="DGC warm-up length in --warmup-unit")
-    p.add_argument("--warmup-unit", choices=("steps", "epochs"), default="epochs")
+    # Shorthands for the method parameters of a compressor with a warm-up (dgc), for the methods
+    # that take them: given, they join --method-param (which wins); not given, the compressor's
+    # DDP defaults hold (docs/codecs.md).
+    p.add_argument("--density", type=float, help="density after the warm-up (dgc; default 0.001)")
+    p.add_argument("--warmup", type=float, help="warm-up length in --warmup-unit (dgc; default 1 epoch)")
+    p.add_argument("--warmup-unit", choices=("steps", "epochs"))
     p.add_argument("--collective-timeout", type=float, default=30.0,
                    help="seconds a rank may stay silent while every rank is alive")
     p.add_argument("--peer-return", type=float, default=120.0,
@@ -68,19 +74,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def shorthand_params(a: argparse.Namespace) -> dict:
+    """The method parameters --density, --warmup and --warmup-unit stand for, where given and the
+    method takes them (a method without a warm-up has nothing they could set)."""
+    given = {"density": a.density, "warmup_length": a.warmup, "warmup_unit": a.warmup_unit}
+    try:
+        cls = codec_class(a.method)[0]
+    except CodecError:  # the config's check names the unknown method
+        return {}
+    return {k: v for k, v in given.items() if v is not None and cls.takes(k)}
+
+
 def build_config(a: argparse.Namespace) -> dict:
     """The worker config every rank reads, validated through the workers' own schema."""
     if a.world < 1:
         raise ConfigError(f"--world must be >= 1, got {a.world}")
     domain = a.domain_id if a.domain_id is not None else hold("domain")
     cfg = {"run_id": a.run_id or new_run_id("ddp", f"{a.method}-w{a.world}"), "method": a.method,
-           "method_params": codec_params(a.method_param),
+           "method_params": {**shorthand_params(a), **codec_params(a.method_param)},
            "results_dir": str(Path(a.results_dir).resolve()), "link_profile": a.profile,
            "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"], "multicast": a.multicast},
            "dataset": {"name": "mnist", "train_subset": a.train_subset or None, "test_subset": a.test_subset},
            "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed,
                         "collective": a.collective},
-           "dgc": {"final_density": a.density, "warmup_length": a.warmup, "warmup_unit": a.warmup_unit},
            "collective_timeout_s": a.collective_timeout, "peer_return_s": a.peer_return, "summary_every": a.summary_every,
            "resume_from": str(Path(a.resume_from).resolve()) if a.resume_from else None,
            "train_step": resolve_spec_path(a.train_step)}

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from commlab.builders import dds_settings
-from commlab.codecs import get_codec
-from commlab.codecs.powersgd import PowerSgd
+from commlab.codecs import build_compression
+from commlab.codecs.base import ALLGATHER, ALLREDUCE, LOWRANK
 from commlab.config_schema import ConfigError, to_dict
 from commlab.dds import DdsNode, Group
 from commlab.ddp.checkpoint import NO_RESUME, UNUSABLE, agree_on_resume_point, restore_checkpoint, save_checkpoint
@@ -23,7 +23,7 @@ from commlab.ddp.profile import StepProfile
 from commlab.ddp.setup import data_parallel_setup
 from commlab.fault_points import halt_at
 from commlab.metrics import CsvTable, RunWriter, backend_name, write_transport_totals
-from commlab.models import flatten_params, num_params, weights_digest
+from commlab.models import flatten_params, layout_of, num_params, weights_digest
 from commlab.roster import worker_name
 from commlab.tables import COLUMNS
 from commlab.train_step import TrainStep, batch_loss, load_train_step
@@ -50,7 +50,7 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
             "model": cfg.model.name, "dataset": cfg.dataset.name, "method": cfg.method,
             "multicast": dds_settings(cfg.dds).multicast, "link_profile": cfg.link_profile, "world": world,
             "epochs": tr.epochs, "config": to_dict(cfg),
-            "seeds": {"model": tr.seed, "shards": tr.seed, "batches": tr.seed, "dgc": tr.seed,
+            "seeds": {"model": tr.seed, "shards": tr.seed, "batches": tr.seed, "compressor": tr.seed,
                       "subset": cfg.dataset.subset_seed},
             "steps_per_epoch": steps_per_epoch, "status": "running"})
     out.mkdir(parents=True, exist_ok=True)
@@ -103,16 +103,21 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
 
 
 Exchange = DenseAllreduce | FrameAllgather | LowRankAllreduce
+# How each kind of compressor crosses the network (Codec.exchange): summable frames round the
+# allreduce, PowerSGD's two allreduces, any other frame by allgather.
+EXCHANGES: dict[str, type[Exchange]] = {ALLREDUCE: DenseAllreduce, LOWRANK: LowRankAllreduce,
+                                        ALLGATHER: FrameAllgather}
 
 
 def build_exchange(cfg: WorkerConfig, group: Group, model: torch.nn.Module, steps_per_epoch: int) -> Exchange:
-    """dense: the allreduce reference; PowerSGD: its two small allreduces; any other registered
-    codec (dgc included): allgather of frames."""
-    if cfg.method == "dense":
-        return DenseAllreduce(group, model, cfg.training)
-    if isinstance(get_codec(cfg.method), PowerSgd):
-        return LowRankAllreduce(group, model, cfg.training, cfg.method, cfg.codec_params())
-    return FrameAllgather(group, model, cfg.training, cfg.method, cfg.codec_params(), steps_per_epoch)
+    """The worker's one resolution of its method: the compressor with its DDP memory and schedule
+    (seeded by the rank, and by the run for what every rank must share), in the exchange it
+    declares (Codec.exchange)."""
+    tr = cfg.training
+    compression = build_compression(cfg.method, cfg.method_params, layout_of(model), setting="ddp",
+                                    momentum=tr.momentum, nesterov=tr.nesterov, world=group.world,
+                                    seed=tr.seed * 1_000_003 + group.rank, run_seed=tr.seed)
+    return EXCHANGES[compression.codec.exchange](group, model, tr, compression, steps_per_epoch)
 
 
 def train_step(model: torch.nn.Module, exchange: Exchange, node: DdsNode, data,

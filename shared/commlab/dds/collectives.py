@@ -7,6 +7,11 @@ rank; "naive" is an allgather of fp32 vectors summed in rank order, (W-1) x the 
 but 1x with dds.multicast "data" (one copy reaches every reader). "auto", the default, picks naive
 with data multicast and ring otherwise. Both give every rank bit-identical results.
 
+Allreduce values travel as raw float32 unless a `codec` is given (fp16, bf16, fp32 frames: any
+object with encode(vec) -> bytes and decode(frame, numel) -> float32 vector, raising ValueError on
+a bad frame): then every contribution, ring block and partial sum crosses the network as one of
+its frames, and sums are taken in float32 after decoding.
+
 A rank whose node is gone (lease expired: paused, starved, cut off) gets return_s to come back;
 meanwhile the others wait, and after its return every rank asks for what it may have missed
 (resend.py), so the collective completes with the same bytes as without the cut. A rank not back
@@ -20,7 +25,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
@@ -40,6 +45,26 @@ CHECK_S = 0.25  # how often a wait looks at peers gone, back, or asking
 REMEMBERED_KEYS = 4096
 RETURN_S = 120.0  # default time a gone rank gets to come back: a 60 s pause (30 leases) survives
 COLLECTIVES = ("auto", "ring", "naive")  # allreduce schedules; the first is the default
+
+
+class FrameCodec(Protocol):
+    def encode(self, vec: np.ndarray) -> bytes: ...
+    def decode(self, frame: bytes | memoryview, numel: int | None = None) -> np.ndarray: ...
+
+
+class Float32:
+    """The allreduce's own wire: little-endian float32 values, no header."""
+
+    def encode(self, vec: np.ndarray) -> memoryview:
+        return memoryview(np.ascontiguousarray(vec, dtype=np.float32)).cast("B")
+
+    def decode(self, frame: bytes | memoryview, numel: int | None = None) -> np.ndarray:
+        if numel is not None and len(frame) != 4 * numel:
+            raise ValueError(f"{len(frame)} bytes, {numel} float32 values need {4 * numel}")
+        return np.frombuffer(frame, dtype=np.float32)
+
+
+FLOAT32 = Float32()
 
 
 class Group:
@@ -205,20 +230,21 @@ class Group:
     def allgather_async(self, key: str, data: bytes | memoryview) -> "Handle":
         return self._start(key, data)
 
-    def allreduce_async(self, key: str, vec: np.ndarray, op: str = "mean",
-                        collective: str | None = None) -> "Handle | TwoRingsHandle":
-        """Start an allreduce (collective: see schedule()); ring handles progress in wait(), so wait
-        for them in the same order on every rank."""
+    def allreduce_async(self, key: str, vec: np.ndarray, op: str = "mean", collective: str | None = None,
+                        codec: FrameCodec | None = None) -> "Handle | TwoRingsHandle":
+        """Start an allreduce (collective: see schedule(); codec: the values' wire, raw float32 if
+        None); ring handles progress in wait(), so wait for them in the same order on every rank."""
         collective = self.schedule(collective)
         if op not in ("sum", "mean"):
             raise ValueError(f"allreduce op must be 'sum' or 'mean', got {op!r}")
         if collective not in COLLECTIVES:
             raise ValueError(f"allreduce collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
         dense = np.ascontiguousarray(vec, dtype=np.float32).ravel()
+        codec = FLOAT32 if codec is None else codec
         if collective == "ring" and self._ring is not None:
-            return self._ring.start(key, dense, op)
-        handle = self._start(key, memoryview(dense).cast("B"))
-        handle.reduce = (op, dense.size)
+            return self._ring.start(key, dense, op, codec)
+        handle = self._start(key, codec.encode(dense))
+        handle.reduce = (op, dense.size, codec)
         return handle
 
     def schedule(self, collective: str | None = None) -> str:
@@ -233,8 +259,9 @@ class Group:
     def allgather(self, key: str, data: bytes | memoryview) -> list[bytes]:
         return self.allgather_async(key, data).wait()
 
-    def allreduce(self, key: str, vec: np.ndarray, op: str = "mean", collective: str | None = None) -> np.ndarray:
-        return self.allreduce_async(key, vec, op, collective).wait()
+    def allreduce(self, key: str, vec: np.ndarray, op: str = "mean", collective: str | None = None,
+                  codec: FrameCodec | None = None) -> np.ndarray:
+        return self.allreduce_async(key, vec, op, collective, codec).wait()
 
     def _collect(self, key: str, timeout_s: float) -> list[bytes]:
         def missing() -> list[int]:
@@ -262,17 +289,20 @@ class Handle:
 
     def __init__(self, group: Group, key: str, timeout_s: float):
         self.group, self.key, self.timeout_s = group, key, timeout_s
-        self.reduce: tuple[str, int] | None = None
+        self.reduce: tuple[str, int, FrameCodec] | None = None
 
     def wait(self):
         parts = self.group._collect(self.key, self.timeout_s)
         if self.reduce is None:
             return parts
-        op, numel = self.reduce
-        bad = [r for r, p in enumerate(parts) if len(p) != 4 * numel]
-        if bad:
-            raise DdsError(f"allreduce {self.key!r}: rank(s) {bad} sent a different length than {numel} floats")
-        total = np.frombuffer(parts[0], dtype=np.float32).copy()
-        for p in parts[1:]:
-            total += np.frombuffer(p, dtype=np.float32)
+        op, numel, codec = self.reduce
+        values = []
+        for rank, part in enumerate(parts):  # own part too, as its frame: every rank sums the same values
+            try:
+                values.append(codec.decode(part, numel))
+            except ValueError as e:
+                raise DdsError(f"allreduce {self.key!r}: rank {rank} sent no {numel}-value contribution: {e}") from None
+        total = values[0].copy()
+        for v in values[1:]:
+            total += v
         return total / np.float32(self.group.world) if op == "mean" else total

@@ -13,7 +13,9 @@ its own values to the partial sum it got; after it, position p holds the complet
 the payload (plus headers) instead of the naive allgather's W-1 times the payload.
 
 Determinism: segment j is summed in one fixed order, ((x_j + x_{j+1}) + x_{j+2}) + ..., at one
-place, and then copied byte for byte, so every rank ends with the same bytes.
+place, and then copied byte for byte, so every rank ends with the same bytes. With a lossy codec
+(fp16, bf16) every partial sum is rounded to it before it travels, and the rank that completes a
+segment keeps the decoded frame it sends, not its float32 sum, so the ranks still agree.
 
 Wire: every step travels as blocks of at most chunk_bytes, one message each (meta: key, step,
 block, numel), so a rank forwards a block as soon as it arrives (pipelined) instead of waiting for
@@ -49,7 +51,7 @@ from .reassembly import Assembled
 from .resend import SentLog
 
 if TYPE_CHECKING:
-    from .collectives import Group
+    from .collectives import FrameCodec, Group
 
 log = logging.getLogger(__name__)
 POLL_S = 0.05
@@ -117,13 +119,13 @@ class Ring:
         except Exception as e:  # the next rank may be the one that is gone
             log.info("group %s: abort of %r not passed on: %s", self.group.name, key, e)
 
-    def start(self, key: str, vec: np.ndarray) -> "RingHandle":
+    def start(self, key: str, vec: np.ndarray, codec: "FrameCodec") -> "RingHandle":
         """Claim `key`; every step runs in the handle's wait()."""
         with self._cond:
             if key in self._active or key in self._finished:
                 raise DdsError(f"group {self.group.name!r}: key {key!r} was already used")
             self._active.add(key)
-        return RingHandle(self, key, vec)
+        return RingHandle(self, key, vec, codec)
 
     def gone(self) -> list[int]:
         """Ranks of the group whose node is known to be gone."""
@@ -161,8 +163,8 @@ class Ring:
 class RingHandle:
     """A ring allreduce (sum) of one vector on one ring; wait() runs its 2(W-1) steps."""
 
-    def __init__(self, ring: Ring, key: str, vec: np.ndarray):
-        self.ring, self.key, self.vec = ring, key, vec
+    def __init__(self, ring: Ring, key: str, vec: np.ndarray, codec: "FrameCodec"):
+        self.ring, self.key, self.vec, self.codec = ring, key, vec, codec
         self.sibling: Ring | None = None  # the rank's other ring, told first if this one fails
         world, n = ring.group.world, vec.size
         self.edges = [j * n // world for j in range(world + 1)]
@@ -173,12 +175,13 @@ class RingHandle:
         lo, hi = self.edges[segment], self.edges[segment + 1]
         return [(a, min(a + self.block, hi)) for a in range(lo, hi, self.block)] or [(lo, lo)]
 
-    def send(self, step: int, block: int, data: np.ndarray | bytes) -> None:
+    def send(self, step: int, block: int, frame: bytes | memoryview) -> None:
         g = self.ring.group
         self.ring.wait_for_next()
         meta = json.dumps({"key": self.key, "step": step, "block": block, "numel": self.vec.size})
-        # Kept for a resend: the caller's vector may be reused once this allreduce returns.
-        payload = data if isinstance(data, bytes) else memoryview(data.copy() if step == 0 else data).cast("B")
+        # Kept for a resend; step 0's raw frame is a view of the caller's vector, which may be
+        # reused once this allreduce returns.
+        payload = bytes(frame) if step == 0 and not isinstance(frame, bytes) else frame
         self.ring.sent.add(self.key, meta, payload)
         try:
             self.ring.writer.write(meta, payload)
@@ -187,7 +190,8 @@ class RingHandle:
                 raise
             log.info("group %s: ring block to gone rank %d kept for when it asks: %s", g.name, self.ring.next, e)
 
-    def receive(self, step: int, block: int, length: int) -> bytes:
+    def receive(self, step: int, block: int, length: int) -> tuple[bytes, np.ndarray]:
+        """(the frame of block `block` of step `step`, its `length` decoded values)."""
         ring, g = self.ring, self.ring.group
         want = (self.key, step, block)
         g.await_ranks(lambda: want in ring._blocks or self.key in ring._aborts, lambda: [ring.prev], self.key,
@@ -198,27 +202,32 @@ class RingHandle:
         if item is None:  # the previous rank gave up first: the same verdict
             raise PeerLost(abort[0], g.name, self.key, abort[1])
         numel, payload = item
-        if numel != self.vec.size or len(payload) != 4 * length:
-            raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a block of {len(payload)} bytes "
-                           f"of a {numel}-float vector, expected {4 * length} bytes of {self.vec.size}")
-        return payload
+        if numel != self.vec.size:
+            raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a block of a {numel}-float vector, "
+                           f"this one has {self.vec.size}")
+        try:
+            return payload, self.codec.decode(payload, length)
+        except ValueError as e:
+            raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a bad block of {length} values: {e}") from None
 
     def wait(self) -> np.ndarray:
         ring, world, rank = self.ring, self.ring.group.world, self.ring.position
         out = np.empty(self.vec.size, dtype=np.float32)
         try:
             for b, (lo, hi) in enumerate(self.blocks(rank)):  # step 0: this rank's own segment
-                self.send(0, b, self.vec[lo:hi])
+                self.send(0, b, self.codec.encode(self.vec[lo:hi]))
             for step in range(1, 2 * world - 1):  # receive step-1, then send step (none after the last)
                 segment = (rank - step) % world  # what arrived at step-1 is what goes out at step
                 for b, (lo, hi) in enumerate(self.blocks(segment)):
-                    got = self.receive(step - 1, b, hi - lo)
+                    frame, got = self.receive(step - 1, b, hi - lo)
                     if step <= world - 1:  # reduce-scatter: add this rank's values, in ring order
-                        got = np.frombuffer(got, dtype=np.float32) + self.vec[lo:hi]
+                        frame = self.codec.encode(got + self.vec[lo:hi])
+                    if step == world - 1:  # the complete sum as every other rank will decode it
+                        got = self.codec.decode(frame, hi - lo)
                     if step >= world - 1:  # complete: this rank's own sum, then the allgather's
-                        out[lo:hi] = np.frombuffer(got, dtype=np.float32)
+                        out[lo:hi] = got
                     if step < 2 * world - 2:
-                        self.send(step, b, got)
+                        self.send(step, b, frame)
         except PeerLost as e:
             if self.sibling is not None:  # first, so that this rank fails with one verdict
                 self.sibling.note_abort(self.key, e)
@@ -241,11 +250,11 @@ class TwoRings:
         """Write again the recent blocks of each ring whose next rank is among `ranks`; how many."""
         return sum(ring.write_again() for ring in self.rings if ring.next in ranks)
 
-    def start(self, key: str, vec: np.ndarray, op: str) -> "TwoRingsHandle":
+    def start(self, key: str, vec: np.ndarray, op: str, codec: "FrameCodec") -> "TwoRingsHandle":
         half = vec.size // 2
-        first = self.rings[0].start(key, vec[:half])
+        first = self.rings[0].start(key, vec[:half], codec)
         try:
-            second = self.rings[1].start(key, vec[half:])
+            second = self.rings[1].start(key, vec[half:], codec)
         except BaseException:
             self.rings[0].finish(key)
             raise

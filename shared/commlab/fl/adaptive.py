@@ -30,11 +30,10 @@ from typing import Sequence
 
 import numpy as np
 
-from commlab.codecs import CodecError, get_codec, wire
+from commlab.codecs import Codec, CodecError, get_codec, wire
 from commlab.codecs.base import codec_class
 
 BITS = tuple(range(1, 9))
-FAMILIES = ("qsgd", "qsgdz")  # fixed-width frames; entropy-coded frames (sizes measured per client)
 MAX_EXACT = 8 ** 5  # bit vectors evaluated exactly; more clients: local search from the best uniform vector
 
 
@@ -43,25 +42,20 @@ def levels(bits: int) -> int:
     return 2 ** bits - 1
 
 
-def codec_name(bits: int, family: str = "qsgd") -> str:
-    """The registered compressor for q bits, e.g. 4 -> "qsgd15", (2, "qsgdz") -> "qsgdz3"."""
-    return f"{family}{levels(bits)}"
-
-
-def family_of(codec: str) -> str:
-    """The qsgd family a codec name belongs to ("qsgdz7" -> "qsgdz"); "qsgd" for any other codec."""
+def takes_bits(codec: str) -> bool:
+    """Whether the allocation can set the bits of codec `codec`: it takes qsgd's `levels`."""
     try:
-        family = codec_class(codec)[0].name
+        return codec_class(codec)[0].takes("levels")
     except CodecError:
-        return "qsgd"
-    return family if family in FAMILIES else "qsgd"
+        return False
 
 
 @functools.lru_cache(maxsize=256)
 def payload_bytes(bits: int, numel: int, bucket: int = 512, family: str = "qsgd") -> int:
-    """Wire frame bytes of one qsgd update of `numel` values at `bits` (codec wire_size): exact for
-    qsgd, zstd's worst case for qsgdz."""
-    return get_codec(codec_name(bits, family), bucket=bucket).wire_size(numel)
+    """Wire frame bytes of one update of `numel` values at `bits` with the codec `family` ("qsgd",
+    "qsgdz": its codec's family) at levels(bits) (codec wire_size): exact for qsgd, zstd's worst
+    case for qsgdz."""
+    return get_codec(family, levels=levels(bits), bucket=bucket).wire_size(numel)
 
 
 def frame_size_estimates(update: np.ndarray, family: str, bits: int, frame_len: int, bucket: int = 512,
@@ -76,7 +70,7 @@ def frame_size_estimates(update: np.ndarray, family: str, bits: int, frame_len: 
     scale = update.size / max(sample.size, 1)
     raw = {}
     for q in BITS:
-        codec = get_codec(codec_name(q, family), bucket=bucket, seed=0)
+        codec = get_codec(family, levels=levels(q), bucket=bucket, seed=0)
         head = wire.overhead(codec.params_struct.size)
         raw[q] = head + (len(codec.encode(sample)) - head) * scale
     calibration = frame_len / raw[bits]
@@ -389,8 +383,10 @@ class Planner:
     def __init__(self, section: AdaptiveSection, clients: Sequence[str], numel: int, bucket: int = 512,
                  log=print, family: str = "qsgd"):
         self.section, self.clients, self.numel, self.bucket, self.log = section, list(clients), numel, bucket, log
-        self.family = family
-        self.size_estimates: dict[str, dict[int, int]] = {}  # qsgdz: each client's frame bytes per bits
+        self.family = family  # the run codec's family (Codec.family)
+        # Frames sized by their content (qsgdz): the clients report their sizes at every bits.
+        self.sizes_reported = get_codec(family).sized_by_content
+        self.size_estimates: dict[str, dict[int, int]] = {}  # each client's frame bytes per bits
         self.estimates = LinkEstimates(section.smoothing)
         self._reports: dict[str, object] = {}
         self.frame_bytes: dict[str, int] = {}  # each client's last accepted frame (rates-only joint)
@@ -406,7 +402,7 @@ class Planner:
         ready = [c for c in self.clients if self.estimates.ready([c]) and (s.sets_bits or c in self.frame_bytes)]
         bits = {c: s.probe_bits for c in self.clients} if s.sets_bits else {}
         if not ready:
-            what = codec_name(s.probe_bits, self.family) if s.sets_bits else "the run's codec"
+            what = f"{self.family}{levels(s.probe_bits)}" if s.sets_bits else "the run's codec"
             self.log(f"adaptive round {rnd}: probe, {what} over each client's own link")
             return bits, {}
         est = self.estimates
@@ -444,7 +440,7 @@ class Planner:
             per_sample = msg.compute_s / msg.num_samples
             problem = self.estimates.report(c, per_sample, msg.prev_upload_Bps, msg.prev_rate_Bps,
                                             msg.prev_at_link_rate)
-            if problem is None and self.family == "qsgdz" and msg.frame_bytes_by_bits:
+            if problem is None and self.sizes_reported and msg.frame_bytes_by_bits:
                 sizes = check_size_estimates(msg.frame_bytes_by_bits, self.numel, self.bucket, self.family)
                 problem = sizes if isinstance(sizes, str) else None
                 if problem is None:
@@ -477,18 +473,18 @@ class ClientSide:
         self.upload_s = self.goodput_Bps = math.nan
         self._warned = False
 
-    def codec(self, cmd) -> str:
-        """qsgd at this client's bits when the command names them, else the command's codec."""
+    def codec_params(self, cmd) -> dict:
+        """The command's codec parameters, at this client's bits (the qsgd codec's levels) when
+        the command names them."""
         q = cmd.client_bits.get(self.name) if cmd.client_bits else None
+        self.bits = None
         if q is None:
-            self.bits = None
-            return cmd.codec
+            return dict(cmd.codec_params)
         if not isinstance(q, int) or isinstance(q, bool) or q not in BITS:
             self.log(f"round {cmd.round}: ignoring bits {q!r} (need 1..8); using {cmd.codec}")
-            self.bits = None
-            return cmd.codec
+            return dict(cmd.codec_params)
         self.bits = q
-        return codec_name(q, family_of(cmd.codec))
+        return {**cmd.codec_params, "levels": levels(q)}
 
     def stretch(self, train_s: float) -> float:
         """Emulated slower compute: sleep (1/speed_factor - 1) x the measured training time."""
@@ -540,13 +536,13 @@ class ClientSide:
         if self.can_shape:
             self._shape(cmd, self.link_bps)
 
-    def size_report(self, cmd, update: np.ndarray, frame_len: int) -> dict[str, int]:
-        """Entropy-coded frames at allocated bits: the update's frame bytes at every bits (keys as
-        strings, as JSON carries them), so the controller can weigh bits it has not seen; {} else."""
-        if self.bits is None or family_of(cmd.codec) != "qsgdz":
+    def size_report(self, codec: Codec, update: np.ndarray, frame_len: int) -> dict[str, int]:
+        """Frames sized by their content (qsgdz) at allocated bits: the update's frame bytes at
+        every bits (keys as strings, as JSON carries them), so the controller can weigh bits it
+        has not seen; {} else."""
+        if self.bits is None or not codec.sized_by_content:
             return {}
-        bucket = cmd.codec_params.get("bucket", 512)
-        sizes = frame_size_estimates(update, "qsgdz", self.bits, frame_len, bucket)
+        sizes = frame_size_estimates(update, codec.family, self.bits, frame_len, codec.bucket)
         return {str(q): v for q, v in sizes.items()}
 
     def report(self, compute_s: float) -> dict:

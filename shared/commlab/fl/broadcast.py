@@ -1,11 +1,12 @@
 """The model broadcast, both ends: the controller's ModelSender and each client's ModelReplica.
 
-With the fp32 downlink every ModelBlob is the whole model, as a plain FL controller sends it.
-With any other registered compressor the controller sends, each round, the compressed difference
-between its global model and the replica every client holds, and adds what it sent (the decoded
-frame) to its own copy of that replica. What the codec drops stays in `weights - replica` and
-travels in a later round: server-side error feedback without a separate memory (the difference
-*is* the residual). Clients train from the replica, so uploads are deltas against it.
+With a lossless downlink (fp32) every ModelBlob is the whole model, as a plain FL controller sends
+it: a lossless difference is no smaller. With any lossy compressor the controller sends, each
+round, the compressed difference between its global model and the replica every client holds,
+and adds what it sent (the decoded frame) to its own copy of that replica. What the codec drops
+stays in `weights - replica` and travels in a later round: server-side error feedback without a
+separate memory (the difference *is* the residual). Clients train from the replica, so uploads
+are deltas against it.
 
 Every blob names the replica digest it produces (and, for a delta, the one it applies to): a client
 whose replica differs (restarted, joined late, lost a blob) asks for the whole model once instead
@@ -17,18 +18,17 @@ import time
 
 import numpy as np
 
-from commlab.codecs import Codec, CodecError, decode_any, get_codec
+from commlab.codecs import Codec, CodecError, decode_any
+from commlab.codecs.fp32 import Fp32
 from commlab.fl.messages import ModelBlob
 from commlab.models import weights_digest
 
-FULL_CODEC = "fp32"
-
 
 class ModelSender:
-    def __init__(self, codec_name: str, params: dict, layout: list, run_id: str):
-        self.full_codec: Codec = get_codec(FULL_CODEC)
-        self.delta_codec: Codec | None = None if codec_name == FULL_CODEC else get_codec(codec_name, layout=layout,
-                                                                                       **params)
+    def __init__(self, codec: Codec, run_id: str):
+        """`codec`: the downlink compressor, built for the model; a lossless one sends whole models."""
+        self.full_codec = Fp32()
+        self.delta_codec: Codec | None = codec if codec.lossy else None
         self.run_id = run_id
         self.replica: np.ndarray | None = None
         self.round = -1

@@ -16,8 +16,7 @@ import numpy as np
 import torch
 
 from commlab.builders import build_dataset, build_node_model, dds_settings
-from commlab.codecs import CodecError
-from commlab.codecs.compression import build_compression
+from commlab.codecs import CodecError, Compression, build_compression
 from commlab.data import Dataset, label_histogram, partition
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress
@@ -66,7 +65,8 @@ class Client:
         self.replica = ModelReplica(flatten_params(model).size)
         self.requested_after: int | None = None  # the controller round after which the whole model was asked for
         self.decode_s = 0.0  # ModelBlob decoding since the last row
-        self._codec_key: tuple | None = None
+        self._codec_key: tuple | None = None  # the codec and parameters of the last command
+        self._held: tuple[int, Compression] | None = None  # its compression, built once, and whose it is
         run_dir = Path(cfg.results_dir) / cfg.run_id
         run_dir.mkdir(parents=True, exist_ok=True)
         self.clients = [HostedClient(i, client_name(i), parts[i], CsvTable(run_dir / f"clients-{i}.csv", COLUMNS["clients"]))
@@ -213,15 +213,19 @@ class Client:
             self._apply_blobs(POLL_S)
         return time.perf_counter() - start
 
-    def _codec_for(self, cmd: TrainCmd) -> str:
-        """The codec the controller asked for; the clients' memories (error feedback, DGC's
-        accumulation) are kept across rounds while it stays the same."""
-        name = self.adaptive.codec(cmd)  # qsgd at this client's bits when the command allocates them
-        key = (name, tuple(sorted(cmd.codec_params.items())))
+    def _compression_for(self, cmd: TrainCmd, client: HostedClient) -> Compression:
+        """The compressor the command names (at this client's qsgd bits when the command allocates
+        them), resolved once and kept while the command's codec stays the same: the clients'
+        memories (error feedback, DGC's accumulation) go on across rounds. A host of many clients
+        builds each client's in turn (seeded by the client) and ClientMemory swaps its state in."""
+        params = self.adaptive.codec_params(cmd)
+        key = (cmd.codec, tuple(sorted(params.items())))
         if key != self._codec_key:
-            self._codec_key = key
-            self.memory.reset()
-        return name
+            self._codec_key, self._held = key, None
+            self.memory.reset()  # another codec: every client starts afresh
+        if self._held is None or self._held[0] != client.index:
+            self._held = (client.index, build_compression(cmd.codec, params, layout_of(self.model), seed=client.index))
+        return self._held[1]
 
     def _already_sent(self, cmd: TrainCmd) -> list[HostedClient]:
         """The clients `cmd` names that still have to train: a command for the round this process
@@ -283,12 +287,12 @@ class Client:
         if self.cfg.attack is not None:  # test only (config `attack`): a forged update under a valid identity
             delta = self.cfg.attack.apply(delta)
         try:
-            compression = build_compression(self._codec_for(cmd), cmd.codec_params, layout_of(self.model),
-                                            seed=client.index)
+            compression = self._compression_for(cmd, client)
             start = time.perf_counter()  # a host's encode time includes swapping the client's memory in and out
             payload = self.memory.encode(client.index, rnd, delta, compression)
-            sizes = self.adaptive.size_report(cmd, delta, len(payload))
+            sizes = self.adaptive.size_report(compression.codec, delta, len(payload))
         except CodecError as e:  # e.g. a diverged update the codec cannot represent: the round goes on without it
+            self._held = None  # a refused encode may have moved its state: the next round rebuilds it
             self.log(f"{who}round {rnd}: no update sent, the codec refused it: {e}")
             return
         encode_s = time.perf_counter() - start

@@ -13,7 +13,7 @@ from typing import Any
 from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, NamedSection, existing,
                                    load_config, positive, to_dict)
 from commlab.dds.messages import MAX_TEXT
-from commlab.fl.adaptive import AdaptiveSection
+from commlab.fl.adaptive import AdaptiveSection, takes_bits
 from commlab.fl.root_update import RootUpdate
 from commlab.fl.sampling import Availability, load_availability, per_round_count
 from commlab.fl.strategy_config import StrategySection
@@ -162,8 +162,8 @@ class ControllerConfig:
         if self.round_hard_limit_s < self.round_deadline_s:
             raise ConfigError(f"{where}round_hard_limit_s: must be >= round_deadline_s")
         existing(where, "init_path", self.init_path)
-        if self.adaptive is not None and self.adaptive.sets_bits and not self.codec.name.startswith("qsgd"):
-            raise ConfigError(f"{where}codec.name: adaptive bits need a qsgd codec (the decoder), got "
+        if self.adaptive is not None and self.adaptive.sets_bits and not takes_bits(self.codec.name):
+            raise ConfigError(f"{where}codec.name: adaptive bits need a qsgd codec (one that takes levels), got "
                               f"{self.codec.name!r} (fixed_bits null: only the rates, for any codec)")
         if self.fedbuff is not None and self.strategy.name != "fedbuff":
             raise ConfigError(f"{where}fedbuff: only for strategy fedbuff, not {self.strategy.name}")

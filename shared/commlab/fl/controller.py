@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from commlab.builders import build_dataset, build_node_model, dds_settings
-from commlab.codecs import Codec, get_codec
+from commlab.codecs import Codec
 from commlab.fl import update_identity
-from commlab.fl.adaptive import Planner, family_of
+from commlab.fl.adaptive import Planner
 from commlab.fl.broadcast import ModelSender
 from commlab.config_schema import to_dict
 from commlab.data import Dataset
@@ -29,7 +29,7 @@ from commlab.fault_points import halt_at
 from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from commlab.fl.collect import RoundFailed, RoundReplies, UpdateCollector
 from commlab.fl.config import ControllerConfig, load_controller_config
-from commlab.fl.entry import as_config_error, check_codec, log_to
+from commlab.fl.entry import as_config_error, build_codec, log_to
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.fedbuff import Dispatch
 from commlab.fl.sampling import select_round
@@ -57,13 +57,15 @@ class OpenRound:
 
 class Controller:
     def __init__(self, cfg: ControllerConfig, node: Any, strategy: Strategy, start_round: int,
-                 model: torch.nn.Module, data: Dataset, writer: RunWriter, log: Callable[[str], None] = print,
-                 progress: dict[str, float] | None = None):
+                 model: torch.nn.Module, data: Dataset, writer: RunWriter, uplink: Codec, downlink: Codec,
+                 log: Callable[[str], None] = print, progress: dict[str, float] | None = None):
+        """`uplink`, `downlink`: the codecs of the config's codec and downlink sections, built once
+        (run_controller)."""
         self.cfg, self.node, self.strategy, self.start_round = cfg, node, strategy, start_round
         self.model, self.data, self.writer, self.log = model, data, writer, log
-        # Decoders read every parameter from the frame: the name alone says which decoder to use.
-        self.codec: Codec = get_codec(cfg.codec.name)
-        self.sender = ModelSender(cfg.downlink.name, dict(cfg.downlink.params), layout_of(model), cfg.run_id)
+        # Decoders read every parameter from the frame: the uplink codec decodes any client's.
+        self.codec = uplink
+        self.sender = ModelSender(downlink, cfg.run_id)
         self.resyncs = 0  # whole models sent on request since the last row
         self.row_end: dict[str, float] = {}  # transport counters when the last row was taken
         self.t0 = time.perf_counter()  # training start (run() resets it): rounds.csv wall_time_s counts from here
@@ -80,7 +82,7 @@ class Controller:
         # Per-client qsgd bits and uplink rates from the clients' reports (docs/adaptive.md).
         self.planner = None if cfg.adaptive is None else Planner(
             cfg.adaptive, cfg.client_ids(), strategy.weights.size, cfg.codec.params.get("bucket", 512), log,
-            family_of(cfg.codec.name))
+            uplink.family)
         # Who trains (docs/scale.md): a seeded sample of the available clients each round, or for
         # fedbuff up to per_round clients at a time, each from the newest model version.
         self.per_round, self.availability = cfg.per_round(), cfg.availability_trace()
@@ -324,9 +326,8 @@ def run_controller(config_path: str) -> None:
     from commlab.dds import DdsNode
     cfg = load_controller_config(config_path)
     cfg.dds.check_host()
-    check_codec(cfg.codec)
-    check_codec(cfg.downlink, "downlink")
     model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads))
+    uplink, downlink = build_codec(cfg.codec, model), build_codec(cfg.downlink, model, "downlink")
     weights, start_round, strategy_state, progress = flatten_params(model), 1, None, {}
     if cfg.init_path is not None:
         ckpt = as_config_error("init_path", lambda: load_checkpoint(Path(cfg.init_path), weights.size))
@@ -352,7 +353,7 @@ def run_controller(config_path: str) -> None:
         "start_round": start_round, "status": "running"})
     node = DdsNode(CONTROLLER, settings)
     try:
-        Controller(cfg, node, strategy, start_round, model, data, writer, log, progress).run()
+        Controller(cfg, node, strategy, start_round, model, data, writer, uplink, downlink, log, progress).run()
         writer.close("completed")
     except BaseException as e:
         writer.close(f"failed: {type(e).__name__}: {e}")

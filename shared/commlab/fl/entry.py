@@ -10,10 +10,12 @@ import sys
 import traceback
 from typing import Callable, TypeVar
 
-from commlab.codecs import CodecError
-from commlab.codecs.compression import build_compression
+import torch
+
+from commlab.codecs import Codec, CodecError, build_compression
 from commlab.config_schema import ConfigError
 from commlab.fl.config import CodecSection
+from commlab.models import layout_of
 
 T = TypeVar("T")
 EXIT_CONFIG = 2
@@ -29,10 +31,13 @@ def as_config_error(what: str, build: Callable[[], T]) -> T:
         raise ConfigError(f"{what}: {e}") from None
 
 
-def check_codec(section: CodecSection, where: str = "codec") -> None:
-    """The codec and its parameters (memory and schedule ones included) resolve; no model needed."""
+def build_codec(section: CodecSection, model: torch.nn.Module, where: str = "codec") -> Codec:
+    """The controller's one resolution of a codec section: the codec as build_compression makes it
+    for `model` (every parameter checked, memory and schedule ones included); a bad name or
+    parameter is a ConfigError. The controller keeps no memory: the uplink codec only decodes,
+    and the downlink's residual is `weights - replica` (broadcast.py)."""
     try:
-        build_compression(section.name, section.params, layout=[])
+        return build_compression(section.name, section.params, layout_of(model)).codec
     except CodecError as e:
         raise ConfigError(f"{where}: {e}") from None
 
