@@ -63,7 +63,7 @@ class Client:
         self.stop_sub = node.subscriber(Stop)
         self.request_pub = node.publisher(ModelRequest)
         self.train_step = load_train_step(cfg.train_step)  # already checked with the config
-        self.replica = ModelReplica(flatten_params(model).size)
+        self.replica = ModelReplica(flatten_params(model, cfg.sends_buffers).size)
         self.requested_after: int | None = None  # the controller round after which the whole model was asked for
         self.decode_s = 0.0  # ModelBlob decoding since the last row
         self._codec_key: tuple | None = None
@@ -277,13 +277,13 @@ class Client:
         start = time.perf_counter()
         delta, loss = local_update(self.model, self.weights, self.data, indices, fit,
                                    momentum=self.cfg.optimizer.momentum, weight_decay=self.cfg.optimizer.weight_decay,
-                                   step=self.train_step)
+                                   buffers=self.cfg.sends_buffers, step=self.train_step)
         train_s = time.perf_counter() - start
         stretch_s = self.adaptive.stretch(train_s)
         if self.cfg.attack is not None:  # test only (config `attack`): a forged update under a valid identity
             delta = self.cfg.attack.apply(delta)
         try:
-            compression = build_compression(self._codec_for(cmd), cmd.codec_params, layout_of(self.model),
+            compression = build_compression(self._codec_for(cmd), cmd.codec_params, layout_of(self.model, self.cfg.sends_buffers),
                                             seed=client.index)
             start = time.perf_counter()  # a host's encode time includes swapping the client's memory in and out
             payload = self.memory.encode(client.index, rnd, delta, compression)
@@ -322,11 +322,11 @@ def run_client(config_path: str) -> None:
     from commlab.dds import DdsNode
     cfg = load_client_config(config_path)
     cfg.dds.check_host()
-    model = as_config_error("model", lambda: build_node_model(cfg.model, 0, cfg.threads))
     data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
+    model = as_config_error("model", lambda: build_node_model(cfg.model, 0, cfg.threads, data))
     p = cfg.partition
     parts = as_config_error("partition", lambda: partition(data.train_y, cfg.num_clients, p.scheme, p.seed, **p.params()))
-    settings = as_config_error("dds", lambda: dds_settings(cfg.dds, flatten_params(model).size))
+    settings = as_config_error("dds", lambda: dds_settings(cfg.dds, flatten_params(model, cfg.sends_buffers).size))
     log = log_to(cfg.name)
     hosted = {i: parts[i] for i in cfg.hosted()}
     if cfg.procs is None:

@@ -30,12 +30,13 @@ from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from commlab.fl.collect import RoundFailed, RoundReplies, UpdateCollector
 from commlab.fl.config import ControllerConfig, load_controller_config
 from commlab.fl.entry import as_config_error, check_codec, log_to
+from commlab.fl.evaluation import GlobalEvaluation
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.fedbuff import Dispatch
 from commlab.fl.sampling import select_round
 from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES, FedBuff, Strategy
 from commlab.metrics import RunWriter, backend_name, write_transport_totals
-from commlab.models import evaluate, flatten_params, layout_of, load_params, weights_digest
+from commlab.models import flatten_params, layout_of, weights_digest
 from commlab.roster import CONTROLLER
 from commlab.tables import COLUMNS
 
@@ -60,10 +61,12 @@ class Controller:
                  model: torch.nn.Module, data: Dataset, writer: RunWriter, log: Callable[[str], None] = print,
                  progress: dict[str, float] | None = None):
         self.cfg, self.node, self.strategy, self.start_round = cfg, node, strategy, start_round
-        self.model, self.data, self.writer, self.log = model, data, writer, log
+        self.writer, self.log = writer, log
         # Decoders read every parameter from the frame: the name alone says which decoder to use.
         self.codec: Codec = get_codec(cfg.codec.name)
-        self.sender = ModelSender(cfg.downlink.name, dict(cfg.downlink.params), layout_of(model), cfg.run_id)
+        self.sender = ModelSender(cfg.downlink.name, dict(cfg.downlink.params), layout_of(model, cfg.sends_buffers),
+                                  cfg.run_id)
+        self.evaluate = GlobalEvaluation(cfg, model, data)
         self.resyncs = 0  # whole models sent on request since the last row
         self.row_end: dict[str, float] = {}  # transport counters when the last row was taken
         self.t0 = time.perf_counter()  # training start (run() resets it): rounds.csv wall_time_s counts from here
@@ -293,8 +296,7 @@ class Controller:
         # fedbuff's next row counts from here: its uploads keep arriving while this one is evaluated.
         self.row_end = self.node.stats.snapshot()
         comm = delta(before, self.row_end)
-        load_params(self.model, weights)
-        accuracy, loss = evaluate(self.model, self.data.test_x, self.data.test_y, cfg.eval_batch_size)
+        accuracy, loss = self.evaluate(weights)
         self.last_accuracy, self.round_time_sum_s = accuracy, self.round_time_sum_s + round_time
         progress = {"round_time_sum_s": self.round_time_sum_s, "last_accuracy": accuracy}
         save_checkpoint(Path(cfg.checkpoint_dir), Checkpoint(rnd, weights, self.strategy.state_dict(), to_dict(cfg),
@@ -326,12 +328,12 @@ def run_controller(config_path: str) -> None:
     cfg.dds.check_host()
     check_codec(cfg.codec)
     check_codec(cfg.downlink, "downlink")
-    model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads))
-    weights, start_round, strategy_state, progress = flatten_params(model), 1, None, {}
+    data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
+    model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads, data))
+    weights, start_round, strategy_state, progress = flatten_params(model, cfg.sends_buffers), 1, None, {}
     if cfg.init_path is not None:
         ckpt = as_config_error("init_path", lambda: load_checkpoint(Path(cfg.init_path), weights.size))
         weights, start_round, strategy_state, progress = ckpt.weights, ckpt.round + 1, ckpt.strategy_state, ckpt.progress
-    data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
     t = cfg.training
     strategy = {**STRATEGIES, **ASYNC_STRATEGIES}[cfg.strategy.name](
         weights, epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size, subset_size=t.samples_per_round,

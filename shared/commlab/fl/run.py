@@ -13,7 +13,7 @@ from pathlib import Path
 
 from commlab.claims import hold
 from commlab.config_schema import ConfigError, from_dict, to_dict
-from commlab.fl.config import ClientConfig, ControllerConfig
+from commlab.fl.config import BATCHNORM, ClientConfig, ControllerConfig
 from commlab.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
                             write_node_config)
 from commlab.fl.adaptive import record_heterogeneity, speed_factors
@@ -84,6 +84,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--multicast", choices=("off", "discovery", "data"),
                    help="what DDS may multicast (default: data on the private networks of namespaces and "
                    "containers, off on loopback, where multicast is refused)")
+    p.add_argument("--batchnorm", choices=BATCHNORM, default="aggregate",
+                   help="BatchNorm running statistics: sent and averaged with the weights (aggregate), or kept on "
+                   "the clients, the controller recomputing them to evaluate (local) (docs/workloads.md)")
     p.add_argument("--backend", choices=("local", "docker", "swarm", "auto"), default="local")
     p.add_argument("--profile", default="lan", help="link profile (commlab.netem): applied in containers, or "
                    "with --backend local in network namespaces (root; without root the run is unshaped)")
@@ -144,7 +147,7 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
               "dataset": {"name": a.dataset, "train_subset": a.train_subset, "test_subset": a.test_subset},
               "partition": {"scheme": a.partition, "alpha": a.alpha, "labels_per_client": a.labels_per_client,
                             "seed": a.seed},
-              "train_step": resolve_spec_path(a.train_step)}
+              "train_step": resolve_spec_path(a.train_step), "batchnorm": a.batchnorm}
     controller = {**common, "checkpoint_dir": str(Path(results) / run_id / "checkpoints"),
                   "rounds": a.rounds, "expected_clients": a.clients, "min_clients": a.min_clients,
                   "codec": {"name": a.codec, "params": codec_params(a.codec_param)},
