@@ -7,15 +7,17 @@ import numpy as np
 import torch
 
 from commlab.config_schema import ConfigError, DatasetSection, DdsSection, ModelSection
-from commlab.data import Dataset, load_dataset, subset_random
+from commlab.data import Dataset, dataset_spec, load_raw, subset_random, to_dataset
 from commlab.models import build_model, configure_threads, model_entry
 
 
 def build_dataset(section: DatasetSection) -> Dataset:
-    ds = load_dataset(section.name, section.root)
-    if section.train_subset is None and section.test_subset is None:
-        return ds
-    return subset_random(ds, section.train_subset or len(ds.train_y), section.test_subset, seed=section.subset_seed)
+    """The section's dataset, its random subsets cut before the images are normalised (the same
+    samples and values as cutting after, without a float copy of the whole set)."""
+    raw = load_raw(section.name, section.root)
+    if section.train_subset is not None or section.test_subset is not None:
+        raw = subset_random(raw, section.train_subset or len(raw.train_y), section.test_subset, seed=section.subset_seed)
+    return to_dataset(dataset_spec(section.name), raw)
 
 
 def build_node_model(section: ModelSection, seed: int, threads: int, data: Dataset) -> torch.nn.Module:

@@ -24,7 +24,7 @@ class RootUpdate:
     the first call, in the controller process, so configs stay cheap to build and check."""
 
     def __init__(self, model: ModelSection, dataset: DatasetSection, *, samples: int, seed: int,
-                 momentum: float, train_step: str, threads: int, buffers: bool):
+                 momentum: float, train_step: str, threads: int, buffers: bool = True):
         self.model_section, self.dataset_section = model, dataset
         self.samples, self.seed, self.momentum, self.buffers = samples, seed, momentum, buffers
         self.train_step, self.threads = train_step, threads
