@@ -18,7 +18,8 @@ import torch
 from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import CodecError
 from commlab.codecs.compression import build_compression
-from commlab.data import Dataset, label_histogram, partition
+from commlab.data import Dataset, partition_dataset
+from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress
 from commlab.fault_points import halt_at
@@ -325,13 +326,14 @@ def run_client(config_path: str) -> None:
     data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
     model = as_config_error("model", lambda: build_node_model(cfg.model, 0, cfg.threads, data))
     p = cfg.partition
-    parts = as_config_error("partition", lambda: partition(data.train_y, cfg.num_clients, p.scheme, p.seed, **p.params()))
+    parts = as_config_error("partition", lambda: partition_dataset(data, cfg.num_clients, p.scheme, p.seed, **p.params()))
     settings = as_config_error("dds", lambda: dds_settings(cfg.dds, flatten_params(model, cfg.sends_buffers).size))
     log = log_to(cfg.name)
     hosted = {i: parts[i] for i in cfg.hosted()}
     if cfg.procs is None:
-        log(f"partition {p.scheme}: {len(parts[cfg.client_id])} samples, labels "
-            f"{label_histogram(data.train_y, [parts[cfg.client_id]], data.num_classes)[0].tolist()}")
+        mine = client_summary(data, [parts[cfg.client_id]])[0]
+        log(f"partition {p.scheme}: {mine['samples']} samples"
+            + (f", labels {mine['label_histogram']}" if "label_histogram" in mine else ""))
     else:
         sizes = [len(part) for part in hosted.values()]
         log(f"partition {p.scheme}: hosting {len(hosted)} clients ({client_name(min(hosted))} ... "

@@ -12,6 +12,7 @@ from typing import Any
 
 from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, NamedSection, existing,
                                    load_config, positive, to_dict)
+from commlab.data.partition import SCHEMES as PARTITION_SCHEMES, scheme_params
 from commlab.dds.messages import MAX_TEXT
 from commlab.fl.adaptive import AdaptiveSection
 from commlab.fl.root_update import RootUpdate
@@ -20,7 +21,6 @@ from commlab.fl.strategy_config import StrategySection
 from commlab.roster import client_host_name, client_name, client_node, fl_roster, hosted_clients
 from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
-PARTITION_SCHEMES = ("iid", "dirichlet", "shards")
 # BatchNorm's running statistics (docs/workloads.md): "aggregate" sends them with the weights and
 # the strategy averages them like any weight (the evaluated model is the average of what the
 # clients hold); "local" keeps them on the clients, and the controller recomputes the global
@@ -35,9 +35,11 @@ def check_batchnorm(where: str, value: str) -> None:
 
 @dataclass(frozen=True)
 class PartitionSection:
+    """The clients' shares of the training set (commlab.data.partition, docs/workloads.md)."""
     scheme: str = "dirichlet"
     alpha: float = 0.5            # dirichlet concentration
-    labels_per_client: int = 2    # shards
+    labels_per_client: int = 2    # shards, label_quantity
+    exponent: float = 1.0         # quantity: client shares follow k^-exponent
     seed: int = 0
 
     def check(self, where: str) -> None:
@@ -45,11 +47,13 @@ class PartitionSection:
             raise ConfigError(f"{where}scheme: unknown partition scheme {self.scheme!r} "
                               f"(known: {', '.join(PARTITION_SCHEMES)})")
         positive(where, alpha=self.alpha, labels_per_client=self.labels_per_client)
+        if self.exponent < 0:
+            raise ConfigError(f"{where}exponent: must be >= 0, got {self.exponent}")
 
     def params(self) -> dict[str, Any]:
         """Keyword arguments for commlab.data.partition for this scheme."""
-        return {"iid": {}, "dirichlet": {"alpha": self.alpha},
-                "shards": {"labels_per_client": self.labels_per_client}}[self.scheme]
+        return scheme_params(self.scheme, alpha=self.alpha, labels_per_client=self.labels_per_client,
+                             exponent=self.exponent)
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,7 @@ class ControllerConfig:
     link_profile: str = "lan"      # recorded in the manifest; shaping is applied by the testbed
     model: ModelSection = ModelSection()
     dataset: DatasetSection = DatasetSection()
-    partition: PartitionSection = PartitionSection()  # recorded only: each client partitions its own data
+    partition: PartitionSection = PartitionSection()  # each client partitions its own data; the manifest records all
     codec: CodecSection = CodecSection()          # uplink: what clients encode their updates with
     downlink: CodecSection = CodecSection()       # the model broadcast: fp32 sends the whole model each round
     training: TrainingSection = TrainingSection()

@@ -22,7 +22,8 @@ from commlab.fl import update_identity
 from commlab.fl.adaptive import Planner, family_of
 from commlab.fl.broadcast import ModelSender
 from commlab.config_schema import to_dict
-from commlab.data import Dataset
+from commlab.data import Dataset, partition_dataset
+from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress, delta
 from commlab.fault_points import halt_at
@@ -329,6 +330,9 @@ def run_controller(config_path: str) -> None:
     check_codec(cfg.codec)
     check_codec(cfg.downlink, "downlink")
     data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
+    p = cfg.partition  # as every client computes its share: recorded in the manifest
+    parts = as_config_error("partition", lambda: partition_dataset(data, cfg.expected_clients, p.scheme, p.seed,
+                                                                   **p.params()))
     model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads, data))
     weights, start_round, strategy_state, progress = flatten_params(model, cfg.sends_buffers), 1, None, {}
     if cfg.init_path is not None:
@@ -351,6 +355,7 @@ def run_controller(config_path: str) -> None:
         "multicast": settings.multicast, "link_profile": cfg.link_profile,
         "clients": cfg.expected_clients, "rounds": cfg.rounds, "config": to_dict(cfg),
         "seeds": {"model_init": cfg.seed, "training": t.seed, "partition": cfg.partition.seed},
+        "client_data": dict(zip(cfg.client_ids(), client_summary(data, parts))),
         "start_round": start_round, "status": "running"})
     node = DdsNode(CONTROLLER, settings)
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from commlab.claims import hold
 from commlab.config_schema import ConfigError, from_dict, to_dict
+from commlab.data.partition import SCHEMES
 from commlab.fl.config import BATCHNORM, ClientConfig, ControllerConfig
 from commlab.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
                             write_node_config)
@@ -37,9 +38,11 @@ def add_experiment_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples-per-round", type=int, default=6000)
     p.add_argument("--model", default="mnist_cnn")
     p.add_argument("--dataset", default="mnist")
-    p.add_argument("--partition", choices=("iid", "dirichlet", "shards"), default="dirichlet")
-    p.add_argument("--alpha", type=float, default=0.5)
-    p.add_argument("--labels-per-client", type=int, default=2)
+    p.add_argument("--partition", choices=SCHEMES, default="dirichlet",
+                   help="the clients' shares (docs/workloads.md); natural: the dataset's writers or roles")
+    p.add_argument("--alpha", type=float, default=0.5, help="dirichlet concentration")
+    p.add_argument("--labels-per-client", type=int, default=2, help="shards, label_quantity")
+    p.add_argument("--exponent", type=float, default=1.0, help="quantity: client shares follow k^-exponent")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
@@ -146,7 +149,7 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
               "model": {"name": a.model, "params": {}},
               "dataset": {"name": a.dataset, "train_subset": a.train_subset, "test_subset": a.test_subset},
               "partition": {"scheme": a.partition, "alpha": a.alpha, "labels_per_client": a.labels_per_client,
-                            "seed": a.seed},
+                            "exponent": a.exponent, "seed": a.seed},
               "train_step": resolve_spec_path(a.train_step), "batchnorm": a.batchnorm}
     controller = {**common, "checkpoint_dir": str(Path(results) / run_id / "checkpoints"),
                   "rounds": a.rounds, "expected_clients": a.clients, "min_clients": a.min_clients,
