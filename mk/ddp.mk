@@ -1,12 +1,13 @@
 # Data-parallel training over DDS (docs/ddp.md): WORLD equal workers, one gradient exchange per step.
 # make ddp-<method> WORLD=3 EPOCHS=2 BACKEND=auto|local|docker|swarm PROFILE=lan|10mbit|1mbit|hetero DDP_ARGS="--train-subset 2000"
+# Workloads (docs/workloads.md): MODEL=resnet18 DATASET=cifar10 (or synthetic:cifar10) DATA_DIR=...
 # <method>: dense (allreduce), dgc, or any registered codec (int8, qsgd4, signsgd, randomk, ...:
 # allgather of frames with error feedback).
 EPOCHS ?= 2
 DDP_ARGS ?=
 
-ddp-%: $(STAMP) ## DDP run with method % (dense, dgc, int8, qsgd4, signsgd, ...): WORLD EPOCHS BACKEND PROFILE DDP_ARGS
-	$(PYTHON) -m commlab.ddp.run --method $* --world $(WORLD) --epochs $(EPOCHS) --backend $(BACKEND) --profile $(PROFILE) $(DDP_ARGS)
+ddp-%: $(STAMP) ## DDP run with method % (dense, dgc, int8, qsgd4, signsgd, ...): WORLD EPOCHS BACKEND PROFILE MODEL DATASET DATA_DIR DDP_ARGS
+	$(PYTHON) -m commlab.ddp.run --method $* --world $(WORLD) --epochs $(EPOCHS) --backend $(BACKEND) --profile $(PROFILE) --model $(MODEL) --dataset $(DATASET) $(DDP_ARGS)
 
 .PHONY: bench-ddp
 bench-ddp: $(STAMP) ## dense allreduce vs DGC, same seeds and data: bytes after warm-up, accuracy gap, step times (WORLD EPOCHS) -> results/bench/ddp.{csv,md} (QUICK=1)

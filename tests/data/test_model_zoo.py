@@ -72,6 +72,8 @@ def test_vector_with_batchnorm_statistics_round_trips():
     x = torch.randn(2, 3, 32, 32)
     assert torch.equal(src(x), dst(x))
     assert np.array_equal(flatten_buffers(dst), flatten_buffers(src))
+    resnet18 = build_model("resnet18")
+    assert flatten_params(resnet18, buffers=True).size - num_params(resnet18) == 9_600  # 20 layers, 4,800 channels
     assert not has_batchnorm(build_model("mnist_cnn"))
     assert flatten_buffers(build_model("char_lstm")).size == 0
 

@@ -36,8 +36,11 @@ def add_experiment_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--samples-per-round", type=int, default=6000)
-    p.add_argument("--model", default="mnist_cnn")
-    p.add_argument("--dataset", default="mnist")
+    p.add_argument("--model", default="mnist_cnn", help="a model by name (docs/workloads.md), sized for the dataset")
+    p.add_argument("--model-param", action="append", default=[], metavar="KEY=JSON",
+                   help="model parameter, e.g. hidden=256 (repeatable)")
+    p.add_argument("--dataset", default="mnist", help="a dataset by name, text:<path> or synthetic:<name> "
+                   "(docs/workloads.md); its files in COMMLAB_DATA_DIR (make DATA_DIR=)")
     p.add_argument("--partition", choices=SCHEMES, default="dirichlet",
                    help="the clients' shares (docs/workloads.md); natural: the dataset's writers or roles")
     p.add_argument("--alpha", type=float, default=0.5, help="dirichlet concentration")
@@ -55,6 +58,14 @@ def add_experiment_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-step", default=DEFAULT_TRAIN_STEP, metavar="SPEC",
                    help="every client's loss of one batch: package.module:function or path/to/file.py:function "
                    "(default %(default)s; docs/fl.md)")
+
+
+def experiment_sections(a: argparse.Namespace) -> dict:
+    """The model, dataset and partition sections of add_experiment_args' flags (every node's)."""
+    return {"model": {"name": a.model, "params": codec_params(a.model_param, "model parameter")},
+            "dataset": {"name": a.dataset, "train_subset": a.train_subset, "test_subset": a.test_subset},
+            "partition": {"scheme": a.partition, "alpha": a.alpha, "labels_per_client": a.labels_per_client,
+                          "exponent": a.exponent, "seed": a.seed}}
 
 
 def per_round_arg(text: str) -> int | float:
@@ -146,10 +157,7 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
     results = str(Path(a.results_dir).resolve())
     common = {"run_id": run_id, "results_dir": results, "link_profile": a.profile,
               "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"], "multicast": a.multicast},
-              "model": {"name": a.model, "params": {}},
-              "dataset": {"name": a.dataset, "train_subset": a.train_subset, "test_subset": a.test_subset},
-              "partition": {"scheme": a.partition, "alpha": a.alpha, "labels_per_client": a.labels_per_client,
-                            "exponent": a.exponent, "seed": a.seed},
+              **experiment_sections(a),
               "train_step": resolve_spec_path(a.train_step), "batchnorm": a.batchnorm}
     controller = {**common, "checkpoint_dir": str(Path(results) / run_id / "checkpoints"),
                   "rounds": a.rounds, "expected_clients": a.clients, "min_clients": a.min_clients,
