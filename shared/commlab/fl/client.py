@@ -18,7 +18,7 @@ import torch
 from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import CodecError
 from commlab.codecs.compression import build_compression
-from commlab.data import Dataset, partition_dataset
+from commlab.data import Dataset
 from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress
@@ -326,7 +326,7 @@ def run_client(config_path: str) -> None:
     data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
     model = as_config_error("model", lambda: build_node_model(cfg.model, 0, cfg.threads, data))
     p = cfg.partition
-    parts = as_config_error("partition", lambda: partition_dataset(data, cfg.num_clients, p.scheme, p.seed, **p.params()))
+    parts = as_config_error("partition", lambda: p.split(data, cfg.num_clients))
     settings = as_config_error("dds", lambda: dds_settings(cfg.dds, flatten_params(model, cfg.sends_buffers).size))
     log = log_to(cfg.name)
     hosted = {i: parts[i] for i in cfg.hosted()}

@@ -10,8 +10,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, NamedSection, existing,
                                    load_config, positive, to_dict)
+from commlab.data import Dataset, partition_dataset
 from commlab.data.partition import SCHEMES as PARTITION_SCHEMES, scheme_params
 from commlab.dds.messages import MAX_TEXT
 from commlab.fl.adaptive import AdaptiveSection
@@ -54,6 +57,10 @@ class PartitionSection:
         """Keyword arguments for commlab.data.partition for this scheme."""
         return scheme_params(self.scheme, alpha=self.alpha, labels_per_client=self.labels_per_client,
                              exponent=self.exponent)
+
+    def split(self, data: Dataset, num_clients: int) -> list[np.ndarray]:
+        """Every client's training sample indices (the same in every process)."""
+        return partition_dataset(data, num_clients, self.scheme, self.seed, **self.params())
 
 
 @dataclass(frozen=True)

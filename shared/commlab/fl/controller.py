@@ -22,7 +22,7 @@ from commlab.fl import update_identity
 from commlab.fl.adaptive import Planner, family_of
 from commlab.fl.broadcast import ModelSender
 from commlab.config_schema import to_dict
-from commlab.data import Dataset, partition_dataset
+from commlab.data import Dataset
 from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress, delta
@@ -330,9 +330,7 @@ def run_controller(config_path: str) -> None:
     check_codec(cfg.codec)
     check_codec(cfg.downlink, "downlink")
     data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
-    p = cfg.partition  # as every client computes its share: recorded in the manifest
-    parts = as_config_error("partition", lambda: partition_dataset(data, cfg.expected_clients, p.scheme, p.seed,
-                                                                   **p.params()))
+    parts = as_config_error("partition", lambda: cfg.partition.split(data, cfg.expected_clients))  # for the manifest
     model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads, data))
     weights, start_round, strategy_state, progress = flatten_params(model, cfg.sends_buffers), 1, None, {}
     if cfg.init_path is not None:

@@ -228,11 +228,9 @@ class ClientTrainer:
                               [c for c in COLUMNS["clients"] if c not in NOT_SEPARATED])
         if train:
             from commlab.builders import build_dataset, build_node_model
-            from commlab.data import partition_dataset
             self.data = build_dataset(cfg.dataset)
             self.model = build_node_model(cfg.model, 0, cfg.threads, self.data)  # weights come from the server, as in DDS
-            p = cfg.partition
-            self.part = partition_dataset(self.data, cfg.clients, p.scheme, p.seed, **p.params())[index]
+            self.part = cfg.partition.split(self.data, cfg.clients)[index]
             self.step = load_train_step(cfg.train_step, "train_step")
 
     def flush_row(self, pending: dict) -> None:
