@@ -140,7 +140,7 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, seed: int, grou
         raise ValueError(f"num_clients must be in 1..{len(labels)}, got {num_clients}")
     if scheme in LABEL_SCHEMES and labels.ndim != 1:
         raise ValueError(f"partition {scheme} needs one class label a sample; these samples have {labels.shape[1:]} "
-                         "targets each (a language model): use iid, quantity or natural")
+                         "targets each (a language model): use iid or quantity")
     if scheme == "natural":
         if groups is None:
             raise ValueError("partition natural needs a dataset of writers or roles (femnist, shakespeare)")
