@@ -241,3 +241,14 @@ def test_cached_arrays_that_fail_the_checks_are_rebuilt(tmp_path, capsys):
     again = load_raw("femnist", root=tmp_path)
     assert "ignoring bad cache" in capsys.readouterr().err and np.array_equal(again.train_y, good.train_y)
     assert again.group_names == good.group_names and np.array_equal(again.train_groups, good.train_groups)
+
+
+def test_a_user_in_two_files_is_named(tmp_path):
+    base = write_leaf(tmp_path, "femnist", {"u0": 6, "u1": 6}, files=2)
+    first, second = sorted((base / "train").glob("*.json"))
+    content = json.loads(second.read_text())
+    content["users"] = ["u0"]
+    content["user_data"] = {"u0": content["user_data"]["u1"]}
+    second.write_text(json.dumps(content))
+    with pytest.raises(DatasetError, match=rf"^{second}: user 'u0' appears twice in {base / 'train'}$"):
+        load_dataset("femnist", root=tmp_path)

@@ -61,6 +61,7 @@ def _read_split(directory: Path, samples: UserSamples) -> tuple[list[str], np.nd
     if not files:
         raise DatasetError(f"no LEAF JSON files in {directory}")
     users: list[str] = []
+    seen: set[str] = set()
     xs, ys, groups = [], [], []
     for path in files:
         try:
@@ -77,7 +78,7 @@ def _read_split(directory: Path, samples: UserSamples) -> tuple[list[str], np.nd
             entry = data.get(name) if isinstance(name, str) else None
             if not isinstance(entry, dict) or not isinstance(entry.get("x"), list) or not isinstance(entry.get("y"), list):
                 raise DatasetError(f"{path}: user {name!r} has no user_data with lists x and y")
-            if name in users:
+            if name in seen:
                 raise DatasetError(f"{path}: user {name!r} appears twice in {directory}")
             if not (len(entry["x"]) == len(entry["y"]) == count) or count == 0:
                 raise DatasetError(f"{path}: user {name!r} has {len(entry['x'])} x, {len(entry['y'])} y, "
@@ -85,6 +86,7 @@ def _read_split(directory: Path, samples: UserSamples) -> tuple[list[str], np.nd
             x, y = samples(entry["x"], entry["y"], f"{path}: user {name!r}")
             groups.append(np.full(len(y), len(users), dtype=np.int32))
             users.append(name)
+            seen.add(name)
             xs.append(x)
             ys.append(y)
     return users, np.concatenate(xs), np.concatenate(ys), np.concatenate(groups)
