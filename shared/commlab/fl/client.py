@@ -284,8 +284,8 @@ class Client:
         if self.cfg.attack is not None:  # test only (config `attack`): a forged update under a valid identity
             delta = self.cfg.attack.apply(delta)
         try:
-            compression = build_compression(self._codec_for(cmd), cmd.codec_params, layout_of(self.model, self.cfg.sends_buffers),
-                                            seed=client.index)
+            compression = build_compression(self._codec_for(cmd), cmd.codec_params,
+                                            layout_of(self.model, self.cfg.sends_buffers), seed=client.index)
             start = time.perf_counter()  # a host's encode time includes swapping the client's memory in and out
             payload = self.memory.encode(client.index, rnd, delta, compression)
             sizes = self.adaptive.size_report(cmd, delta, len(payload))
