@@ -3,7 +3,6 @@ two ranks, a few steps; every rank ends the epoch with the same BatchNorm statis
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -13,15 +12,13 @@ import torch
 
 from commlab.ddp.checkpoint import load_checkpoint
 
-DOMAIN = 90 + os.getpid() % 9  # below the launchers' random 100..169 and the FL workload tests' 60..89
-
 
 @pytest.mark.slow
-def test_resnet18_on_synthetic_cifar10_two_ranks(tmp_path):
+def test_resnet18_on_synthetic_cifar10_two_ranks(tmp_path, domain):
     r = subprocess.run([sys.executable, "-m", "commlab.ddp.run", "--method", "dense", "--world", "2", "--epochs", "1",
                         "--model", "resnet18", "--dataset", "synthetic:cifar10", "--train-subset", "48",
                         "--test-subset", "16", "--batch-size", "8", "--collective-timeout", "60",
-                        "--domain-id", str(DOMAIN), "--results-dir", str(tmp_path), "--run-id", "r18"],
+                        "--domain-id", str(domain), "--results-dir", str(tmp_path), "--run-id", "r18"],
                        capture_output=True, text=True, timeout=240)
     run = tmp_path / "r18"
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]

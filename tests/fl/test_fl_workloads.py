@@ -20,8 +20,6 @@ from commlab.data.partition import client_summary
 from commlab.models import build_model, flatten_params
 from fixtures.official_formats import write_cifar, write_leaf
 
-# Domains below the launchers' random 100..169 and the other tests' 170 and up, varied by process.
-DOMAIN = 60 + (os.getpid() % 10) * 3
 WRITERS = {"f0100_11": 40, "f0101_22": 24, "f0102_33": 32, "f0103_44": 16}
 ROLES = {"THE_TEMPEST_PROSPERO": 30, "THE_TEMPEST_ARIEL": 20, "HAMLET_OPHELIA": 26}
 
@@ -52,8 +50,8 @@ def fl_run(tmp_path: Path, data_dir: Path, domain: int, *flags: str) -> tuple[Pa
 
 
 @pytest.mark.slow
-def test_resnet20_on_cifar10_sends_its_batchnorm_statistics(tmp_path, data_dir):
-    _, manifest, rows = fl_run(tmp_path, data_dir, DOMAIN, "--model", "resnet20", "--dataset", "cifar10",
+def test_resnet20_on_cifar10_sends_its_batchnorm_statistics(tmp_path, data_dir, domain):
+    _, manifest, rows = fl_run(tmp_path, data_dir, domain, "--model", "resnet20", "--dataset", "cifar10",
                                "--partition", "dirichlet", "--train-subset", "400", "--test-subset", "50")
     assert (manifest["model"], manifest["dataset"], manifest["config"]["batchnorm"]) == ("resnet20", "cifar10",
                                                                                        "aggregate")
@@ -68,8 +66,8 @@ def test_resnet20_on_cifar10_sends_its_batchnorm_statistics(tmp_path, data_dir):
 
 
 @pytest.mark.slow
-def test_femnist_cnn_on_femnist_split_by_writer(tmp_path, data_dir):
-    _, manifest, _ = fl_run(tmp_path, data_dir, DOMAIN + 1, "--model", "femnist_cnn", "--dataset", "femnist",
+def test_femnist_cnn_on_femnist_split_by_writer(tmp_path, data_dir, domain):
+    _, manifest, _ = fl_run(tmp_path, data_dir, domain, "--model", "femnist_cnn", "--dataset", "femnist",
                                  "--partition", "natural")
     data = build_dataset(DatasetSection("femnist", root=str(data_dir)))
     parts = partition_dataset(data, 2, "natural", seed=0)
@@ -79,8 +77,8 @@ def test_femnist_cnn_on_femnist_split_by_writer(tmp_path, data_dir):
 
 
 @pytest.mark.slow
-def test_char_lstm_on_shakespeare_split_by_role(tmp_path, data_dir):
-    _, manifest, rows = fl_run(tmp_path, data_dir, DOMAIN + 2, "--model", "char_lstm", "--dataset", "shakespeare",
+def test_char_lstm_on_shakespeare_split_by_role(tmp_path, data_dir, domain):
+    _, manifest, rows = fl_run(tmp_path, data_dir, domain, "--model", "char_lstm", "--dataset", "shakespeare",
                                "--partition", "natural")
     raw = load_raw("shakespeare", data_dir)
     samples = sorted(c["samples"] for c in manifest["client_data"].values())
