@@ -61,5 +61,12 @@ CLIENTS ?= 2
 WORLD ?= 3
 BACKEND ?= auto
 PROFILE ?= lan
+# Workloads (docs/workloads.md): MODEL=resnet20 DATASET=cifar10 DATA_DIR=/path/with/the/official/files
+MODEL ?= mnist_cnn
+DATASET ?= mnist
+DATA_DIR ?=
+ifneq ($(DATA_DIR),)
+export COMMLAB_DATA_DIR := $(abspath $(DATA_DIR))
+endif
 
 include $(sort $(wildcard mk/*.mk))

@@ -1,6 +1,7 @@
 # Federated learning over DDS (docs/fl.md): a controller and CLIENTS clients, one run per codec.
 # make fl-int8_sparse DOWNLINK=int8_sparse CLIENTS=2 ROUNDS=10 BACKEND=auto|local|docker|swarm PROFILE=lan|10mbit|1mbit|hetero
-# Defaults: Dirichlet(0.5) non-IID, 6000 samples per client and round, batch 64, 1 local epoch.
+# Workloads (docs/workloads.md): MODEL=resnet20 DATASET=cifar10 DATA_DIR=... SCHEME=natural|iid|dirichlet|shards|label_quantity|quantity
+# Defaults: mnist_cnn on MNIST, Dirichlet(0.5) non-IID, 6000 samples per client and round, batch 64, 1 local epoch.
 ROUNDS ?= 10
 SAMPLES ?= 6000
 DOWNLINK ?= fp32
@@ -11,6 +12,7 @@ AVAILABILITY ?=
 # Logical clients (docs/scale.md): PROCS=4 processes host the CLIENTS clients.
 PROCS ?=
 FL_SAMPLING = $(if $(PER_ROUND),--per-round $(PER_ROUND)) $(if $(AVAILABILITY),--availability $(AVAILABILITY)) $(if $(PROCS),--procs $(PROCS))
+FL_WORKLOAD = --model $(MODEL) --dataset $(DATASET) --partition $(SCHEME) --alpha $(ALPHA) --labels-per-client $(LABELS_PER_CLIENT) --exponent $(EXPONENT)
 # SCHEDULE=many: the local and server steps tuned for many small clients (docs/scale.md), the same
 # for 10 and 1,000 clients: 10 local epochs of batch 16 at lr 0.02, FedAvgM 0.5 with server lr 2.
 SCHEDULE ?=
@@ -18,8 +20,8 @@ SCHEDULE_many = --epochs 10 --batch-size 16 --lr 0.02 --server-momentum 0.5 --se
 FL_SCHEDULE = $(if $(SCHEDULE),$(or $(SCHEDULE_$(SCHEDULE)),$(error unknown SCHEDULE=$(SCHEDULE); known: many)))
 
 .PHONY: test-fl test-fl-slow
-fl-%: $(STAMP) ## FL run with compressor % (fp32, fp16, bf16, int8, int8_sparse, qsgd16, dgc, powersgd, signsgd, ...): CLIENTS ROUNDS BACKEND PROFILE SAMPLES PER_ROUND AVAILABILITY PROCS SCHEDULE FL_ARGS
-	$(PYTHON) -m commlab.fl.run --codec $* --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --downlink-codec $(DOWNLINK) --backend $(BACKEND) --profile $(PROFILE) $(FL_SAMPLING) $(FL_SCHEDULE) $(FL_ARGS)
+fl-%: $(STAMP) ## FL run with compressor % (fp32, fp16, bf16, int8, int8_sparse, qsgd16, dgc, powersgd, signsgd, ...): CLIENTS ROUNDS BACKEND PROFILE SAMPLES MODEL DATASET DATA_DIR SCHEME PER_ROUND AVAILABILITY PROCS SCHEDULE FL_ARGS
+	$(PYTHON) -m commlab.fl.run --codec $* --clients $(CLIENTS) --rounds $(ROUNDS) --samples-per-round $(SAMPLES) --downlink-codec $(DOWNLINK) --backend $(BACKEND) --profile $(PROFILE) $(FL_WORKLOAD) $(FL_SAMPLING) $(FL_SCHEDULE) $(FL_ARGS)
 
 TRACE ?= results/traces/diurnal-$(CLIENTS)x$(ROUNDS).csv
 PERIOD ?= 24
@@ -29,10 +31,10 @@ TRACE_SEED ?= 0
 fl-trace: $(STAMP) ## diurnal availability trace for CLIENTS clients over ROUNDS rounds (PERIOD ON_FRACTION TRACE_SEED) -> TRACE
 	$(PYTHON) -m commlab.fl.sampling --clients $(CLIENTS) --rounds $(ROUNDS) --period $(PERIOD) --on-fraction $(ON_FRACTION) --seed $(TRACE_SEED) --out $(TRACE)
 
-test-fl: $(STAMP) ## FL unit tests (tests/fl): config validation, strategies, robust rules, checkpoints, broadcast, sampling, adaptive bits
+test-fl: $(STAMP) ## FL unit tests (tests/fl): config validation, strategies, robust rules, checkpoints, broadcast, sampling, adaptive bits, BatchNorm statistics
 	$(PYTHON) -m pytest -q -m "not slow" tests/fl
 
-test-fl-slow: $(STAMP) ## FL tests with real node processes (tests/fl): clients killed, controller restarted, nodes paused, logical clients, FedBuff
+test-fl-slow: $(STAMP) ## FL tests with real node processes (tests/fl): clients killed, controller restarted, nodes paused, logical clients, FedBuff, workloads beyond MNIST
 	$(PYTHON) -m pytest -q -ra -m slow tests/fl
 
 .PHONY: bench-robust

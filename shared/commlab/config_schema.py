@@ -234,7 +234,7 @@ class ModelSection(NamedSection):
 @dataclass(frozen=True)
 class DatasetSection:
     name: str = "mnist"
-    root: str | None = None  # cache directory; None: commlab.data's default
+    root: str | None = None  # data directory (official files and the cache); None: COMMLAB_DATA_DIR, else ~/.cache/commlab
     # Random subsets (seeded) for fast tests; None uses the whole split.
     train_subset: int | None = None
     test_subset: int | None = None

@@ -49,14 +49,14 @@ def announce(cfg: dict[str, Any], what: str) -> Path:
     return run_dir
 
 
-def codec_params(pairs: list[str]) -> dict[str, Any]:
-    """KEY=VALUE command-line pairs -> codec parameters; VALUE is JSON when it parses, else a string."""
+def codec_params(pairs: list[str], what: str = "codec parameter") -> dict[str, Any]:
+    """KEY=VALUE command-line pairs -> codec (or model) parameters; VALUE is JSON when it parses, else a string."""
     from commlab.config_schema import ConfigError
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise ConfigError(f"codec parameter {pair!r}: expected KEY=VALUE")
+            raise ConfigError(f"{what} {pair!r}: expected KEY=VALUE")
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:

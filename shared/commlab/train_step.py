@@ -7,7 +7,8 @@ Contract: a training step is a function
 that returns the scalar (0-dim) loss of one batch, with the graph attached. It only computes the
 loss: the caller does zero_grad, backward, the gradient exchange or update compression, and the
 optimizer step, so compression, communication and the optimizer stay the testbed's. The default,
-`commlab.train_step:cross_entropy_step`, is the plain cross-entropy every run used before.
+`commlab.train_step:cross_entropy_step`, is the plain cross-entropy; x is a float image batch or
+int64 token ids, y one class a sample or (language models) one token a position.
 
 A spec names the function as "package.module:function" (imported) or "path/to/file.py:function"
 (loaded from that file, so a step can live outside the library). A relative file path is resolved
@@ -36,9 +37,17 @@ DEFAULT_TRAIN_STEP = "commlab.train_step:cross_entropy_step"
 SPEC_FORMS = "'package.module:function' or 'path/to/file.py:function'"
 
 
+def flat_targets(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(targets, classes) logits and the matching target vector: a classifier's (batch, classes)
+    with y (batch,) as they are; a language model's (batch, steps, vocabulary) with y (batch, steps)
+    as one target a position."""
+    return logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
+
+
 def cross_entropy_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The default step: mean cross-entropy of the model's logits."""
-    return F.cross_entropy(model(x), y)
+    """The default step: mean cross-entropy of the model's logits, over samples (classifiers:
+    images or token ids in) or over every position (language models)."""
+    return F.cross_entropy(*flat_targets(model(x), y))
 
 
 def batch_loss(step: TrainStep, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

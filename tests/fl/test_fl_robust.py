@@ -7,14 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commlab.builders import build_node_model
 from commlab.config_schema import ConfigError, DatasetSection, ModelSection, from_dict
 from commlab.fl import checkpoint as ck
 from commlab.fl.config import AttackSection, ClientConfig, ControllerConfig
 from commlab.fl.run import build_configs, parse_args
 from commlab.fl.root_update import RootUpdate
 from commlab.fl.strategy import STRATEGIES, FedAvg, FitIns, FitRes, Krum, Median, NormClip, TrimmedMean
-from commlab.models import flatten_params
+from commlab.models import build_model, flatten_params
 from commlab.train_step import DEFAULT_TRAIN_STEP
 
 COMMON = dict(epochs=1, lr=0.1, batch_size=8, subset_size=10, seed=0)
@@ -140,7 +139,7 @@ def unit(v: np.ndarray) -> np.ndarray:
 def test_root_update_is_deterministic_and_trains_like_a_client():
     root = RootUpdate(ModelSection(), DatasetSection(train_subset=300, test_subset=10), samples=40, seed=0,
                       momentum=0.9, train_step=DEFAULT_TRAIN_STEP, threads=1)
-    weights = flatten_params(build_node_model(ModelSection(), 0, 1))
+    weights = flatten_params(build_model("mnist_cnn"))
     fit = FitIns(round=1, epochs=1, lr=0.05, batch_size=16, subset_size=64, seed=3)
     first, again = root(weights, fit), root(weights, fit)
     assert first.tobytes() == again.tobytes() and np.linalg.norm(first) > 0

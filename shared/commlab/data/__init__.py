@@ -1,10 +1,14 @@
-"""Datasets by name (mnist, fashion_mnist) and client partitions (iid, dirichlet, shards)."""
-from . import fashion_mnist, mnist  # noqa: F401  (importing registers the datasets)
-from .dataset import Dataset, DatasetError, DatasetSpec, cache_dir, dataset_names, load_dataset, register_dataset
-from .partition import SCHEMES, format_histogram, label_histogram, partition
+"""Datasets by name (mnist, fashion_mnist, cifar10, cifar100, femnist, shakespeare, wikitext2,
+text:<path>, synthetic:<name>) and client partitions (iid, dirichlet, shards, label_quantity,
+quantity, natural)."""
+from . import cifar, fashion_mnist, leaf, mnist, synthetic, text  # noqa: F401  (importing registers the datasets)
+from .dataset import (Dataset, DatasetError, DatasetSpec, RawData, data_dir, dataset_names, dataset_spec, load_dataset,
+                      load_raw, register_dataset, to_dataset)
+from .partition import SCHEMES, format_histogram, label_histogram, partition, partition_dataset
 from .subset import subset_first, subset_random
 
 __all__ = [
-    "Dataset", "DatasetError", "DatasetSpec", "SCHEMES", "cache_dir", "dataset_names", "format_histogram",
-    "label_histogram", "load_dataset", "partition", "register_dataset", "subset_first", "subset_random",
+    "Dataset", "DatasetError", "DatasetSpec", "RawData", "SCHEMES", "data_dir", "dataset_names", "dataset_spec",
+    "format_histogram", "label_histogram", "load_dataset", "load_raw", "partition", "partition_dataset",
+    "register_dataset", "subset_first", "subset_random", "to_dataset",
 ]

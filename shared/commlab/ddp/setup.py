@@ -32,4 +32,4 @@ def data_parallel_setup(dataset: DatasetSection, model: ModelSection, world: int
         raise ConfigError(f"training.batch_size: {batch_size} exceeds the smallest shard "
                           f"({min(len(s) for s in shards)} samples for {world} ranks)")
     # Built after the data, from the same seed on every rank: the same initial weights everywhere.
-    return DataParallelSetup(data, shards, steps, build_node_model(model, seed=seed, threads=threads))
+    return DataParallelSetup(data, shards, steps, build_node_model(model, seed=seed, threads=threads, data=data))

@@ -17,7 +17,8 @@ import torch
 
 from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import CodecError, Compression, build_compression
-from commlab.data import Dataset, label_histogram, partition
+from commlab.data import Dataset
+from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress
 from commlab.fault_points import halt_at
@@ -62,7 +63,7 @@ class Client:
         self.stop_sub = node.subscriber(Stop)
         self.request_pub = node.publisher(ModelRequest)
         self.train_step = load_train_step(cfg.train_step)  # already checked with the config
-        self.replica = ModelReplica(flatten_params(model).size)
+        self.replica = ModelReplica(flatten_params(model, cfg.sends_buffers).size)
         self.requested_after: int | None = None  # the controller round after which the whole model was asked for
         self.decode_s = 0.0  # ModelBlob decoding since the last row
         self._codec_key: tuple | None = None  # the codec and parameters of the last command
@@ -224,7 +225,8 @@ class Client:
             self._codec_key, self._held = key, None
             self.memory.reset()  # another codec: every client starts afresh
         if self._held is None or self._held[0] != client.index:
-            self._held = (client.index, build_compression(cmd.codec, params, layout_of(self.model), seed=client.index))
+            self._held = (client.index, build_compression(cmd.codec, params, layout_of(self.model, self.cfg.sends_buffers),
+                                                                 seed=client.index))
         return self._held[1]
 
     def _already_sent(self, cmd: TrainCmd) -> list[HostedClient]:
@@ -281,7 +283,7 @@ class Client:
         start = time.perf_counter()
         delta, loss = local_update(self.model, self.weights, self.data, indices, fit,
                                    momentum=self.cfg.optimizer.momentum, weight_decay=self.cfg.optimizer.weight_decay,
-                                   step=self.train_step)
+                                   buffers=self.cfg.sends_buffers, step=self.train_step)
         train_s = time.perf_counter() - start
         stretch_s = self.adaptive.stretch(train_s)
         if self.cfg.attack is not None:  # test only (config `attack`): a forged update under a valid identity
@@ -326,16 +328,17 @@ def run_client(config_path: str) -> None:
     from commlab.dds import DdsNode
     cfg = load_client_config(config_path)
     cfg.dds.check_host()
-    model = as_config_error("model", lambda: build_node_model(cfg.model, 0, cfg.threads))
     data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
+    model = as_config_error("model", lambda: build_node_model(cfg.model, 0, cfg.threads, data))
     p = cfg.partition
-    parts = as_config_error("partition", lambda: partition(data.train_y, cfg.num_clients, p.scheme, p.seed, **p.params()))
-    settings = as_config_error("dds", lambda: dds_settings(cfg.dds, flatten_params(model).size))
+    parts = as_config_error("partition", lambda: p.split(data, cfg.num_clients))
+    settings = as_config_error("dds", lambda: dds_settings(cfg.dds, flatten_params(model, cfg.sends_buffers).size))
     log = log_to(cfg.name)
     hosted = {i: parts[i] for i in cfg.hosted()}
     if cfg.procs is None:
-        log(f"partition {p.scheme}: {len(parts[cfg.client_id])} samples, labels "
-            f"{label_histogram(data.train_y, [parts[cfg.client_id]], data.num_classes)[0].tolist()}")
+        mine = client_summary(data, [parts[cfg.client_id]])[0]
+        log(f"partition {p.scheme}: {mine['samples']} samples"
+            + (f", labels {mine['label_histogram']}" if "label_histogram" in mine else ""))
     else:
         sizes = [len(part) for part in hosted.values()]
         log(f"partition {p.scheme}: hosting {len(hosted)} clients ({client_name(min(hosted))} ... "

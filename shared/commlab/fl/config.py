@@ -10,8 +10,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, NamedSection, existing,
                                    load_config, positive, to_dict)
+from commlab.data import Dataset, partition_dataset
+from commlab.data.partition import SCHEMES as PARTITION_SCHEMES, scheme_params
 from commlab.dds.messages import MAX_TEXT
 from commlab.fl.adaptive import AdaptiveSection, takes_bits
 from commlab.fl.root_update import RootUpdate
@@ -20,14 +24,25 @@ from commlab.fl.strategy_config import StrategySection
 from commlab.roster import client_host_name, client_name, client_node, fl_roster, hosted_clients
 from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
-PARTITION_SCHEMES = ("iid", "dirichlet", "shards")
+# BatchNorm's running statistics (docs/workloads.md): "aggregate" sends them with the weights and
+# the strategy averages them like any weight (the evaluated model is the average of what the
+# clients hold); "local" keeps them on the clients, and the controller recomputes the global
+# model's statistics from training samples before each evaluation. Models without BatchNorm: no effect.
+BATCHNORM = ("aggregate", "local")
+
+
+def check_batchnorm(where: str, value: str) -> None:
+    if value not in BATCHNORM:
+        raise ConfigError(f"{where}batchnorm: must be one of {', '.join(BATCHNORM)}, got {value!r}")
 
 
 @dataclass(frozen=True)
 class PartitionSection:
+    """The clients' shares of the training set (commlab.data.partition, docs/workloads.md)."""
     scheme: str = "dirichlet"
     alpha: float = 0.5            # dirichlet concentration
-    labels_per_client: int = 2    # shards
+    labels_per_client: int = 2    # shards, label_quantity
+    exponent: float = 1.0         # quantity: client shares follow k^-exponent
     seed: int = 0
 
     def check(self, where: str) -> None:
@@ -35,11 +50,17 @@ class PartitionSection:
             raise ConfigError(f"{where}scheme: unknown partition scheme {self.scheme!r} "
                               f"(known: {', '.join(PARTITION_SCHEMES)})")
         positive(where, alpha=self.alpha, labels_per_client=self.labels_per_client)
+        if self.exponent < 0:
+            raise ConfigError(f"{where}exponent: must be >= 0, got {self.exponent}")
 
     def params(self) -> dict[str, Any]:
         """Keyword arguments for commlab.data.partition for this scheme."""
-        return {"iid": {}, "dirichlet": {"alpha": self.alpha},
-                "shards": {"labels_per_client": self.labels_per_client}}[self.scheme]
+        return scheme_params(self.scheme, alpha=self.alpha, labels_per_client=self.labels_per_client,
+                             exponent=self.exponent)
+
+    def split(self, data: Dataset, num_clients: int) -> list[np.ndarray]:
+        """Every client's training sample indices (the same in every process)."""
+        return partition_dataset(data, num_clients, self.scheme, self.seed, **self.params())
 
 
 @dataclass(frozen=True)
@@ -121,7 +142,7 @@ class ControllerConfig:
     link_profile: str = "lan"      # recorded in the manifest; shaping is applied by the testbed
     model: ModelSection = ModelSection()
     dataset: DatasetSection = DatasetSection()
-    partition: PartitionSection = PartitionSection()  # recorded only: each client partitions its own data
+    partition: PartitionSection = PartitionSection()  # each client partitions its own data; the manifest records all
     codec: CodecSection = CodecSection()          # uplink: what clients encode their updates with
     downlink: CodecSection = CodecSection()       # the model broadcast: fp32 sends the whole model each round
     training: TrainingSection = TrainingSection()
@@ -145,9 +166,13 @@ class ControllerConfig:
     stop: StopSection = StopSection()         # end before `rounds` at a target accuracy or time budget
     # Client processes hosting the clients (logical clients, docs/scale.md); None: one each.
     procs: int | None = None
+    batchnorm: str = "aggregate"  # BATCHNORM; every client of the run has the same
+    bn_calibration_samples: int = 1000  # batchnorm "local": training samples the statistics are recomputed from
 
     def check(self, where: str) -> None:
         load_train_step(self.train_step, f"{where}train_step")
+        check_batchnorm(where, self.batchnorm)
+        positive(where, bn_calibration_samples=self.bn_calibration_samples)
         if self.procs is not None and not 1 <= self.procs <= self.expected_clients:
             raise ConfigError(f"{where}procs: must be in 1..expected_clients ({self.expected_clients}), got {self.procs}")
         if self.procs is not None and self.adaptive is not None:
@@ -207,8 +232,14 @@ class ControllerConfig:
             s = self.strategy
             return {"reference": RootUpdate(self.model, self.dataset, samples=s.root_samples or 100, seed=self.seed,
                                             momentum=0.9 if s.root_momentum is None else s.root_momentum,
-                                            train_step=self.train_step, threads=self.threads)}
+                                            train_step=self.train_step, threads=self.threads,
+                                            buffers=self.sends_buffers)}
         return self.strategy.params()
+
+    @property
+    def sends_buffers(self) -> bool:
+        """Whether the model vector carries BatchNorm's running statistics (models.flatten_params)."""
+        return self.batchnorm == "aggregate"
 
     def client_ids(self) -> list[str]:
         return [client_name(i) for i in range(self.expected_clients)]
@@ -272,9 +303,11 @@ class ClientConfig:
     # Logical clients (docs/scale.md): this process is host `client_id` of `procs` and trains
     # clients client_id, client_id + procs, ... one after another; None: it is client `client_id`.
     procs: int | None = None
+    batchnorm: str = "aggregate"  # BATCHNORM: as the controller's
 
     def check(self, where: str) -> None:
         load_train_step(self.train_step, f"{where}train_step")
+        check_batchnorm(where, self.batchnorm)
         positive(where, num_clients=self.num_clients, idle_timeout_s=self.idle_timeout_s, threads=self.threads)
         if not 0 < self.speed_factor <= 1:
             raise ConfigError(f"{where}speed_factor: must be in (0, 1], got {self.speed_factor}")
@@ -284,6 +317,10 @@ class ClientConfig:
             raise ConfigError(f"{where}procs: must be in 1..num_clients ({self.num_clients}), got {self.procs}")
         if self.procs is not None and self.client_id >= self.procs:
             raise ConfigError(f"{where}client_id: a host index must be below procs ({self.procs}), got {self.client_id}")
+
+    @property
+    def sends_buffers(self) -> bool:
+        return self.batchnorm == "aggregate"
 
     @property
     def name(self) -> str:

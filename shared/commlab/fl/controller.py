@@ -23,6 +23,7 @@ from commlab.fl.adaptive import Planner
 from commlab.fl.broadcast import ModelSender
 from commlab.config_schema import to_dict
 from commlab.data import Dataset
+from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress, delta
 from commlab.fault_points import halt_at
@@ -30,12 +31,13 @@ from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from commlab.fl.collect import RoundFailed, RoundReplies, UpdateCollector
 from commlab.fl.config import ControllerConfig, load_controller_config
 from commlab.fl.entry import as_config_error, build_codec, log_to
+from commlab.fl.evaluation import GlobalEvaluation
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.fedbuff import Dispatch
 from commlab.fl.sampling import select_round
 from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES, FedBuff, Strategy
 from commlab.metrics import RunWriter, backend_name, write_transport_totals
-from commlab.models import evaluate, flatten_params, layout_of, load_params, weights_digest
+from commlab.models import flatten_params, layout_of, weights_digest
 from commlab.roster import CONTROLLER
 from commlab.tables import COLUMNS
 
@@ -62,10 +64,11 @@ class Controller:
         """`uplink`, `downlink`: the codecs of the config's codec and downlink sections, built once
         (run_controller)."""
         self.cfg, self.node, self.strategy, self.start_round = cfg, node, strategy, start_round
-        self.model, self.data, self.writer, self.log = model, data, writer, log
+        self.writer, self.log = writer, log
         # Decoders read every parameter from the frame: the uplink codec decodes any client's.
         self.codec = uplink
         self.sender = ModelSender(downlink, cfg.run_id)
+        self.evaluate = GlobalEvaluation(cfg, model, data)
         self.resyncs = 0  # whole models sent on request since the last row
         self.row_end: dict[str, float] = {}  # transport counters when the last row was taken
         self.t0 = time.perf_counter()  # training start (run() resets it): rounds.csv wall_time_s counts from here
@@ -295,8 +298,7 @@ class Controller:
         # fedbuff's next row counts from here: its uploads keep arriving while this one is evaluated.
         self.row_end = self.node.stats.snapshot()
         comm = delta(before, self.row_end)
-        load_params(self.model, weights)
-        accuracy, loss = evaluate(self.model, self.data.test_x, self.data.test_y, cfg.eval_batch_size)
+        accuracy, loss = self.evaluate(weights)
         self.last_accuracy, self.round_time_sum_s = accuracy, self.round_time_sum_s + round_time
         progress = {"round_time_sum_s": self.round_time_sum_s, "last_accuracy": accuracy}
         save_checkpoint(Path(cfg.checkpoint_dir), Checkpoint(rnd, weights, self.strategy.state_dict(), to_dict(cfg),
@@ -326,13 +328,15 @@ def run_controller(config_path: str) -> None:
     from commlab.dds import DdsNode
     cfg = load_controller_config(config_path)
     cfg.dds.check_host()
-    model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads))
-    uplink, downlink = build_codec(cfg.codec, model), build_codec(cfg.downlink, model, "downlink")
-    weights, start_round, strategy_state, progress = flatten_params(model), 1, None, {}
+    data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
+    parts = as_config_error("partition", lambda: cfg.partition.split(data, cfg.expected_clients))  # for the manifest
+    model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads, data))
+    layout = layout_of(model, cfg.sends_buffers)
+    uplink, downlink = build_codec(cfg.codec, layout), build_codec(cfg.downlink, layout, "downlink")
+    weights, start_round, strategy_state, progress = flatten_params(model, cfg.sends_buffers), 1, None, {}
     if cfg.init_path is not None:
         ckpt = as_config_error("init_path", lambda: load_checkpoint(Path(cfg.init_path), weights.size))
         weights, start_round, strategy_state, progress = ckpt.weights, ckpt.round + 1, ckpt.strategy_state, ckpt.progress
-    data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
     t = cfg.training
     strategy = {**STRATEGIES, **ASYNC_STRATEGIES}[cfg.strategy.name](
         weights, epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size, subset_size=t.samples_per_round,
@@ -350,6 +354,7 @@ def run_controller(config_path: str) -> None:
         "multicast": settings.multicast, "link_profile": cfg.link_profile,
         "clients": cfg.expected_clients, "rounds": cfg.rounds, "config": to_dict(cfg),
         "seeds": {"model_init": cfg.seed, "training": t.seed, "partition": cfg.partition.seed},
+        "client_data": dict(zip(cfg.client_ids(), client_summary(data, parts))),
         "start_round": start_round, "status": "running"})
     node = DdsNode(CONTROLLER, settings)
     try:

@@ -10,12 +10,9 @@ import sys
 import traceback
 from typing import Callable, TypeVar
 
-import torch
-
 from commlab.codecs import Codec, CodecError, build_compression
 from commlab.config_schema import ConfigError
 from commlab.fl.config import CodecSection
-from commlab.models import layout_of
 
 T = TypeVar("T")
 EXIT_CONFIG = 2
@@ -31,13 +28,13 @@ def as_config_error(what: str, build: Callable[[], T]) -> T:
         raise ConfigError(f"{what}: {e}") from None
 
 
-def build_codec(section: CodecSection, model: torch.nn.Module, where: str = "codec") -> Codec:
+def build_codec(section: CodecSection, layout: list[tuple[str, tuple[int, ...]]], where: str = "codec") -> Codec:
     """The controller's one resolution of a codec section: the codec as build_compression makes it
-    for `model` (every parameter checked, memory and schedule ones included); a bad name or
+    for the model's `layout` (every parameter checked, memory and schedule ones included); a bad name or
     parameter is a ConfigError. The controller keeps no memory: the uplink codec only decodes,
     and the downlink's residual is `weights - replica` (broadcast.py)."""
     try:
-        return build_compression(section.name, section.params, layout_of(model)).codec
+        return build_compression(section.name, section.params, layout).codec
     except CodecError as e:
         raise ConfigError(f"{where}: {e}") from None
 

@@ -20,19 +20,21 @@ def round_subset(part: np.ndarray, fit: FitIns, client_index: int) -> np.ndarray
 
 
 def local_update(model: torch.nn.Module, global_weights: np.ndarray, data: Dataset, indices: np.ndarray,
-                 fit: FitIns, *, momentum: float, weight_decay: float,
+                 fit: FitIns, *, momentum: float, weight_decay: float, buffers: bool = True,
                  step: TrainStep = cross_entropy_step) -> tuple[np.ndarray, float]:
     """Train from global_weights for fit.epochs over data[indices], each batch's loss from `step`
-    (the client config's train_step); return (new - global, last epoch loss).
+    (the client config's train_step); return (new - global, last epoch loss). `buffers`: the
+    vectors carry BatchNorm's running statistics after the parameters (config batchnorm: default
+    "aggregate").
 
     A fresh optimizer every round: momentum is client-local state that must not leak stale
     directions from a model the server has since replaced.
     """
-    load_params(model, global_weights)
+    load_params(model, global_weights, buffers)
     torch.manual_seed(fit.seed)
     opt = torch.optim.SGD(model.parameters(), lr=fit.lr, momentum=momentum, weight_decay=weight_decay)
     loss = float("nan")
     for epoch in range(fit.epochs):
         loss = train_epoch(model, data.train_x, data.train_y, indices, batch_size=fit.batch_size,
                            lr=fit.lr, seed=fit.seed * 1000 + epoch, optimizer=opt, step=step)
-    return flatten_params(model) - global_weights, loss
+    return flatten_params(model, buffers) - global_weights, loss

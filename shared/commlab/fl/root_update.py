@@ -24,9 +24,9 @@ class RootUpdate:
     the first call, in the controller process, so configs stay cheap to build and check."""
 
     def __init__(self, model: ModelSection, dataset: DatasetSection, *, samples: int, seed: int,
-                 momentum: float, train_step: str, threads: int):
+                 momentum: float, train_step: str, threads: int, buffers: bool = True):
         self.model_section, self.dataset_section = model, dataset
-        self.samples, self.seed, self.momentum = samples, seed, momentum
+        self.samples, self.seed, self.momentum, self.buffers = samples, seed, momentum, buffers
         self.train_step, self.threads = train_step, threads
         self.loaded: tuple[torch.nn.Module, Dataset, TrainStep] | None = None
 
@@ -37,7 +37,7 @@ class RootUpdate:
         # Only the root rows are kept: the server holds nothing else of the training data.
         root = replace(data, train_x=data.train_x[rows], train_y=data.train_y[rows],
                        test_x=data.test_x[:0], test_y=data.test_y[:0])
-        model = build_node_model(self.model_section, self.seed, self.threads)
+        model = build_node_model(self.model_section, self.seed, self.threads, data)
         return model, root, load_train_step(self.train_step)
 
     def __call__(self, weights: np.ndarray, fit: FitIns) -> np.ndarray:
@@ -48,5 +48,5 @@ class RootUpdate:
         # norm, to which every client delta is rescaled, is then that of a client's update.
         indices = np.resize(np.arange(len(root.train_y)), max(fit.subset_size, len(root.train_y)))
         delta, _ = local_update(model, weights, root, indices, fit, momentum=self.momentum, weight_decay=0.0,
-                                step=step)
+                                buffers=self.buffers, step=step)
         return delta

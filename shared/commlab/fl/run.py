@@ -13,7 +13,8 @@ from pathlib import Path
 
 from commlab.claims import hold
 from commlab.config_schema import ConfigError, from_dict, to_dict
-from commlab.fl.config import ClientConfig, ControllerConfig
+from commlab.data.partition import SCHEMES
+from commlab.fl.config import BATCHNORM, ClientConfig, ControllerConfig
 from commlab.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
                             write_node_config)
 from commlab.fl.adaptive import record_heterogeneity, speed_factors
@@ -35,11 +36,16 @@ def add_experiment_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--samples-per-round", type=int, default=6000)
-    p.add_argument("--model", default="mnist_cnn")
-    p.add_argument("--dataset", default="mnist")
-    p.add_argument("--partition", choices=("iid", "dirichlet", "shards"), default="dirichlet")
-    p.add_argument("--alpha", type=float, default=0.5)
-    p.add_argument("--labels-per-client", type=int, default=2)
+    p.add_argument("--model", default="mnist_cnn", help="a model by name (docs/workloads.md), sized for the dataset")
+    p.add_argument("--model-param", action="append", default=[], metavar="KEY=JSON",
+                   help="model parameter, e.g. hidden=256 (repeatable)")
+    p.add_argument("--dataset", default="mnist", help="a dataset by name, text:<path> or synthetic:<name> "
+                   "(docs/workloads.md); its files in COMMLAB_DATA_DIR (make DATA_DIR=)")
+    p.add_argument("--partition", choices=SCHEMES, default="dirichlet",
+                   help="the clients' shares (docs/workloads.md); natural: the dataset's writers or roles")
+    p.add_argument("--alpha", type=float, default=0.5, help="dirichlet concentration")
+    p.add_argument("--labels-per-client", type=int, default=2, help="shards, label_quantity")
+    p.add_argument("--exponent", type=float, default=1.0, help="quantity: client shares follow k^-exponent")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
@@ -52,6 +58,14 @@ def add_experiment_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-step", default=DEFAULT_TRAIN_STEP, metavar="SPEC",
                    help="every client's loss of one batch: package.module:function or path/to/file.py:function "
                    "(default %(default)s; docs/fl.md)")
+
+
+def experiment_sections(a: argparse.Namespace) -> dict:
+    """The model, dataset and partition sections of add_experiment_args' flags (every node's)."""
+    return {"model": {"name": a.model, "params": codec_params(a.model_param, "model parameter")},
+            "dataset": {"name": a.dataset, "train_subset": a.train_subset, "test_subset": a.test_subset},
+            "partition": {"scheme": a.partition, "alpha": a.alpha, "labels_per_client": a.labels_per_client,
+                          "exponent": a.exponent, "seed": a.seed}}
 
 
 def per_round_arg(text: str) -> int | float:
@@ -84,6 +98,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--multicast", choices=("off", "discovery", "data"),
                    help="what DDS may multicast (default: data on the private networks of namespaces and "
                    "containers, off on loopback, where multicast is refused)")
+    p.add_argument("--batchnorm", choices=BATCHNORM, default="aggregate",
+                   help="BatchNorm running statistics: sent and averaged with the weights (aggregate), or kept on "
+                   "the clients, the controller recomputing them to evaluate (local) (docs/workloads.md)")
     p.add_argument("--backend", choices=("local", "docker", "swarm", "auto"), default="local")
     p.add_argument("--profile", default="lan", help="link profile (commlab.netem): applied in containers, or "
                    "with --backend local in network namespaces (root; without root the run is unshaped)")
@@ -140,11 +157,8 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
     results = str(Path(a.results_dir).resolve())
     common = {"run_id": run_id, "results_dir": results, "link_profile": a.profile,
               "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"], "multicast": a.multicast},
-              "model": {"name": a.model, "params": {}},
-              "dataset": {"name": a.dataset, "train_subset": a.train_subset, "test_subset": a.test_subset},
-              "partition": {"scheme": a.partition, "alpha": a.alpha, "labels_per_client": a.labels_per_client,
-                            "seed": a.seed},
-              "train_step": resolve_spec_path(a.train_step)}
+              **experiment_sections(a),
+              "train_step": resolve_spec_path(a.train_step), "batchnorm": a.batchnorm}
     controller = {**common, "checkpoint_dir": str(Path(results) / run_id / "checkpoints"),
                   "rounds": a.rounds, "expected_clients": a.clients, "min_clients": a.min_clients,
                   "codec": {"name": a.codec, "params": codec_params(a.codec_param)},

@@ -33,7 +33,7 @@ def run_centralized(cfg: PeerConfig) -> float:
     if steps_per_epoch == 0:
         raise ConfigError(f"training.batch_size: {tr.batch_size} x world {world} exceeds the training set")
     batch_size = world * tr.batch_size
-    model = build_node_model(cfg.model, seed=tr.seed, threads=cfg.threads)
+    model = build_node_model(cfg.model, seed=tr.seed, threads=cfg.threads, data=data)
     step_fn = load_train_step(cfg.train_step)
     optimizer = torch.optim.SGD(model.parameters(), lr=tr.lr, momentum=tr.momentum, nesterov=tr.nesterov,
                                 weight_decay=tr.weight_decay)

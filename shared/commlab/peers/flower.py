@@ -1,12 +1,13 @@
 """Flower FedAvg as a peer of the DDS FL run (docs/peers.md): one server and N clients over
 Flower's transports, training exactly what `make fl-fp32` trains.
 
-Same model init (`build_node_model(model, seed)`), same Dirichlet partitions (`commlab.data.partition`),
+Same model init (`build_node_model(model, seed, threads, data)`), same Dirichlet partitions (`commlab.data.partition`),
 same per-round seed, subset and local SGD (`commlab.fl.strategy.FedAvg.configure_round`,
 `commlab.fl.local_training.round_subset` / `local_update`), FedAvg weighted by samples, the
 controller's test-set evaluation after every round. Flower (`flwr`) is an optional extra: this
 module is imported only by Flower nodes. What goes over the wire is Flower's own: the whole model
-(one float32 vector, `ndarrays_to_parameters`) down to every client and back up each round.
+(one float32 vector with BatchNorm's statistics, as the DDS run's default batchnorm "aggregate",
+`ndarrays_to_parameters`) down to every client and back up each round.
 
 Two transports (`FlowerConfig.transport`), the same training: `grpc-bidi`, Flower's legacy API
 (`start_server`/`start_client`), started as a node program (`FlowerNode.script`):
@@ -110,9 +111,9 @@ def server_parts(cfg: FlowerConfig):
     from commlab.peers.iface import IfaceCounters
     from commlab.tables import COLUMNS
 
-    model = build_node_model(cfg.model, cfg.seed, cfg.threads)
-    weights = flatten_params(model)
     data = build_dataset(cfg.dataset)
+    model = build_node_model(cfg.model, cfg.seed, cfg.threads, data)
+    weights = flatten_params(model, buffers=True)  # batchnorm "aggregate", the DDS run's default
     plan, iface = _plan(cfg, weights), IfaceCounters(cfg.interface)
     t = cfg.training
     writer = RunWriter(cfg.results_dir, cfg.run_id, {
@@ -154,7 +155,7 @@ def server_parts(cfg: FlowerConfig):
         if server_round == 0:  # the DDS controller does not evaluate the initial model either
             return None
         flat = parameters[0]
-        load_params(model, flat)
+        load_params(model, flat, buffers=True)
         accuracy, loss = evaluate(model, data.test_x, data.test_y, cfg.eval_batch_size)
         s = state
         table.append({"round": server_round, "round_time_s": round(s["round_s"], 4),
@@ -227,11 +228,9 @@ class ClientTrainer:
                               [c for c in COLUMNS["clients"] if c not in NOT_SEPARATED])
         if train:
             from commlab.builders import build_dataset, build_node_model
-            from commlab.data import partition
-            self.model = build_node_model(cfg.model, 0, cfg.threads)  # weights come from the server, as in DDS
             self.data = build_dataset(cfg.dataset)
-            p = cfg.partition
-            self.part = partition(self.data.train_y, cfg.clients, p.scheme, p.seed, **p.params())[index]
+            self.model = build_node_model(cfg.model, 0, cfg.threads, self.data)  # weights come from the server, as in DDS
+            self.part = cfg.partition.split(self.data, cfg.clients)[index]
             self.step = load_train_step(cfg.train_step, "train_step")
 
     def flush_row(self, pending: dict) -> None:
@@ -262,7 +261,7 @@ class ClientTrainer:
                           "train_time_s": round(train_s, 4), "encode_time_s": 0.0, "decode_time_s": 0.0,
                           "stretch_s": 0.0}
         pending["fit_end"] = time.time()
-        return [flatten_params(self.model)], len(indices), {"client_id": self.index, "train_loss": loss}
+        return [flatten_params(self.model, buffers=True)], len(indices), {"client_id": self.index, "train_loss": loss}
 
 
 def run_client(cfg: FlowerConfig, index: int) -> None:

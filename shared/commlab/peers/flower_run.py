@@ -29,7 +29,7 @@ from pathlib import Path
 
 from commlab.claims import hold
 from commlab.config_schema import from_dict, to_dict
-from commlab.fl.run import add_experiment_args
+from commlab.fl.run import add_experiment_args, experiment_sections
 from commlab.launch import END_GRACE_S, NodeProcesses, announce, config_or_report, write_node_config
 from commlab.metrics import new_run_id
 from commlab.peers.flower import METHOD, TRANSPORTS, FlowerConfig, roster
@@ -64,10 +64,7 @@ def build_config(a: argparse.Namespace) -> dict:
     cfg = {"run_id": a.run_id or new_run_id("fl", METHOD), "results_dir": str(Path(a.results_dir).resolve()),
            "clients": a.clients, "rounds": a.rounds, "server_address": f"127.0.0.1:{hold('port')}",
            "transport": a.transport,
-           "link_profile": a.profile, "model": {"name": a.model, "params": {}},
-           "dataset": {"name": a.dataset, "train_subset": a.train_subset, "test_subset": a.test_subset},
-           "partition": {"scheme": a.partition, "alpha": a.alpha, "labels_per_client": a.labels_per_client,
-                         "seed": a.seed},
+           "link_profile": a.profile, **experiment_sections(a),
            "training": {"local_epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
                         "samples_per_round": a.samples_per_round, "seed": a.seed},
            "optimizer": {"momentum": a.momentum}, "seed": a.seed, "round_timeout_s": a.deadline,

@@ -38,8 +38,9 @@ def compose_answers() -> bool:
 
 
 def bootstrap_as_root() -> None:
-    """As root, install and start whatever is missing (engine, compose v2, debootstrap) with the
-    bootstrap script, before anything checks for them; a no-op for other users."""
+    """As root, install and start whatever is missing (engine, compose v2, debootstrap,
+    Fashion-MNIST) with the bootstrap script, before anything checks for them; a no-op for other
+    users."""
     if os.geteuid() == 0 and BOOTSTRAP.exists():
         subprocess.run([str(BOOTSTRAP)], check=False)
 

@@ -24,12 +24,15 @@ from ..roster import ROLES
 from .engine import FIX, REPO, EngineError, compose_missing, docker, engine_answers, image_exists
 
 REGISTRY_BASE = "python:3.11-slim"
-ROOTFS_IMAGE = "commlab-rootfs:bookworm"
 BASE_IMAGE = "commlab-base:latest"
 WHEELHOUSE = REPO / "images" / "wheelhouse"
 CACHE = REPO / ".cache" / "images"
 SUITE = "bookworm"  # its python3 is 3.11, so the host's cp311 wheels fit
-DEBOOTSTRAP_PACKAGES = "python3,python3-venv,python3-pip,iproute2,ca-certificates"
+# dataset-fashion-mnist: the Fashion-MNIST files every node image carries (commlab.data.fashion_mnist).
+DEBOOTSTRAP_PACKAGES = "python3,python3-venv,python3-pip,iproute2,ca-certificates,dataset-fashion-mnist"
+# Named after the package list: a root filesystem made with another list is not taken for this one.
+ROOTFS_TAG = f"{SUITE}-{hashlib.sha256(DEBOOTSTRAP_PACKAGES.encode()).hexdigest()[:8]}"
+ROOTFS_IMAGE = f"commlab-rootfs:{ROOTFS_TAG}"
 # Installed besides pyproject's dependencies: the build backend, for installs without an index.
 BUILD_REQUIREMENTS = ("setuptools>=61", "wheel")
 
@@ -102,7 +105,7 @@ def registry_answers(image: str = REGISTRY_BASE) -> bool:
 def base_source_missing() -> str | None:
     """None when the base image can be made here (already made, debootstrap, or a registry), else
     one line naming what is missing and the command that provides it."""
-    if image_exists(ROOTFS_IMAGE) or (CACHE / f"{SUITE}-rootfs.tar").exists() or shutil.which("debootstrap") \
+    if image_exists(ROOTFS_IMAGE) or (CACHE / f"{ROOTFS_TAG}-rootfs.tar").exists() or shutil.which("debootstrap") \
             or registry_answers():
         return None
     return "no registry answers and debootstrap is missing: run `sudo make docker-engine` (or apt-get install debootstrap)"
@@ -134,11 +137,11 @@ def build_rootfs_image() -> str:
     if image_exists(ROOTFS_IMAGE):
         return ROOTFS_IMAGE
     CACHE.mkdir(parents=True, exist_ok=True)
-    tarball = CACHE / f"{SUITE}-rootfs.tar"
+    tarball = CACHE / f"{ROOTFS_TAG}-rootfs.tar"
     if not tarball.exists():
         if shutil.which("debootstrap") is None:
             raise RuntimeError("no registry answers and debootstrap is missing: apt-get install debootstrap")
-        rootfs = CACHE / f"{SUITE}-rootfs"
+        rootfs = CACHE / f"{ROOTFS_TAG}-rootfs"
         remove_rootfs(rootfs)
         mirror = apt_mirror()
         log(f"debootstrap {SUITE} from {mirror} (about a minute)")
