@@ -40,7 +40,7 @@ import pandas as pd
 from commlab.bench import BenchParser, Session
 from commlab.bench.accuracy import median, spread, time_to_target
 from commlab.codecs import CodecError, get_codec
-from commlab.fl.adaptive import FAMILIES, PROBE_ROUNDS, variance_factor
+from commlab.fl.adaptive import PROBE_ROUNDS, variance_factor
 from commlab.report.markdown import table as markdown_table
 from commlab.report.runs import Run, try_load_run
 
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-subset", type=int, default=20000)
     p.add_argument("--test-subset", type=int, default=2000)
     p.add_argument("--domain-id", type=int, default=94, help="DDS domain of every run (one run at a time)")
-    p.add_argument("--qsgd", choices=FAMILIES, default="qsgdz",
+    p.add_argument("--qsgd", choices=("qsgd", "qsgdz"), default="qsgdz",
                    help="frames of the qsgd bits (joint, equal:<bits>): qsgdz entropy-coded, qsgd fixed-width")
     a = p.parse_args(argv)
     for policy in a.policies:

@@ -66,8 +66,9 @@ class QSGD(RandomCodec):
         with np.errstate(divide="ignore", over="ignore"):
             factor = (self.levels / norms.astype(np.float64)).astype(np.float32)
         factor[norms == 0] = 0
-        for span, tx in chunks.rows(t[:n], bucket):
-            tx *= factor[span, None]
+        with np.errstate(invalid="ignore"):  # 0 x inf in a tiny-norm bucket: recomputed just below
+            for span, tx in chunks.rows(t[:n], bucket):
+                tx *= factor[span, None]
         for b in np.flatnonzero(np.isinf(factor)):
             part = slice(b * bucket, min(n, (b + 1) * bucket))
             t[part] = np.abs(vec[part]) / norms[b] * np.float32(self.levels)
