@@ -89,14 +89,15 @@ def test_ring_sum_is_exact_identical_on_every_rank_and_sends_2_w_minus_1_over_w(
     assert np.frombuffer(got[0][3], np.float32).tobytes() == expected_mean.tobytes()
 
 
-# Far longer than the 2 s lease: a PeerLost saying the node is "gone" can only come from the
-# lease (or a clean leave), never from the collective timeout.
+# Far longer than the 2 s lease and the return window: a PeerLost saying the node is "gone" can
+# only come from the lease and the window after it (or a clean leave), never from the timeout.
 SURVIVOR_TIMEOUT_S = 40.0
+RETURN_S = 6.0
 
 
 def _survivor(domain: int, rank: int, world: int, q, entered, done) -> None:
     with DdsNode(f"worker-{rank}", _settings(domain, lease_s=2.0)) as node:
-        g = Group(node, "ddp", rank, world, timeout_s=SURVIVOR_TIMEOUT_S)
+        g = Group(node, "ddp", rank, world, timeout_s=SURVIVOR_TIMEOUT_S, return_s=RETURN_S)
         g.barrier(60)
         entered.set()
         t = time.monotonic()
@@ -139,7 +140,8 @@ def test_ring_names_a_killed_rank_on_every_survivor_within_the_timeout(victim, d
     assert killed.exitcode == -signal.SIGKILL
     assert all(p.exitcode == 0 for p in procs)
     for rank, message, waited in results:
-        assert f"rank {victim}" in message and "gone" in message, (rank, message)
+        assert f"rank {victim}" in message and f"gone (lease expired or left), not back within {RETURN_S:.0f}s" in message, \
+            (rank, message)
         assert not any(f"rank {r}" in message for r in survivors), (rank, message)
         assert waited < SURVIVOR_TIMEOUT_S, (rank, waited)
 

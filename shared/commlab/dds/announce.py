@@ -30,12 +30,11 @@ from cyclonedds.idl.types import uint64
 from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
-from cyclonedds.util import duration
 
 from .auth import AuthError, Opener, Sealer
 from .cdr import SampleInfo, serdata_bytes
 from .qos import announcement
-from .reading import ReaderLoop, matched_handles
+from .reading import ReaderLoop, matched_handles, wait_for_acks
 from .stats import CommStats
 from .throttle import ThrottledWarning
 
@@ -269,7 +268,7 @@ class Announcer:
 
     def wait_for_acks(self, timeout_s: float) -> bool:
         """Until every matched peer acknowledged the last announcement (False after timeout_s)."""
-        return self._writer.wait_for_acks(duration(seconds=timeout_s))
+        return wait_for_acks(self._writer, timeout_s)
 
     def leave(self, timeout_s: float = LEAVE_ACK_S) -> None:
         """Say that this node is closing, so that peers do not wait for it to come back."""

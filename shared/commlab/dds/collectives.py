@@ -136,8 +136,10 @@ class Group:
                     members = self._members()
                 gone = {r: p for r, p in members.items() if not p.alive}
                 left = sorted(r for r, p in gone.items() if p.left)
-                if left:
-                    raise PeerLost(left, self.name, key, "its node left")
+                if left:  # a rank that left may have given up on one still gone: name that one first
+                    lost = sorted(set(gone) - set(left))
+                    raise PeerLost(lost or left, self.name, key,
+                                   f"{GONE}; rank(s) {', '.join(map(str, left))} left meanwhile" if lost else "its node left")
                 late = sorted(r for r, p in gone.items() if now - p.lost_at > self.return_s)
                 if late:
                     raise PeerLost(late, self.name, key, f"{GONE}, not back within {self.return_s:.0f}s")

@@ -25,7 +25,7 @@ from .errors import DdsWriteTimeout, MessageError
 from .host import EndpointHost
 from .messages import from_wire, to_wire
 from .qos import lossless
-from .reading import ReaderLoop, matched_handles
+from .reading import ReaderLoop, matched_handles, wait_for_acks
 from .reassembly import Assembled, Reassembler
 from .stats import wire_bytes
 
@@ -231,7 +231,7 @@ class Publisher:
         """Block until every matched reader acknowledged everything published (False after
         timeout_s): a node that leaves right after publishing would otherwise cut its last
         message short on a slow link."""
-        return self._writer.writer.wait_for_acks(int(timeout_s * 1e9))
+        return wait_for_acks(self._writer.writer, timeout_s)
 
 
 class Subscriber:

@@ -18,6 +18,16 @@ TAKE_AT_ONCE = 256
 TICK = duration(milliseconds=200)
 
 
+def wait_for_acks(writer, timeout_s: float) -> bool:
+    """Until every matched reliable reader acknowledged what `writer` wrote; False after timeout_s.
+    cyclonedds 11.0.1's DataWriter.wait_for_acks raises AttributeError on a timeout (its branch
+    names a constant that does not exist), so the timeout is read from that."""
+    try:
+        return writer.wait_for_acks(duration(seconds=timeout_s))
+    except AttributeError:
+        return False
+
+
 def matched_handles(list_matched: Callable[[], list[int]], attempts: int = 5) -> list[int]:
     """Instance handles of the matched endpoints, robust to a match arriving mid-call.
 

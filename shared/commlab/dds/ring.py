@@ -43,11 +43,11 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
-from cyclonedds.util import duration
 
 from .endpoints import ChunkReader, ChunkWriter
 from .errors import DdsError, DdsWriteTimeout, PeerLost
 from .reassembly import Assembled
+from .reading import wait_for_acks
 from .resend import SentLog
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class Ring:
         """Tell the next rank why this rank gave up on `key`; best effort, at most ABORT_ACK_S."""
         try:
             self.writer.write(json.dumps({"key": key, "abort": error.ranks, "reason": _reason(error, key)}), b"")
-            self.writer.writer.wait_for_acks(duration(seconds=ABORT_ACK_S))
+            wait_for_acks(self.writer.writer, ABORT_ACK_S)
         except Exception as e:  # the next rank may be the one that is gone
             log.info("group %s: abort of %r not passed on: %s", self.group.name, key, e)
 

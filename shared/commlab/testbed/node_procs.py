@@ -101,7 +101,7 @@ def start_ddp(out_dir: Path, method: str, domain: int, world: int = 3, halt: dic
     """A small DDP run (MNIST subset, the example worker config) as one process per rank; `halt`
     maps a rank to its fault point, `changes` are worker config keys."""
     cfg = json.loads(WORKER_CONFIG.read_text())
-    cfg.update(results_dir=str(out_dir / "results"), run_id=method, method=method, summary_every=1000,
+    cfg.update(results_dir=str(out_dir / "results"), run_id=method, method=method, method_params={}, summary_every=1000,
                dds={"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]},
                dataset={"name": "mnist", "train_subset": train_subset, "test_subset": 200}, **changes)
     cfg["training"].update(epochs=epochs)
