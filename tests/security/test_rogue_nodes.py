@@ -207,7 +207,7 @@ def ddp_run(tmp_path: Path, domain: int, rogues: bool) -> dict:
     ring = make_keyrings(run_id, ["worker-0", "worker-1"], trusted={"worker-0", "worker-1"})["worker-0"]
     key = tmp_path / f"{run_id}.key"
     write_keyring(key, ring)
-    cfg.update(results_dir=str(tmp_path), run_id=run_id, method="int8", summary_every=1000,
+    cfg.update(results_dir=str(tmp_path), run_id=run_id, method="int8", method_params={}, summary_every=1000,
                dds={"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"], "key_file": str(key)},
                dataset={"name": "mnist", "train_subset": 640, "test_subset": 200}, collective_timeout_s=120.0)
     cfg["training"] = {**cfg["training"], "epochs": 1}
