@@ -1,6 +1,5 @@
 """Numbers that must differ between everything running on this machine at once: DDS domain ids,
-TCP ports, network namespace lab tags, 198.19.<net>.0/24 container networks, compose project
-numbers. Each is claimed by an exclusive flock on its own file under the claims folder
+TCP ports, network namespace lab tags, compose project numbers. Each is claimed by an exclusive flock on its own file under the claims folder
 ($COMMLAB_CLAIMS_DIR, default /tmp/commlab-claims): two runs, two test suites, or a run and a test
 suite never hold the same number, and the kernel drops a claim when its process ends, even when it
 is killed, so a claim is never left stale.
@@ -54,7 +53,7 @@ POOLS: dict[str, Pool] = {
 
 
 class ClaimError(RuntimeError):
-    """Every number of a pool is held by other processes; the message names the pool and folder."""
+    """Nothing to claim: every number of the pool is held, or the kind is unknown (one line saying which)."""
 
 
 def claims_dir() -> Path:
