@@ -13,6 +13,7 @@ from commlab.codecs.compression import build_compression
 from commlab.codecs.dgc import sampled_topk, sparse_mask, target_count
 from commlab.codecs.schedule import Warmup
 from decode_checks import decode_only_codec_error
+from frame_mutations import mutated
 
 LAYOUT = [("conv", (8, 1, 3, 3)), ("fc", (64, 64)), ("bias", (64,)), ("out", (10, 64))]
 NUMEL = sum(math.prod(s) for _, s in LAYOUT)
@@ -73,18 +74,8 @@ def test_frame_needs_no_layout_and_wire_size_bounds_it():
 def test_mutated_frames_decode_or_raise_codec_error(data):
     codec = get_codec("dgc", layout=LAYOUT, density=data.draw(st.sampled_from([0.01, 0.5, 1.0])),
                       fp16_values=data.draw(st.booleans()), min_sparse_numel=100)
-    buf = bytearray(codec.encode(np.random.default_rng(data.draw(st.integers(0, 9))).standard_normal(NUMEL)
-                                 .astype(np.float32)))
-    for _ in range(data.draw(st.integers(1, 4))):
-        pos = data.draw(st.integers(0, len(buf) - 1))
-        op = data.draw(st.sampled_from(["flip", "cut", "insert"]))
-        if op == "flip":
-            buf[pos] ^= 1 << data.draw(st.integers(0, 7))
-        elif op == "cut":
-            del buf[pos:pos + data.draw(st.integers(1, 8))]
-        else:
-            buf[pos:pos] = data.draw(st.binary(min_size=1, max_size=8))
-    decode_only_codec_error(bytes(buf))
+    frame = codec.encode(np.random.default_rng(data.draw(st.integers(0, 9))).standard_normal(NUMEL).astype(np.float32))
+    decode_only_codec_error(mutated(data, frame))
 
 
 def test_accumulation_loses_nothing_and_masking_zeroes_sent_momentum():
