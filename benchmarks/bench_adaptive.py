@@ -40,7 +40,8 @@ import pandas as pd
 from commlab.bench import BenchParser, Session
 from commlab.bench.accuracy import median, spread, time_to_target
 from commlab.codecs import CodecError, get_codec
-from commlab.fl.adaptive import PROBE_ROUNDS, variance_factor
+from commlab.fl.adaptive.bits import variance_factor
+from commlab.fl.adaptive.section import PROBE_ROUNDS
 from commlab.report.markdown import table as markdown_table
 from commlab.report.runs import Run, try_load_run
 

@@ -67,7 +67,7 @@ def test_policies_spread_over_seeds_and_the_verdict():
 
 
 def test_beta_fit_from_rounds_to_target():
-    from commlab.fl.adaptive import variance_factor
+    from commlab.fl.adaptive.bits import variance_factor
     x2, x8 = variance_factor(2) / 4, variance_factor(8) / 4
     beta = (12 / 10 - 1) / (x2 - x8 * 12 / 10)                      # R = R0 (1 + beta x) through both points
     assert f"{beta:.3g}" in bench.fit_beta(runs())

@@ -14,8 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commlab.codecs import get_codec
-from commlab.fl.adaptive import (BITS, LinkEstimates, allocate, allocate_rates, check_size_estimates, equal_split,
-                                 frame_size_estimates, levels, payload_bytes, takes_bits, variance_factor)
+from commlab.fl.adaptive.allocation import allocate, allocate_rates, equal_split
+from commlab.fl.adaptive.bits import (BITS, check_size_estimates, frame_size_estimates, levels, payload_bytes, takes_bits,
+                                      variance_factor)
+from commlab.fl.adaptive.estimates import LinkEstimates
 
 D = 1_663_370  # mnist_cnn
 compute = st.floats(0.0, 30.0, allow_nan=False)
@@ -246,7 +248,8 @@ def test_efficiency_scales_the_payload():
 # --- config, controller planner, client side ---------------------------------------------------
 
 from commlab.config.schema import ConfigError, from_dict  # noqa: E402
-from commlab.fl.adaptive import ClientSide, Planner  # noqa: E402
+from commlab.fl.adaptive.planner import Planner  # noqa: E402
+from commlab.fl.adaptive.shaping import ClientSide  # noqa: E402
 from commlab.fl.config import ClientConfig, ControllerConfig  # noqa: E402
 from commlab.fl.messages import ClientUpdate, TrainCmd  # noqa: E402
 from commlab.fl.run import build_configs, parse_args  # noqa: E402
@@ -296,7 +299,7 @@ def update(rnd, client, compute_s=2.0, goodput=2.2e5, rate=2.5e5, at_link=True, 
 
 
 def test_planner_probes_then_allocates_and_falls_back_on_bad_reports():
-    from commlab.fl.adaptive import AdaptiveSection
+    from commlab.fl.adaptive.section import AdaptiveSection
     logs = []
     planner = Planner(AdaptiveSection(total_uplink_mbit=8.0, probe_bits=3), CLIENTS, D, log=logs.append)
     bits, rates = planner.plan(1, 100)
@@ -324,7 +327,7 @@ def test_planner_probes_then_allocates_and_falls_back_on_bad_reports():
 def test_planner_never_goes_below_min_bits():
     """beta 0 (quantization noise costs no rounds, as fitted on 2..8 bits) would pick the smallest
     frames: min_bits keeps the choice inside the fitted range, and only the rates are allocated."""
-    from commlab.fl.adaptive import AdaptiveSection
+    from commlab.fl.adaptive.section import AdaptiveSection
     planner = Planner(AdaptiveSection(total_uplink_mbit=8.0, beta=0.0, min_bits=2), CLIENTS, D, log=lambda s: None)
     for rnd, c in ((1, "client-0"), (1, "client-1"), (1, "client-2"), (1, "client-3")):
         planner.offer(update(rnd, c, compute_s=8.0 if c == "client-3" else 2.0))
@@ -345,7 +348,7 @@ def test_planner_never_goes_below_min_bits():
 def test_planner_allocates_from_reported_frame_sizes_and_rejects_bad_ones():
     """qsgdz: the controller weighs bits by each client's reported frame sizes; a bad report
     sends that client back to the probe setting."""
-    from commlab.fl.adaptive import AdaptiveSection
+    from commlab.fl.adaptive.section import AdaptiveSection
     logs = []
     planner = Planner(AdaptiveSection(total_uplink_mbit=8.0, beta=0.0, probe_bits=2), CLIENTS, D, log=logs.append,
                       family="qsgdz")
@@ -371,7 +374,7 @@ def test_planner_allocates_from_reported_frame_sizes_and_rejects_bad_ones():
 
 
 def test_planner_equal_policy():
-    from commlab.fl.adaptive import AdaptiveSection
+    from commlab.fl.adaptive.section import AdaptiveSection
     planner = Planner(AdaptiveSection(policy="equal", total_uplink_mbit=8.0, fixed_bits=2), CLIENTS, D, log=lambda s: None)
     for rnd in (1, 2):  # the same probe rounds as joint: own links
         assert planner.plan(rnd, 100) == ({c: 2 for c in CLIENTS}, {})

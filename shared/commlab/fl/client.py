@@ -22,7 +22,7 @@ from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress
 from commlab.fl import update_identity
-from commlab.fl.adaptive import ClientSide
+from commlab.fl.adaptive.shaping import ClientSide
 from commlab.fl.broadcast import ModelReplica
 from commlab.fl.client_memory import ClientMemory
 from commlab.fl.config import ClientConfig, load_client_config

@@ -17,7 +17,8 @@ from commlab.config.schema import (ConfigError, DatasetSection, DdsSection, Mode
 from commlab.data import Dataset, partition_dataset
 from commlab.data.partition import SCHEMES as PARTITION_SCHEMES, scheme_params
 from commlab.dds.messages import MAX_TEXT
-from commlab.fl.adaptive import AdaptiveSection, takes_bits
+from commlab.fl.adaptive.bits import takes_bits
+from commlab.fl.adaptive.section import AdaptiveSection
 from commlab.fl.root_update import RootUpdate
 from commlab.fl.sampling import Availability, load_availability, per_round_count
 from commlab.fl.strategy_config import StrategySection

@@ -24,7 +24,7 @@ from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress, delta
 from commlab.fl import update_identity
-from commlab.fl.adaptive import Planner
+from commlab.fl.adaptive.planner import Planner
 from commlab.fl.broadcast import ModelSender
 from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from commlab.fl.collect import RoundFailed, RoundReplies, UpdateCollector

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 from pathlib import Path
 
@@ -17,10 +18,9 @@ from commlab.fl.config import BATCHNORM, ClientConfig, ControllerConfig
 from commlab.runs.claims import hold
 from commlab.runs.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
                             write_node_config)
-from commlab.fl.adaptive import record_heterogeneity, speed_factors
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 from commlab.output.progress import watch_csv
-from commlab.output.run_folder import new_run_id, peak_memory_line
+from commlab.output.run_folder import new_run_id, peak_memory_line, write_json_atomic
 from commlab.runs.keys import run_keys, with_key_file
 from commlab.runs.roster import CONTROLLER, fl_identities_of, fl_roster_of
 from commlab.testbed.backend import choose_backend, run_nodes
@@ -263,6 +263,33 @@ def summarize(run_dir: Path) -> None:
                   f"round time {float(r['round_time_s']):.1f}s, participants {shorten(r['participants'])}", flush=True)
     if memory := peak_memory_line(run_dir):
         print(f"[run] {memory}", flush=True)
+
+
+def speed_factors(text: str | None, clients: int) -> list[float]:
+    """"1,1,0.5,0.25" -> one speed per client, cycling; None -> all 1 (ValueError on a bad list)."""
+    if not text:
+        return [1.0] * clients
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--speed-factors: expected numbers separated by commas, got {text!r}") from None
+    return [values[i % len(values)] for i in range(clients)]
+
+
+def record_heterogeneity(run_dir: Path, speeds: dict[int, float], link_profile: str) -> None:
+    """Put how the clients' heterogeneity was emulated into the manifest (`heterogeneity`)."""
+    path = Path(run_dir) / "manifest.json"
+    if not path.exists():
+        return
+    manifest = json.loads(path.read_text())
+    manifest["heterogeneity"] = {
+        "compute": {"method": "measured sleep: after local training each client sleeps (1/speed_factor - 1) x its "
+                              "measured training time (clients-<i>.csv stretch_s)",
+                    "speed_factors": {f"client-{i}": f for i, f in sorted(speeds.items())}},
+        "links": {"profile": link_profile,
+                  "method": "tc tbf on each node's own interface (manifest link_applied); adaptive and equal "
+                            "runs change each client's rate before its upload (clients-<i>.csv rate_bps)"}}
+    write_json_atomic(path, manifest)
 
 
 if __name__ == "__main__":

@@ -148,7 +148,7 @@ def apply_link(spec: LinkSpec, dev: str = "eth0", prefix: Sequence[str] = ()) ->
 def set_rate(rate_bps: float, dev: str = "eth0", prefix: Sequence[str] = ()) -> str:
     """Change only the rate of the tbf `apply_link` put on `dev` (tc replace: the same qdisc, its
     handle kept, no delete; under a netem root it is the child 10:). Returns the tc command;
-    LinkError if refused (commlab.fl.adaptive: a client's allocated uplink rate)."""
+    LinkError if refused (commlab.fl.adaptive.shaping: a client's allocated uplink rate)."""
     spec = LinkSpec(rate=f"{max(int(rate_bps), 8000)}bit")
     shown = subprocess.run([*prefix, "tc", "qdisc", "show", "dev", dev], capture_output=True, text=True).stdout
     parent = ["parent", "1:1", "handle", "10:"] if "netem" in shown else ["root"]
