@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from commlab.fl.collect import UpdateCollector
-from commlab.fl.controller import Controller, OpenRound
+from commlab.fl.collect import OpenRound, UpdateCollector
+from commlab.fl.controller import Controller
 from commlab.fl.messages import TrainCmd
 from commlab.fl.strategy import FitRes
 

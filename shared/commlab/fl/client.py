@@ -144,25 +144,17 @@ class Client:
             self.log(f"ignoring Stop of run {stop.run_id!r} (this is run {self.cfg.run_id!r})")
         return False
 
-    @property
-    def weights(self) -> np.ndarray | None:
-        return self.replica.weights
-
-    @property
-    def weights_round(self) -> int | None:
-        return self.replica.round
-
     def _await_final_model(self, last_round: int) -> None:
         """The last ModelBlob can arrive after the (small) Stop: take it, so every client ends with
         the run's final model, within the idle timeout (a client that misses it says so)."""
         end = time.monotonic() + self.cfg.idle_timeout_s
-        while self.weights_round is not None and self.weights_round < last_round and time.monotonic() < end:
+        while self.replica.round is not None and self.replica.round < last_round and time.monotonic() < end:
             self._apply_blobs(POLL_S)
             if CONTROLLER not in self.node.announcer.directory.alive():
                 self._apply_blobs(0.0)  # it leaves once all it sent was acknowledged: nothing more is coming
                 break
-        if self.weights_round is not None and self.weights_round != last_round:
-            self.log(f"the final model (round {last_round}) did not arrive; replica at round {self.weights_round}")
+        if self.replica.round is not None and self.replica.round != last_round:
+            self.log(f"the final model (round {last_round}) did not arrive; replica at round {self.replica.round}")
 
     def _apply_blobs(self, timeout_s: float) -> None:
         """Apply every ModelBlob waiting, in order; one this replica cannot take (a delta for
@@ -202,15 +194,15 @@ class Client:
         None when the replica has moved past round rnd-1 (this round is over for this client)."""
         start = time.perf_counter()
         progress = Progress(self.node.stats)  # the deadline counts from the last chunk that arrived
-        while self.weights_round != rnd - 1:
+        while self.replica.round != rnd - 1:
             self._greet_returned_controller()
-            if self.weights_round is not None and self.weights_round >= rnd:
-                self.log(f"round {rnd}: skipped, the model of round {rnd - 1} never came (now at {self.weights_round})")
+            if self.replica.round is not None and self.replica.round >= rnd:
+                self.log(f"round {rnd}: skipped, the model of round {rnd - 1} never came (now at {self.replica.round})")
                 return None
             if progress.idle_s() > deadline_s:
                 raise ClientIdle(f"{self.cfg.name}: TrainCmd for round {rnd} but no model of round {rnd - 1} "
                                  f"after {time.perf_counter() - start:.0f}s, nothing arrived for the last "
-                                 f"{deadline_s:.0f}s (have {self.weights_round})")
+                                 f"{deadline_s:.0f}s (have {self.replica.round})")
             self._apply_blobs(POLL_S)
         return time.perf_counter() - start
 
@@ -255,16 +247,16 @@ class Client:
         todo = self._already_sent(cmd)
         if not todo:
             return
-        if self.weights is None and rnd > cmd.first_round:
+        if self.replica.weights is None and rnd > cmd.first_round:
             # Started after the controller's whole-model broadcast (a restart): no delta can apply.
             self._request_model(rnd - 1)
-        if cmd.newer_base_ok and self.weights_round is not None:
+        if cmd.newer_base_ok and self.replica.round is not None:
             # fedbuff: a replica already past round-1 is a fresher start, not a reason to skip; the
             # update's round then names the version it was trained from (+ 1).
-            rnd = max(rnd, self.weights_round + 1)
+            rnd = max(rnd, self.replica.round + 1)
         comm_s = self._wait_for_model(rnd, max(cmd.deadline_s, 1.0))
         if comm_s is None and cmd.newer_base_ok:  # the replica moved on while waiting: start from there
-            rnd = self.weights_round + 1
+            rnd = self.replica.round + 1
             comm_s = self._wait_for_model(rnd, max(cmd.deadline_s, 1.0))
         if comm_s is None:
             return
@@ -278,10 +270,10 @@ class Client:
         """Train one client from the replica, encode through its memory, upload, one table row."""
         who = "" if self.cfg.procs is None else f"{client.name} "
         indices = round_subset(client.part, fit, client.index)
-        self.log(f"{who}round {rnd}: training on {len(indices)} samples from model {weights_digest(self.weights)} "
-                 f"(round {self.weights_round})")
+        self.log(f"{who}round {rnd}: training on {len(indices)} samples from model {weights_digest(self.replica.weights)} "
+                 f"(round {self.replica.round})")
         start = time.perf_counter()
-        delta, loss = local_update(self.model, self.weights, self.data, indices, fit,
+        delta, loss = local_update(self.model, self.replica.weights, self.data, indices, fit,
                                    momentum=self.cfg.optimizer.momentum, weight_decay=self.cfg.optimizer.weight_decay,
                                    buffers=self.cfg.sends_buffers, step=self.train_step)
         train_s = time.perf_counter() - start

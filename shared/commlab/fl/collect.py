@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from commlab.codecs import Codec, CodecError
+from commlab.fl.messages import TrainCmd
 from commlab.fl.strategy import FitRes
 
 
@@ -125,3 +126,18 @@ class UpdateCollector:
         missing = sorted(set(self.expected) - self.answered())
         self.replies.failures += [(c, "no valid update by the deadline") for c in missing]
         return self.replies
+
+
+@dataclass
+class OpenRound:
+    """A synchronous round while its updates are collected: what to send again, and to whom."""
+    cmd: TrainCmd
+    collector: UpdateCollector
+    returns: dict[str, int]  # node -> its returns (announce.Peer.returns) when the command last went to it
+    asked: set[str] = field(default_factory=set)  # nodes that rejoined (fl.messages.ModelRequest) since
+
+    def unanswered_by_node(self, node_of: Callable[[str], str | None]) -> dict[str, list[str]]:
+        by_node: dict[str, list[str]] = {}
+        for client in sorted(set(self.collector.expected) - self.collector.answered()):
+            by_node.setdefault(node_of(client) or client, []).append(client)
+        return by_node

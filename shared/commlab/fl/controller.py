@@ -9,7 +9,7 @@ UpdateCollector, persistence the checkpoint module.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,34 +27,20 @@ from commlab.fl import update_identity
 from commlab.fl.adaptive.planner import Planner
 from commlab.fl.broadcast import ModelSender
 from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from commlab.fl.collect import RoundFailed, RoundReplies, UpdateCollector
+from commlab.fl.collect import OpenRound, RoundFailed, RoundReplies, UpdateCollector
 from commlab.fl.config import ControllerConfig, load_controller_config
 from commlab.fl.entry import as_config_error, build_codec, log_to
 from commlab.fl.evaluation import GlobalEvaluation
 from commlab.fl.fedbuff import Dispatch
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.sampling import select_round
-from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES, FedBuff, Strategy
+from commlab.fl.strategy import FedBuff, Strategy
+from commlab.fl.strategy_config import build_strategy
 from commlab.models import flatten_params, layout_of, weights_digest
 from commlab.output.run_folder import RunWriter, backend_name, write_transport_totals
 from commlab.output.tables import COLUMNS
 from commlab.runs.fault_points import halt_at
 from commlab.runs.roster import CONTROLLER
-
-
-@dataclass
-class OpenRound:
-    """A synchronous round while its updates are collected: what to send again, and to whom."""
-    cmd: TrainCmd
-    collector: UpdateCollector
-    returns: dict[str, int]  # node -> its returns (announce.Peer.returns) when the command last went to it
-    asked: set[str] = field(default_factory=set)  # nodes that rejoined (fl.messages.ModelRequest) since
-
-    def unanswered_by_node(self, node_of: Callable[[str], str | None]) -> dict[str, list[str]]:
-        by_node: dict[str, list[str]] = {}
-        for client in sorted(set(self.collector.expected) - self.collector.answered()):
-            by_node.setdefault(node_of(client) or client, []).append(client)
-        return by_node
 
 
 class Controller:
@@ -322,7 +308,6 @@ class Controller:
         halt_at("after_round", rnd)
 
 
-
 def run_controller(config_path: str) -> None:
     """Parse and check everything, then build the node and run; ConfigError before any side effect."""
     from commlab.dds import DdsNode
@@ -337,11 +322,7 @@ def run_controller(config_path: str) -> None:
     if cfg.init_path is not None:
         ckpt = as_config_error("init_path", lambda: load_checkpoint(Path(cfg.init_path), weights.size))
         weights, start_round, strategy_state, progress = ckpt.weights, ckpt.round + 1, ckpt.strategy_state, ckpt.progress
-    t = cfg.training
-    strategy = {**STRATEGIES, **ASYNC_STRATEGIES}[cfg.strategy.name](
-        weights, epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size, subset_size=t.samples_per_round,
-        seed=t.seed, server_lr=cfg.strategy.server_lr, server_momentum=cfg.strategy.server_momentum,
-        **cfg.strategy_params())
+    strategy = build_strategy(cfg, weights)
     if strategy_state is not None:
         as_config_error("init_path", lambda: strategy.load_state_dict(strategy_state))
     settings = as_config_error("dds", lambda: dds_settings(cfg.dds, weights.size, cfg.expected_clients))
@@ -353,7 +334,7 @@ def run_controller(config_path: str) -> None:
         "dataset": cfg.dataset.name, "codec": cfg.codec.name, "downlink_codec": cfg.downlink.name,
         "multicast": settings.multicast, "link_profile": cfg.link_profile,
         "clients": cfg.expected_clients, "rounds": cfg.rounds, "config": to_dict(cfg),
-        "seeds": {"model_init": cfg.seed, "training": t.seed, "partition": cfg.partition.seed},
+        "seeds": {"model_init": cfg.seed, "training": cfg.training.seed, "partition": cfg.partition.seed},
         "client_data": dict(zip(cfg.client_ids(), client_summary(data, parts))),
         "start_round": start_round, "status": "running"})
     node = DdsNode(CONTROLLER, settings)

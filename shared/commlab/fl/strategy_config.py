@@ -3,10 +3,15 @@ the server step (server lr and momentum) every rule shares (commlab.fl.strategy)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from commlab.config.schema import ConfigError, positive
-from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES
+from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES, Strategy
+
+if TYPE_CHECKING:
+    from commlab.fl.config import ControllerConfig
 
 # Strategy keys that only one strategy reads: key -> that strategy.
 STRATEGY_OWN_KEYS = {"trim_fraction": "trimmed_mean", "clip_norm": "norm_clip", "num_malicious": "krum",
@@ -51,3 +56,11 @@ class StrategySection:
                 "norm_clip": {"clip_norm": self.clip_norm},
                 "krum": {"num_malicious": 1 if self.num_malicious is None else self.num_malicious,
                          "keep": self.keep or 1}}.get(self.name, {})
+
+
+def build_strategy(cfg: ControllerConfig, weights: np.ndarray) -> Strategy:
+    """The strategy the controller config names, starting from the model `weights`."""
+    t, s = cfg.training, cfg.strategy
+    return {**STRATEGIES, **ASYNC_STRATEGIES}[s.name](
+        weights, epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size, subset_size=t.samples_per_round,
+        seed=t.seed, server_lr=s.server_lr, server_momentum=s.server_momentum, **cfg.strategy_params())
