@@ -12,12 +12,11 @@ rejects a wrong payload length and any Inf or NaN.
 """
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
-from commlab.codecs.base import ALLREDUCE, Codec, register
+from commlab.codecs.base import register
 from commlab.codecs.errors import CodecError
+from commlab.codecs.float_words import HalfWords
 
 _EXPONENT = np.uint16(0x7F80)  # all ones: Inf or NaN
 _EXPONENT32 = np.uint32(0x7F800000)
@@ -37,28 +36,16 @@ def from_bf16(words: np.ndarray) -> np.ndarray:
 
 
 @register
-class Bf16(Codec):
+class Bf16(HalfWords):
     name = "bf16"
     codec_id = 14
-    lossy = True
-    params_struct = struct.Struct("<")
-    exchange = ALLREDUCE
+    exponent = _EXPONENT
+    unrepresentable = "values must round to a finite bfloat16 (magnitude below about 3.39e38)"
 
-    def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
-        if ((vec.view(np.uint32) & _EXPONENT32) == _EXPONENT32).any():
+    def _narrow(self, vec: np.ndarray) -> np.ndarray:
+        if ((vec.view(np.uint32) & _EXPONENT32) == _EXPONENT32).any():  # NaN's bits may wrap round
             raise CodecError("bf16: values must be finite")
-        words = to_bf16(vec)
-        if ((words & _EXPONENT) == _EXPONENT).any():
-            raise CodecError("bf16: values must round to a finite bfloat16 (magnitude below about 3.39e38)")
-        return (), [words]
+        return to_bf16(vec)
 
-    def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
-        if len(payload) != 2 * numel:
-            raise CodecError(f"bf16: payload {len(payload)} bytes, {numel} elements need {2 * numel}")
-        words = np.frombuffer(payload, "<u2")
-        if ((words & _EXPONENT) == _EXPONENT).any():
-            raise CodecError("bf16: frame holds Inf or NaN")
+    def _widen(self, words: np.ndarray) -> np.ndarray:
         return from_bf16(words)
-
-    def payload_size(self, numel: int) -> int:
-        return 2 * numel

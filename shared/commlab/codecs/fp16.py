@@ -17,12 +17,10 @@ full of. The tests compare both directions with torch's conversions.
 """
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
-from commlab.codecs.base import ALLREDUCE, Codec, register
-from commlab.codecs.errors import CodecError
+from commlab.codecs.base import register
+from commlab.codecs.float_words import HalfWords
 
 FP16_MAX = float(np.finfo(np.float16).max)
 _EXPONENT = np.uint16(0x7C00)  # all ones: Inf or NaN
@@ -55,26 +53,14 @@ def from_fp16(words: np.ndarray) -> np.ndarray:
 
 
 @register
-class Fp16(Codec):
+class Fp16(HalfWords):
     name = "fp16"
     codec_id = 13
-    lossy = True
-    params_struct = struct.Struct("<")
-    exchange = ALLREDUCE
+    exponent = _EXPONENT
+    unrepresentable = f"values must be finite and round to a magnitude <= {FP16_MAX:g}"
 
-    def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
-        words = to_fp16(vec)
-        if ((words & _EXPONENT) == _EXPONENT).any():
-            raise CodecError(f"fp16: values must be finite and round to a magnitude <= {FP16_MAX:g}")
-        return (), [words]
+    def _narrow(self, vec: np.ndarray) -> np.ndarray:
+        return to_fp16(vec)
 
-    def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
-        if len(payload) != 2 * numel:
-            raise CodecError(f"fp16: payload {len(payload)} bytes, {numel} elements need {2 * numel}")
-        words = np.frombuffer(payload, "<u2")
-        if ((words & _EXPONENT) == _EXPONENT).any():
-            raise CodecError("fp16: frame holds Inf or NaN")
+    def _widen(self, words: np.ndarray) -> np.ndarray:
         return from_fp16(words)
-
-    def payload_size(self, numel: int) -> int:
-        return 2 * numel

@@ -16,18 +16,14 @@ from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec, load_raw
 from commlab.ddp.config import WorkerConfig, steps_per_epoch
 from commlab.runs.claims import hold
-from commlab.runs.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
-                            write_node_config)
+from commlab.runs.launch import PEER_GRACE_S, CsvProgress, Launch, NodeProcesses, codec_params, launch, write_node_config
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
-from commlab.output.progress import watch_csv
 from commlab.output.run_folder import new_run_id, peak_memory_line
 from commlab.runs.keys import run_keys, with_key_file
 from commlab.runs.roster import ddp_roster
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_ddp
 from commlab.testbed.netns_run import run_ddp_netns
-
-GRACE_S = 15.0  # after a worker fails, the others get their timeouts + this to notice and exit
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -124,38 +120,39 @@ def run_local(cfg: dict, world: int) -> int:
     with NodeProcesses() as procs:
         ranks = [procs.start(node, path) for node in ddp_roster(world)]
         procs.wait_while(lambda: all(p.poll() in (None, 0) for p in ranks) and procs.running())
-        procs.wait_while(procs.running, max(cfg["collective_timeout_s"], cfg["peer_return_s"]) + GRACE_S)
+        procs.wait_while(procs.running, max(cfg["collective_timeout_s"], cfg["peer_return_s"]) + PEER_GRACE_S)
     return 1 if procs.report() else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    end_nodes_on_sigterm()
     a = parse_args(argv)
-    built = config_or_report("commlab.ddp.run", lambda: (build_config(a), choose_backend(a.backend)),
-                             (RuntimeError,))
-    if built is None:
-        return 2
-    cfg, backend = built
-    run_dir = announce(cfg, f"{a.method}, world {a.world}, {a.epochs} epochs, backend {backend}, "
-                            f"DDS domain {cfg['dds']['domain_id']}")
-    # Every backend writes rank 0's steps-rank0.csv into this host folder, one row per step.
-    stop_progress = watch_csv(run_dir / "steps-rank0.csv", total_steps(cfg, a.world), "step",
-                              numbered_from=0, note_column="train_loss", note_label="loss")
+    return launch("commlab.ddp.run", lambda: plan_run(a), (RuntimeError,))
+
+
+def plan_run(a: argparse.Namespace) -> Launch:
+    """The run the flags ask for: the workers' config, backend, progress (rank 0's steps) and summary."""
+    cfg, backend = build_config(a), choose_backend(a.backend)
     names = [node.name for node in ddp_roster(a.world)]
-    try:
+
+    def run(run_dir: Path) -> int:
         # Every message is authenticated; ranks are equals, so each holds the run key (one file).
         with run_keys(cfg["run_id"], names, trusted=set(names)) as key_files:
-            cfg = with_key_file(cfg, key_files[names[0]])
-            code = run_nodes("commlab.ddp.run", backend, a.profile, run_dir, names,
-                             local=lambda: run_local(cfg, a.world),
-                             netns=lambda: run_ddp_netns([cfg] * a.world, a.profile),
-                             docker=lambda: run_ddp([cfg] * a.world, a.profile, Path(cfg["results_dir"]),
+            keyed = with_key_file(cfg, key_files[names[0]])
+            return run_nodes("commlab.ddp.run", backend, a.profile, run_dir, names,
+                             local=lambda: run_local(keyed, a.world),
+                             netns=lambda: run_ddp_netns([keyed] * a.world, a.profile),
+                             docker=lambda: run_ddp([keyed] * a.world, a.profile, Path(cfg["results_dir"]),
                                                     swarm=backend == "swarm"))
-    finally:
-        stop_progress()
-    if memory := peak_memory_line(run_dir):
-        print(f"[run] {memory}", flush=True)
-    return code
+
+    def after(run_dir: Path) -> None:
+        if memory := peak_memory_line(run_dir):
+            print(f"[run] {memory}", flush=True)
+    # Every backend writes rank 0's steps-rank0.csv into the run folder on this host, one row per step.
+    return Launch(cfg, f"{a.method}, world {a.world}, {a.epochs} epochs, backend {backend}, "
+                       f"DDS domain {cfg['dds']['domain_id']}",
+                  CsvProgress("steps-rank0.csv", total_steps(cfg, a.world), "step", numbered_from=0,
+                              note_column="train_loss", note_label="loss"),
+                  run, after)
 
 
 if __name__ == "__main__":

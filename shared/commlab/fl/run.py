@@ -16,10 +16,8 @@ from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.data.partition import SCHEMES
 from commlab.fl.config import BATCHNORM, ClientConfig, ControllerConfig
 from commlab.runs.claims import hold
-from commlab.runs.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
-                            write_node_config)
+from commlab.runs.launch import CsvProgress, Launch, NodeProcesses, codec_params, launch, write_node_config
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
-from commlab.output.progress import watch_csv
 from commlab.output.run_folder import new_run_id, peak_memory_line, write_json_atomic
 from commlab.runs.keys import run_keys, with_key_file
 from commlab.runs.roster import CONTROLLER, fl_identities_of, fl_roster_of
@@ -214,35 +212,36 @@ def run_local(controller_cfg: dict, client_cfgs: list[dict]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    end_nodes_on_sigterm()
     a = parse_args(argv)
-    built = config_or_report("commlab.fl.run", lambda: (*build_configs(a), choose_backend(a.backend)),
-                             (RuntimeError,))
-    if built is None:
-        return 2
-    controller, clients, backend = built
-    run_dir = announce(controller, f"codec {a.codec} up, {a.downlink_codec} down, {a.clients} clients, {a.rounds} "
-                                   f"rounds, backend {backend}, DDS domain {controller['dds']['domain_id']}")
-    # Every backend writes rounds.csv into this host folder: one row per round, whoever runs the nodes.
-    stop_progress = watch_csv(run_dir / "rounds.csv", a.rounds, "round", note_column="test_accuracy",
-                              note_label="acc")
+    return launch("commlab.fl.run", lambda: plan_run(a), (RuntimeError,))
+
+
+def plan_run(a: argparse.Namespace) -> Launch:
+    """The run the flags ask for: its node configs, backend, progress (rounds.csv) and summary."""
+    controller, clients = build_configs(a)
+    backend = choose_backend(a.backend)
     names = [node.name for node in fl_roster_of(clients)]
-    try:
+
+    def run(run_dir: Path) -> int:
         # Every message is authenticated: the controller holds the run key, each client process its
         # pair key and the keys of the clients it speaks for (their updates are signed with them).
         with run_keys(controller["run_id"], names, trusted={CONTROLLER},
                       identities=fl_identities_of(clients)) as key_files:
-            controller, *clients = [with_key_file(cfg, key_files[n]) for n, cfg in zip(names, [controller, *clients])]
-            code = run_nodes("commlab.fl.run", backend, a.profile, run_dir, names,
-                             local=lambda: run_local(controller, clients),
-                             netns=lambda: run_fl_netns(controller, clients, a.profile),
-                             docker=lambda: run_fl(controller, clients, a.profile, Path(controller["results_dir"]),
-                                                    swarm=backend == "swarm"))
-    finally:
-        stop_progress()
-    summarize(run_dir)
-    record_heterogeneity(run_dir, {c["client_id"]: c["speed_factor"] for c in clients}, a.profile)
-    return code
+            keyed, *keyed_clients = [with_key_file(cfg, key_files[n]) for n, cfg in zip(names, [controller, *clients])]
+            return run_nodes("commlab.fl.run", backend, a.profile, run_dir, names,
+                             local=lambda: run_local(keyed, keyed_clients),
+                             netns=lambda: run_fl_netns(keyed, keyed_clients, a.profile),
+                             docker=lambda: run_fl(keyed, keyed_clients, a.profile, Path(controller["results_dir"]),
+                                                   swarm=backend == "swarm"))
+
+    def after(run_dir: Path) -> None:
+        summarize(run_dir)
+        record_heterogeneity(run_dir, {c["client_id"]: c["speed_factor"] for c in clients}, a.profile)
+    # Every backend writes rounds.csv into the run folder on this host: one row per round, whoever runs the nodes.
+    return Launch(controller, f"codec {a.codec} up, {a.downlink_codec} down, {a.clients} clients, {a.rounds} rounds, "
+                              f"backend {backend}, DDS domain {controller['dds']['domain_id']}",
+                  CsvProgress("rounds.csv", a.rounds, "round", note_column="test_accuracy", note_label="acc"),
+                  run, after)
 
 
 def shorten(participants: str, most: int = 8) -> str:

@@ -27,15 +27,14 @@ import sys
 import time
 from pathlib import Path
 
-from commlab.config.schema import from_dict, to_dict
+from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.fl.run import add_experiment_args, experiment_sections
 from commlab.models.train_step import resolve_spec_path
-from commlab.output.progress import echo, watch_csv
+from commlab.output.progress import echo
 from commlab.output.run_folder import new_run_id
 from commlab.peers.flower import METHOD, TRANSPORTS, FlowerConfig, roster
-from commlab.peers.run import GRACE_S
 from commlab.runs.claims import hold
-from commlab.runs.launch import END_GRACE_S, NodeProcesses, announce, config_or_report, write_node_config
+from commlab.runs.launch import END_GRACE_S, PEER_GRACE_S, CsvProgress, Launch, NodeProcesses, launch, write_node_config
 from commlab.testbed.backend import RunFailed, run_nodes
 
 NET = 254            # 198.19.254.0/24 (FL namespaces 251, DDS workers 252, gloo 253)
@@ -76,7 +75,7 @@ def _wait(procs: NodeProcesses) -> None:
     """The server decides the run; stop early only when no client is left to train."""
     server, *clients = procs.procs.values()
     procs.wait_while(lambda: server.poll() is None and any(c.poll() in (None, 0) for c in clients))
-    procs.wait_while(procs.running, GRACE_S)
+    procs.wait_while(procs.running, PEER_GRACE_S)
 
 
 def run_local(cfg: dict) -> int:
@@ -182,7 +181,7 @@ def wait_deployment(procs: NodeProcesses, run_dir: Path) -> None:
     run, link = procs.procs["flwr-run"], procs.procs["superlink"]
     nodes = [p for name, p in procs.procs.items() if name.startswith("client-")]
     procs.wait_while(lambda: run.poll() is None and link.poll() is None and any(p.poll() is None for p in nodes))
-    procs.wait_while(lambda: run.poll() is None, GRACE_S)
+    procs.wait_while(lambda: run.poll() is None, PEER_GRACE_S)
     # Clients of an API before its server: the SuperExecs, then the SuperNodes, then the SuperLink
     # (each SIGTERM, then SIGKILL after END_GRACE_S), by PID.
     for stage in ("superexec-", "client-", ""):
@@ -232,21 +231,19 @@ def _no_containers() -> Path:
 
 def main(argv: list[str]) -> int:
     a = parse_args(argv)
+    return launch("commlab.peers.run", lambda: plan_run(a))
+
+
+def plan_run(a: argparse.Namespace) -> Launch:
+    """The run the flags ask for: the Flower nodes' config, progress (rounds.csv), local processes or namespaces."""
     try:
-        import flwr  # noqa: F401
+        import flwr
     except ImportError:
-        print("commlab.peers.run: --kind flower needs flwr (pip install flwr; `make peer-flower` does it)",
-              file=sys.stderr)
-        return 2
-    cfg = config_or_report("commlab.peers.run", lambda: build_config(a))
-    if cfg is None:
-        return 2
-    run_dir = announce(cfg, f"{METHOD} (flwr {flwr.__version__}, {a.transport}), {a.clients} clients, "
-                            f"{a.rounds} rounds, profile {a.profile}")
-    stop_progress = watch_csv(run_dir / "rounds.csv", a.rounds, "round", note_column="test_accuracy", note_label="acc")
-    try:
-        return run_nodes("commlab.peers.run", "local", a.profile, run_dir, [n.name for n in roster(a.clients)],
-                         local=lambda: run_local(cfg), netns=lambda: run_netns(cfg, a.profile, a.net),
-                         docker=_no_containers)
-    finally:
-        stop_progress()
+        raise ConfigError("--kind flower needs flwr (pip install flwr; `make peer-flower` does it)") from None
+    cfg = build_config(a)
+    return Launch(cfg, f"{METHOD} (flwr {flwr.__version__}, {a.transport}), {a.clients} clients, {a.rounds} rounds, "
+                       f"profile {a.profile}",
+                  CsvProgress("rounds.csv", a.rounds, "round", note_column="test_accuracy", note_label="acc"),
+                  lambda run_dir: run_nodes("commlab.peers.run", "local", a.profile, run_dir,
+                                            [n.name for n in roster(a.clients)], local=lambda: run_local(cfg),
+                                            netns=lambda: run_netns(cfg, a.profile, a.net), docker=_no_containers))

@@ -19,16 +19,14 @@ from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec
 from commlab.ddp.config import steps_per_epoch
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
-from commlab.output.progress import watch_csv
 from commlab.output.run_folder import new_run_id
 from commlab.peers.config import HOOKS, KINDS, PeerConfig
 from commlab.runs.claims import hold
-from commlab.runs.launch import NodeProcesses, announce, config_or_report, end_nodes_on_sigterm, write_node_config
+from commlab.runs.launch import PEER_GRACE_S, CsvProgress, Launch, NodeProcesses, launch, write_node_config
 from commlab.runs.roster import Node, worker_name
 from commlab.testbed.backend import choose_backend, run_nodes
 
 NET = 253            # 198.19.253.0/24 (FL namespaces use 251, DDS workers 252)
-GRACE_S = 15.0       # after a rank failed, the others get this long before they are ended
 NETNS_PORT = 29500   # every rank has its own namespace: a fixed port is free
 
 
@@ -101,7 +99,7 @@ def run_local(cfg: dict) -> int:
     with NodeProcesses() as procs:
         nodes = [procs.start(node, path) for node in roster(cfg)]
         procs.wait_while(lambda: all(p.poll() in (None, 0) for p in nodes) and procs.running())
-        procs.wait_while(procs.running, GRACE_S)
+        procs.wait_while(procs.running, PEER_GRACE_S)
     return 1 if procs.report() else 0
 
 
@@ -120,7 +118,7 @@ def run_netns(cfg: dict, profile: str) -> Path:
     def wait(procs: NodeProcesses) -> None:
         ranks = list(procs.procs.values())
         procs.wait_while(lambda: all(p.poll() in (None, 0) for p in ranks) and procs.running())
-        procs.wait_while(procs.running, GRACE_S)
+        procs.wait_while(procs.running, PEER_GRACE_S)
     return run_in_namespaces(nodes, Path(cfg["results_dir"]) / cfg["run_id"], profile, NET, start, wait)
 
 
@@ -142,7 +140,6 @@ def total_steps(cfg: dict) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    end_nodes_on_sigterm()
     argv = sys.argv[1:] if argv is None else argv
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--kind")
@@ -150,26 +147,23 @@ def main(argv: list[str] | None = None) -> int:
         from commlab.peers.flower_run import main as run_flower
         return run_flower(argv)
     a = parse_args(argv)
-    cfg = config_or_report("commlab.peers.run", lambda: build_config(a))
-    if cfg is None:
-        return 2
+    return launch("commlab.peers.run", lambda: plan_run(a), (RuntimeError,))
+
+
+def plan_run(a: argparse.Namespace) -> Launch:
+    """The run the flags ask for: the peers' config, progress (rank 0's steps) and how they run (the
+    centralized trainer: one process, no link to shape)."""
+    cfg = build_config(a)
     method = PeerConfig(**{k: cfg[k] for k in ("run_id", "results_dir", "kind", "hook")}).method
-    run_dir = announce(cfg, f"{method}, world {a.world}, {a.epochs} epochs, profile {a.profile}")
-    stop_progress = watch_csv(run_dir / "steps-rank0.csv", total_steps(cfg), "step", numbered_from=0,
-                              note_column="train_loss", note_label="loss")
-    try:
-        if cfg["kind"] == "centralized":  # one process, no link to shape
-            return run_local(cfg)
-        try:
-            backend = choose_backend(a.backend)
-        except RuntimeError as e:  # docker asked for, and no engine answers: one line, no traceback
-            print(f"commlab.peers.run: {e}", file=sys.stderr)
-            return 1
-        return run_nodes("commlab.peers.run", backend, a.profile, run_dir, [n.name for n in roster(cfg)],
-                         local=lambda: run_local(cfg), netns=lambda: run_netns(cfg, a.profile),
-                         docker=lambda: run_docker(cfg))
-    finally:
-        stop_progress()
+    progress = CsvProgress("steps-rank0.csv", total_steps(cfg), "step", numbered_from=0, note_column="train_loss",
+                           note_label="loss")
+    what = f"{method}, world {a.world}, {a.epochs} epochs, profile {a.profile}"
+    if cfg["kind"] == "centralized":
+        return Launch(cfg, what, progress, lambda run_dir: run_local(cfg))
+    backend = choose_backend(a.backend)  # docker asked for, and no engine answers: one line (RuntimeError)
+    return Launch(cfg, what, progress, lambda run_dir: run_nodes(
+        "commlab.peers.run", backend, a.profile, run_dir, [n.name for n in roster(cfg)],
+        local=lambda: run_local(cfg), netns=lambda: run_netns(cfg, a.profile), docker=lambda: run_docker(cfg)))
 
 
 if __name__ == "__main__":

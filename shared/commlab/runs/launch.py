@@ -1,4 +1,6 @@
-"""Starting the node programs of one run as local processes (plain, or inside network namespaces).
+"""Starting the node programs of one run as local processes (plain, or inside network namespaces),
+and `launch`, the one skeleton of every launcher (`python -m commlab.fl.run`, `commlab.ddp.run`,
+`commlab.peers.run`, its `--kind flower`).
 
 Each node's output is relayed to ours line by line as it comes (above the progress bar when one is
 drawn on the terminal); ending the run signals only the processes started here, by PID (SIGTERM
@@ -14,13 +16,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
-from ..output.progress import echo
+from ..output.progress import echo, watch_csv
 from .roster import Node
 
 NODES_DIR = Path(__file__).resolve().parents[3] / "nodes"
 END_GRACE_S = 15.0  # how long a node may take to exit after SIGTERM
+PEER_GRACE_S = 15.0  # after a node failed (or the server ended), the others get this long before they are ended
 
 
 def end_nodes_on_sigterm() -> None:
@@ -47,6 +51,49 @@ def announce(cfg: dict[str, Any], what: str) -> Path:
     run_dir = Path(cfg["results_dir"]) / cfg["run_id"]
     print(f"[run] {cfg['run_id']}: {what}, results {run_dir}", flush=True)
     return run_dir
+
+
+@dataclass(frozen=True)
+class CsvProgress:
+    """A run's progress, drawn from the csv its nodes append one row per `unit` to (output.progress.watch_csv)."""
+    file: str
+    total: int
+    unit: str
+    numbered_from: int = 1
+    note_column: str | None = None
+    note_label: str | None = None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A run with its node configs built: the config that names it (run_id, results_dir), what it
+    is (announced), its progress, `run(run_dir)` starting its nodes on the chosen backend (the exit
+    code) and `after(run_dir)` printing what it measured."""
+    cfg: dict[str, Any]
+    what: str
+    progress: CsvProgress
+    run: Callable[[Path], int]
+    after: Callable[[Path], None] = lambda run_dir: None
+
+
+def launch(prog: str, build: Callable[[], Launch], errors: tuple[type[Exception], ...] = ()) -> int:
+    """Every launcher's main: SIGTERM ends the nodes started here; the run is built, or one line
+    names the problem (exit 2); it is announced, its progress drawn while its nodes run, and
+    summed up once they ended."""
+    end_nodes_on_sigterm()
+    plan = config_or_report(prog, build, errors)
+    if plan is None:
+        return 2
+    run_dir = announce(plan.cfg, plan.what)
+    p = plan.progress
+    stop_progress = watch_csv(run_dir / p.file, p.total, p.unit, numbered_from=p.numbered_from,
+                              note_column=p.note_column, note_label=p.note_label)
+    try:
+        code = plan.run(run_dir)
+    finally:
+        stop_progress()
+    plan.after(run_dir)
+    return code
 
 
 def codec_params(pairs: list[str], what: str = "codec parameter") -> dict[str, Any]:
