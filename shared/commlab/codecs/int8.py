@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
-from commlab.codecs.errors import CodecError
+from commlab.codecs.errors import CodecError, chunk_size
 
 # Elements processed at once: keeps a block and its float32 temporary (~1 MiB each) in cache.
 _BLOCK_ELEMS = 1 << 18
@@ -73,12 +73,6 @@ def dequantize(scales: np.ndarray, q: np.ndarray, chunk: int) -> np.ndarray:
     return out
 
 
-def check_chunk(chunk: int) -> int:
-    if not isinstance(chunk, int) or not 1 <= chunk < 2**32:
-        raise CodecError(f"int8 chunk must be an integer in [1, 2**32), got {chunk!r}")
-    return chunk
-
-
 def read_quantized(payload: memoryview, count: int, chunk: int, what: str) -> tuple[np.ndarray, np.ndarray]:
     """Split and validate the scales+levels section of a payload holding ``count`` values."""
     nchunks = _num_chunks(count, chunk)
@@ -104,7 +98,7 @@ class Int8(Codec):
 
     def __init__(self, chunk: int = 8192, **kw) -> None:
         super().__init__(**kw)
-        self.chunk = check_chunk(chunk)
+        self.chunk = chunk_size("int8 chunk", chunk)
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         scales, q = quantize(vec, self.chunk)

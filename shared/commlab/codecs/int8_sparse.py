@@ -7,7 +7,7 @@ import numpy as np
 
 from commlab.codecs import indices, int8, topk
 from commlab.codecs.base import Codec, register
-from commlab.codecs.errors import CodecError
+from commlab.codecs.errors import CodecError, chunk_size
 
 
 @register
@@ -21,7 +21,7 @@ class Int8Sparse(Codec):
     def __init__(self, ratio: float = 0.10, chunk: int = 8192, **kw) -> None:
         super().__init__(**kw)
         self.ratio = topk.check_ratio(ratio)
-        self.chunk = int8.check_chunk(chunk)
+        self.chunk = chunk_size("int8 chunk", chunk)
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         idx = topk.select(vec, self.ratio)

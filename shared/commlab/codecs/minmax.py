@@ -16,7 +16,7 @@ import numpy as np
 
 from commlab.codecs import bitpack, chunks, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
-from commlab.codecs.errors import CodecError
+from commlab.codecs.errors import CodecError, chunk_size, integer_in
 
 _TINY = np.finfo(np.float32).tiny  # below it 1/scale overflows float32
 
@@ -39,12 +39,8 @@ class MinMax(Codec):
         super().__init__(**kw)
         if chunk is None:
             chunk = 256 if bits in (1, 2) else 8192
-        if not isinstance(bits, int) or not 1 <= bits <= 8:
-            raise CodecError(f"minmax bits must be an integer in 1..8, got {bits!r}")
-        if not isinstance(chunk, int) or not 1 <= chunk < 2**32:
-            raise CodecError(f"minmax chunk must be an integer in [1, 2**32), got {chunk!r}")
-        self.bits = bits
-        self.chunk = chunk
+        self.bits = integer_in("minmax bits", bits, 1, 8)
+        self.chunk = chunk_size("minmax chunk", chunk)
         self.name = f"minmax{bits}"
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:

@@ -21,7 +21,7 @@ import zstandard
 
 from commlab.codecs import bitpack, chunks, draws, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
-from commlab.codecs.errors import CodecError
+from commlab.codecs.errors import CodecError, chunk_size, integer_in
 
 
 def _bits(levels: int) -> int:
@@ -42,12 +42,8 @@ class QSGD(RandomCodec):
         self, levels: int = 16, bucket: int = 512, seed: int | np.random.Generator | None = None, **kw
     ) -> None:
         super().__init__(**kw)
-        if not isinstance(levels, int) or not 1 <= levels <= 255:
-            raise CodecError(f"qsgd levels must be an integer in 1..255, got {levels!r}")
-        if not isinstance(bucket, int) or not 1 <= bucket < 2**32:
-            raise CodecError(f"qsgd bucket must be an integer in [1, 2**32), got {bucket!r}")
-        self.levels = levels
-        self.bucket = bucket
+        self.levels = integer_in("qsgd levels", levels, 1, 255)
+        self.bucket = chunk_size("qsgd bucket", bucket)
         self.name = f"qsgd{levels}"
         self.rng = np.random.default_rng(seed)
 

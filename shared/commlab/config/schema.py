@@ -245,3 +245,15 @@ class DatasetSection:
         for name in ("train_subset", "test_subset"):
             if getattr(self, name) is not None:
                 positive(where, **{name: getattr(self, name)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class DdsNodeConfig:
+    """What the config of every DDS node (FL controller and client, DDP worker) starts with: its run,
+    where results go, its DDS section, and the link, model and dataset of the run."""
+    run_id: str
+    results_dir: str
+    dds: DdsSection
+    link_profile: str = "lan"  # recorded in the manifest; shaping is applied by the testbed
+    model: ModelSection = ModelSection()
+    dataset: DatasetSection = DatasetSection()

@@ -9,8 +9,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from commlab.config.schema import (ConfigError, DatasetSection, DdsSection, ModelSection, existing, load_config,
-                                   positive)
+from commlab.config.schema import ConfigError, DdsNodeConfig, existing, load_config, positive
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
 DENSE = "dense"  # the allreduce reference (the fp32 codec's other name); every method is a registered codec
@@ -42,17 +41,11 @@ class TrainingSection:
 
 
 @dataclass(frozen=True)
-class WorkerConfig:
-    run_id: str
-    results_dir: str
-    dds: DdsSection
+class WorkerConfig(DdsNodeConfig):
     method: str                       # "dense" or any registered codec name ("dgc", "int8", "qsgd4", ...)
     # The compressor's parameters, its memory and schedule ones included, e.g. {"ratio": 0.05} or
     # {"density": 0.001, "warmup_length": 1.0}; defaults: the compressor's for DDP (docs/codecs.md).
     method_params: dict = field(default_factory=dict)
-    link_profile: str = "lan"         # recorded in the manifest; shaping is applied by the testbed
-    model: ModelSection = ModelSection()
-    dataset: DatasetSection = DatasetSection()
     training: TrainingSection = TrainingSection()
     barrier_timeout_s: float = 120.0  # all ranks must have joined by then
     collective_timeout_s: float = 30.0  # a rank silent for this long (every rank alive) is reported lost

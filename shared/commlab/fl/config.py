@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from commlab.config.schema import (ConfigError, DatasetSection, DdsSection, ModelSection, NamedSection, existing,
-                                   load_config, positive, to_dict)
+from commlab.config.schema import ConfigError, DdsNodeConfig, NamedSection, existing, load_config, positive, to_dict
 from commlab.data import Dataset, partition_dataset
 from commlab.data.partition import SCHEMES as PARTITION_SCHEMES, scheme_params
 from commlab.dds.messages import MAX_TEXT
@@ -133,16 +132,10 @@ class FedBuffSection:
 
 
 @dataclass(frozen=True)
-class ControllerConfig:
-    run_id: str
-    results_dir: str
+class ControllerConfig(DdsNodeConfig):
     checkpoint_dir: str
-    dds: DdsSection
     rounds: int
     expected_clients: int
-    link_profile: str = "lan"      # recorded in the manifest; shaping is applied by the testbed
-    model: ModelSection = ModelSection()
-    dataset: DatasetSection = DatasetSection()
     partition: PartitionSection = PartitionSection()  # each client partitions its own data; the manifest records all
     codec: CodecSection = CodecSection()          # uplink: what clients encode their updates with
     downlink: CodecSection = CodecSection()       # the model broadcast: fp32 sends the whole model each round
@@ -285,15 +278,9 @@ class AttackSection:
 
 
 @dataclass(frozen=True)
-class ClientConfig:
-    run_id: str
-    results_dir: str
-    dds: DdsSection
+class ClientConfig(DdsNodeConfig):
     client_id: int
     num_clients: int
-    link_profile: str = "lan"
-    model: ModelSection = ModelSection()
-    dataset: DatasetSection = DatasetSection()
     partition: PartitionSection = PartitionSection()
     optimizer: OptimizerSection = OptimizerSection()
     idle_timeout_s: float = 300.0   # exit with an error after this long without a command

@@ -97,11 +97,21 @@ def prepare_container_run(cfgs: list[dict[str, Any]], results_dir: Path, backend
     return run_id, run_dir
 
 
-def write_container_spec(spec: dict[str, Any], path: Path) -> None:
+def write_container_configs(run_dir: Path, names: list[str], cfgs: list[dict[str, Any]],
+                            rewrite: Callable[[dict[str, Any], str], dict[str, Any]]) -> dict[str, str]:
+    """configs/<node>.json: each node's config as its container reads it (`rewrite(cfg, node)`);
+    returns node -> its key file on the host, for the nodes of an authenticated run."""
+    for name, cfg in zip(names, cfgs):
+        write_json_atomic(run_dir / "configs" / f"{name}.json", rewrite(cfg, name))
+    return {name: c["dds"]["key_file"] for name, c in zip(names, cfgs) if c.get("dds", {}).get("key_file")}
+
+
+def write_container_spec(spec: dict[str, Any], path: Path) -> Path:
     """Write a compose or stack spec (JSON, which both read), every node told the commit it runs."""
     for svc in spec["services"].values():
         svc["environment"]["COMMLAB_GIT_COMMIT"] = git_commit()
     path.write_text(json.dumps(spec, indent=2))
+    return path
 
 
 def record_container_links(run_dir: Path) -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ..output.progress import echo
-from ..output.run_folder import write_json_atomic
 from ..runs.roster import Node, ddp_roster, fl_roster_of
-from .backend import RunFailed, log_tail, prepare_container_run, record_container_links, write_container_spec
+from .backend import (RunFailed, log_tail, prepare_container_run, record_container_links, write_container_configs,
+                      write_container_spec)
 from .compose_file import CONTAINER_RESULTS, addresses, compose_spec, container_config, project_name
 from .engine import free_net
 from .swarm import run_stack
@@ -49,14 +49,11 @@ def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, resul
     run_id, run_dir = prepare_container_run(cfgs, results_dir, "docker")
     net = free_net(run_id, NETS)
     addrs = addresses(nodes, net)
-    for node, cfg in zip(nodes, cfgs):
-        write_json_atomic(run_dir / "configs" / f"{node.name}.json",
-                          container_config(cfg, node.name, addrs, link_profile, results_dir))
+    key_files = write_container_configs(run_dir, [n.name for n in nodes], cfgs, lambda cfg, name: container_config(
+        cfg, name, addrs, link_profile, results_dir))
     spec = compose_spec(nodes, run_id=run_id, host_results=results_dir, net=net,
-                        config_dir=f"{CONTAINER_RESULTS}/{run_id}/configs",
-                        key_files={n.name: c["dds"]["key_file"] for n, c in zip(nodes, cfgs) if c.get("dds", {}).get("key_file")})
-    compose_file = run_dir / "compose.yaml"
-    write_container_spec(spec, compose_file)
+                        config_dir=f"{CONTAINER_RESULTS}/{run_id}/configs", key_files=key_files)
+    compose_file = write_container_spec(spec, run_dir / "compose.yaml")
     project = project_name(run_id)
     print(f"docker backend: {len(nodes)} containers on 198.19.{net}.0/24, link profile {link_profile}, "
           f"compose file {compose_file}", flush=True)

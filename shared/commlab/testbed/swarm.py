@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..output.run_folder import write_json_atomic
 from ..runs.roster import Node
-from .backend import RunFailed, log_tail, prepare_container_run, record_container_links, write_container_spec
+from .backend import (RunFailed, log_tail, prepare_container_run, record_container_links, write_container_configs,
+                      write_container_spec)
 from .compose_file import CONTAINER_RESULTS, compose_spec, container_config, project_name
 from .engine import EngineError, docker, free_net
 
@@ -101,14 +101,11 @@ def run_stack(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, 
     ensure_swarm()
     run_id, run_dir = prepare_container_run(cfgs, results_dir, "swarm")
     net = free_net(run_id, NETS)
-    for node, cfg in zip(nodes, cfgs):
-        write_json_atomic(run_dir / "configs" / f"{node.name}.json",
-                          stack_config(cfg, node.name, nodes, link_profile, results_dir))
-    key_files = {n.name: c["dds"]["key_file"] for n, c in zip(nodes, cfgs) if c["dds"].get("key_file")}
+    key_files = write_container_configs(run_dir, [n.name for n in nodes], cfgs, lambda cfg, name: stack_config(
+        cfg, name, nodes, link_profile, results_dir))
     spec = stack_spec(nodes, host_results=results_dir, net=net, config_dir=f"{CONTAINER_RESULTS}/{run_id}/configs",
                       key_files=key_files)
-    stack_file = run_dir / "stack.yaml"
-    write_container_spec(spec, stack_file)
+    stack_file = write_container_spec(spec, run_dir / "stack.yaml")
     stack = project_name(run_id)
     print(f"swarm backend: stack {stack}, {len(nodes)} services on overlay 198.19.{net}.0/24, link profile "
           f"{link_profile}, stack file {stack_file}", flush=True)
