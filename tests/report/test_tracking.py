@@ -81,7 +81,7 @@ def test_hparams_are_the_manifest_settings(tmp_path):
     start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
     hp = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in start.hparams.items()}
     assert hp["codec"] == "fp32" and hp["clients"] == 3 and hp["config.rounds"] == 5 and hp["model"] == "mnist_cnn"
-    assert start.group_name == FL and "status" not in hp
+    assert start.group_name == FL and "status" not in hp and "run_id" not in hp
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
     assert "rounds/test_accuracy" in [m.name.tag for m in experiment.metric_infos]
 

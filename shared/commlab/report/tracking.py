@@ -38,8 +38,10 @@ EVENTS_DIR = "tensorboard"
 TABLES: dict[str, tuple[str, str | None]] = {
     "rounds": ("round", None), "clients": ("round", "client_id"),
     "steps": ("step", "rank"), "epochs": ("epoch", "rank")}
-# Hyperparameters are the manifest's settings; these fields are outcomes or bulky records instead.
-NOT_HPARAMS = {"run_id", "started_at", "finished_at", "status", "client_data", "link_applied"}
+# Hyperparameters are the manifest's settings; these fields are outcomes, bulky records, or the
+# run's own id and paths (the same for no two runs) instead.
+NOT_HPARAMS = {"run_id", "started_at", "finished_at", "status", "client_data", "link_applied",
+               "config.run_id", "config.results_dir", "config.checkpoint_dir", "config.dds.key_file"}
 # The metrics the HParams dashboard puts beside each run's settings: (sub-run, tag).
 HPARAM_METRICS = {
     "fl": [("", "rounds/test_accuracy"), ("", "rounds/test_loss"), ("", "rounds/wall_time_s")],
@@ -157,7 +159,7 @@ def _flat(prefix: str, value: Any) -> Iterator[tuple[str, bool | int | float | s
 
 def hparams(manifest: dict) -> dict[str, bool | int | float | str]:
     """The run's settings, nested config keys joined with dots (config.training.lr)."""
-    return dict(_flat("", {k: v for k, v in manifest.items() if k not in NOT_HPARAMS}))
+    return {k: v for k, v in _flat("", manifest) if not any(k == n or k.startswith(f"{n}.") for n in NOT_HPARAMS)}
 
 
 def manifest_time(manifest: dict, field: str) -> float | None:
