@@ -19,7 +19,7 @@ from tensorboard.util import tensor_util
 from commlab.report import tracking
 from commlab.report.export import main as export_main
 from commlab.report.tracking import TABLES, TensorBoardExport, TrackingError, export_tensorboard, live_tensorboard
-from commlab.tables import TEXT
+from commlab.output.tables import TEXT
 from commlab.testbed.backend import run_nodes
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "results"

@@ -27,8 +27,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from commlab.progress import echo
-from commlab.tables import TEXT
+from commlab.output.progress import echo
+from commlab.output.tables import TEXT
 
 from .runs import METRIC_PATTERNS, RunError, read_manifest
 

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..metrics import git_commit, write_json_atomic
-from ..progress import echo
+from ..output.progress import echo
+from ..output.run_folder import git_commit, write_json_atomic
 from .engine import BOOTSTRAP, compose_answers, engine_answers
 from .images import build_images, images_current
 
@@ -59,8 +59,8 @@ def run_nodes(prog: str, backend: str, profile: str, run_dir: Path, nodes: list[
 
 def _run_on_backend(prog: str, backend: str, profile: str, run_dir: Path, nodes: list[str], *,
                     local: Callable[[], int], netns: Callable[[], Path], docker: Callable[[], Path]) -> int:
-    from ..netem import LinkError
-    from .netns import NetnsError
+    from ..links.netns import NetnsError
+    from ..links.profiles import LinkError
     try:
         if backend in ("docker", "swarm"):
             docker()
