@@ -158,8 +158,13 @@ def plan_run(a: argparse.Namespace) -> Launch:
     progress = CsvProgress("steps-rank0.csv", total_steps(cfg), "step", numbered_from=0, note_column="train_loss",
                            note_label="loss")
     what = f"{method}, world {a.world}, {a.epochs} epochs, profile {a.profile}"
-    if cfg["kind"] == "centralized":
-        return Launch(cfg, what, progress, lambda run_dir: run_local(cfg))
+    if cfg["kind"] == "centralized":  # one process, no link to shape
+
+        def run_centralized(run_dir: Path) -> int:
+            from commlab.report.tracking import live_tensorboard
+            with live_tensorboard(run_dir):  # as run_nodes follows the others' CSVs
+                return run_local(cfg)
+        return Launch(cfg, what, progress, run_centralized)
     backend = choose_backend(a.backend)  # docker asked for, and no engine answers: one line (RuntimeError)
     return Launch(cfg, what, progress, lambda run_dir: run_nodes(
         "commlab.peers.run", backend, a.profile, run_dir, [n.name for n in roster(cfg)],
