@@ -29,7 +29,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from commlab.config_schema import ConfigError
+from commlab.config.schema import ConfigError
 
 KEY_BYTES = 32
 TAG_BYTES = 16
