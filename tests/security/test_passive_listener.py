@@ -13,7 +13,7 @@ from commlab.codecs.fp32 import Fp32
 from commlab.dds.auth import make_keyrings, write_keyring
 from commlab.fl.checkpoint import load_checkpoint
 from commlab.fl.run import build_configs, parse_args
-from commlab.roster import fl_identities, fl_roster
+from commlab.runs.roster import fl_identities, fl_roster
 from commlab.testbed.node_procs import NodeProcess
 
 pytestmark = pytest.mark.slow
