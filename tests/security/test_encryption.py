@@ -92,3 +92,15 @@ def test_mac_only_sends_the_payload_in_clear_and_still_authenticates_it(rings):
     with pytest.raises(AuthError, match="altered"):
         open_whole(rings["controller"], Sealer(rings["client-0"], 1, encrypt=False),
                    client.seal("ClientUpdate", "{}", PLAIN)[0], PLAIN[:-1] + b"X", "ClientUpdate")
+
+
+def test_encryption_is_on_by_default_off_the_loopback_and_a_config_says_otherwise():
+    from commlab.config.schema import ConfigError, DdsSection, from_dict
+    from commlab.dds.settings import DdsSettings
+    assert DdsSettings(domain_id=1).encrypt is False  # loopback-tuned: where it costs most
+    assert DdsSettings(domain_id=1, loopback_tuned=False).encrypt is True
+    assert DdsSettings(domain_id=1, encrypt=True).encrypt is True
+    with pytest.raises(ValueError, match="dds.encrypt must be true or false"):
+        DdsSettings(domain_id=1, encrypt="yes")
+    with pytest.raises(ConfigError, match="encrypt: expected bool"):
+        from_dict(DdsSection, {"domain_id": 1, "encrypt": "yes"}, "dds.")

@@ -193,8 +193,6 @@ class DdsSection:
     def check(self, where: str) -> None:
         if not 0 <= self.domain_id <= 232:
             raise ConfigError(f"{where}domain_id: must be in 0..232, got {self.domain_id}")
-        if self.encrypt is not None and not isinstance(self.encrypt, bool):
-            raise ConfigError(f"{where}encrypt: must be true or false, got {self.encrypt!r}")
         if self.multicast not in (None, "off", "discovery", "data"):
             raise ConfigError(f"{where}multicast: must be off, discovery or data, got {self.multicast!r}")
         if self.link_mtu is not None and not 1280 <= self.link_mtu <= 9000:
