@@ -9,7 +9,7 @@ import pytest
 from commlab.privacy import shamir
 from commlab.privacy.field import FieldQuantizer, field_steps
 from commlab.privacy.secagg import SecAggClient, SecAggParams, decode_masked, encode_masked
-from commlab.privacy.secagg_server import SecAggServer
+from commlab.privacy.secagg_server import SecAggServer, run_in_process as run
 
 LENGTH = 1000
 
@@ -21,18 +21,6 @@ def sampled_round(n: int = 10, degree: int = 8, threshold: int = 5, steps: int =
     params = SecAggParams(tuple(names), degree, threshold, graph_seed=seed,
                           quantizer=FieldQuantizer(bound=1.0, steps=steps, clients=n), length=length)
     return params, [SecAggClient(c, params, random.Random(f"{seed}-{c}").randbytes) for c in names]
-
-
-def run(params, clients, levels, gone_before_masked=(), gone_before_unmask=()):
-    server = SecAggServer(params)
-    keys = server.broadcast_keys({c.name: c.advertise() for c in clients})
-    routed = server.route_shares({c.name: c.share_keys(keys) for c in clients})
-    masked = {c.name: c.masked_input(routed[c.name], levels[c.name]) for c in clients
-              if c.name not in gone_before_masked}
-    survivors, dropped = server.receive_masked(masked)
-    replies = {c.name: c.unmask(survivors, dropped) for c in clients
-               if c.name in survivors and c.name not in gone_before_unmask}
-    return server.aggregate(replies), masked
 
 
 def quantized(params, seed: int = 1) -> dict[str, np.ndarray]:

@@ -2,11 +2,14 @@
 collect masked inputs, and from the survivors' shares take every mask off their sum."""
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from commlab.privacy import shamir
-from commlab.privacy.secagg import PublicKeys, SecAggParams, UnmaskReply, mask_sign, pair_seed, prg
+from commlab.privacy.secagg import (PublicKeys, SecAggClient, SecAggParams, UnmaskReply, mask_sign, pair_seed,
+                                    prg)
 
 
 class SecAggServer:
@@ -76,3 +79,20 @@ class SecAggServer:
         if len(points) < self.params.threshold:
             raise ValueError(f"{len(points)} shares of {owner!r}'s secret arrived, {self.params.threshold} are needed")
         return shamir.combine(points, self.params.threshold)
+
+
+def run_in_process(params: SecAggParams, clients: list[SecAggClient], levels: dict[str, np.ndarray],
+                   gone_before_masked: Collection[str] = (), gone_before_unmask: Collection[str] = (),
+                   ) -> tuple[tuple[np.ndarray, int], dict[str, np.ndarray]]:
+    """One round with every party in this process (tests, benchmarks): clients in
+    `gone_before_masked` drop after sharing keys, those in `gone_before_unmask` after their masked
+    input. Returns aggregate()'s (sum, count) and the masked inputs the controller received."""
+    server = SecAggServer(params)
+    keys = server.broadcast_keys({c.name: c.advertise() for c in clients})
+    routed = server.route_shares({c.name: c.share_keys(keys) for c in clients})
+    masked = {c.name: c.masked_input(routed[c.name], levels[c.name]) for c in clients
+              if c.name not in gone_before_masked}
+    survivors, dropped = server.receive_masked(masked)
+    replies = {c.name: c.unmask(survivors, dropped) for c in clients
+               if c.name in survivors and c.name not in gone_before_unmask}
+    return server.aggregate(replies), masked
