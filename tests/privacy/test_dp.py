@@ -6,14 +6,14 @@ import re
 import numpy as np
 import pytest
 
-from commlab.config_schema import ConfigError, from_dict
+from commlab.config.schema import ConfigError, from_dict
 from commlab.fl.config import ControllerConfig
 from commlab.fl.run import build_configs, parse_args
 from commlab.fl.strategy import FitRes
 from commlab.fl.strategy_config import build_strategy
 from commlab.privacy.accountant import epsilon
 from commlab.privacy.dp import DPFedAvg, clip, delta_noise_multiplier
-from commlab.tables import COLUMNS
+from commlab.output.tables import COLUMNS
 
 dp_accounting = pytest.importorskip("dp_accounting")
 from dp_accounting import pld, rdp  # noqa: E402

@@ -16,32 +16,32 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import Codec
-from commlab.fl import update_identity
-from commlab.fl.adaptive import Planner
-from commlab.fl.broadcast import ModelSender
-from commlab.config_schema import to_dict
+from commlab.config.builders import build_dataset, build_node_model, dds_settings
+from commlab.config.schema import to_dict
 from commlab.data import Dataset
 from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress, delta
-from commlab.fault_points import halt_at
+from commlab.fl import update_identity
+from commlab.fl.adaptive import Planner
+from commlab.fl.broadcast import ModelSender
 from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from commlab.fl.collect import RoundFailed, RoundReplies, UpdateCollector
 from commlab.fl.config import ControllerConfig, load_controller_config
 from commlab.fl.entry import as_config_error, build_codec, log_to
 from commlab.fl.evaluation import GlobalEvaluation
-from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.fedbuff import Dispatch
+from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.sampling import select_round
 from commlab.fl.strategy import FedBuff, Strategy
 from commlab.fl.strategy_config import build_strategy
-from commlab.metrics import RunWriter, backend_name, write_transport_totals
 from commlab.models import flatten_params, layout_of, weights_digest
+from commlab.output.run_folder import RunWriter, backend_name, write_transport_totals
+from commlab.output.tables import COLUMNS
 from commlab.privacy.dp import DPFedAvg
-from commlab.roster import CONTROLLER
-from commlab.tables import COLUMNS
+from commlab.runs.fault_points import halt_at
+from commlab.runs.roster import CONTROLLER
 
 
 @dataclass
@@ -313,14 +313,11 @@ class Controller:
             "bytes_down": int(comm["bytes_sent"]), "aggregate_time_s": round(aggregate_s, 4),
             "decode_time_s": round(replies.decode_s, 4), "test_accuracy": accuracy, "test_loss": loss,
             "rejected_updates": replies.rejected, "broadcast_time_s": round(broadcast_s, 4),
-            "downlink_encode_time_s": round(self.sender.encode_s, 4),
-            "bytes_down_multicast": int(comm["multicast_bytes_sent"]),
+            "downlink_encode_time_s": round(self.sender.encode_s, 4), "bytes_down_multicast": int(comm["multicast_bytes_sent"]),
             "iface_bytes_up": comm.get("iface_bytes_received"), "iface_bytes_down": comm.get("iface_bytes_sent"),
-            "resyncs": self.resyncs, "wall_time_s": round(broadcast_end - self.t0, 4),
-            "epsilon": spent})
+            "resyncs": self.resyncs, "wall_time_s": round(broadcast_end - self.t0, 4), "epsilon": spent})
         self.sender.encode_s, self.resyncs = 0.0, 0
-        privacy = "" if spent is None else f" epsilon {spent:.3f}"
-        self.log(f"round {rnd}/{cfg.rounds} acc {accuracy:.4f} loss {loss:.4f}{privacy} "
+        self.log(f"round {rnd}/{cfg.rounds} acc {accuracy:.4f} loss {loss:.4f}{'' if spent is None else f' epsilon {spent:.3f}'} "
                  f"up {comm['bytes_received'] / 1e6:.2f}MB down {comm['bytes_sent'] / 1e6:.2f}MB "
                  f"time {round_time:.1f}s participants {';'.join(participants)} rejected {replies.rejected} "
                  f"model {weights_digest(weights)} replica {self.sender.digest}")

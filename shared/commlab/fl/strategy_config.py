@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from commlab.config_schema import ConfigError, positive
+from commlab.config.schema import ConfigError, positive
 from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES, FedAvg
 from commlab.privacy.dp import DPFedAvg
 

@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from commlab.config_schema import ConfigError, positive
+from commlab.config.schema import ConfigError, positive
 from commlab.privacy.accountant import ACCOUNTANTS
 
 
