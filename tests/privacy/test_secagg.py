@@ -1,10 +1,12 @@
 """SecAgg+: the controller's sum is bit-exactly the sum of the surviving clients' quantized
 updates, clients may drop up to the threshold, and one client's masked input is uniform."""
+import os
 import random
 import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from commlab.privacy import shamir
 from commlab.privacy.field import FieldQuantizer, field_steps
@@ -136,3 +138,32 @@ def test_shamir_needs_threshold_shares():
 def test_params_refuse_a_threshold_of_half_the_neighbours():
     with pytest.raises(ValueError, match="threshold must be above half of the 6 neighbours"):
         sampled_round(degree=6, threshold=3)
+
+
+CASES = int(os.environ.get("COMMLAB_FUZZ_CASES", "1000"))  # make fuzz: 10,000
+
+
+@settings(max_examples=CASES, deadline=None)
+@given(st.binary(max_size=40), st.integers(0, 60), st.integers(0, 60))
+def test_masked_frames_from_untrusted_clients_decode_or_raise_value_error(junk, cut, at):
+    bits, length = 7, 40
+    frame = bytearray(encode_masked(np.arange(length, dtype=np.uint32), bits))
+    frame[at % len(frame):at % len(frame) + len(junk)] = junk  # overwrite a stretch, maybe grow or shrink
+    frame = bytes(frame[:len(frame) - cut % 5])
+    try:
+        values = decode_masked(frame, bits, length)
+    except ValueError:
+        return
+    assert values.shape == (length,) and values.dtype == np.uint32 and int(values.max()) < 1 << bits
+
+
+@settings(max_examples=CASES // 10, deadline=None)
+@given(st.binary(max_size=200))
+def test_sealed_shares_of_random_bytes_are_refused(sealed):
+    params, clients = sampled_round()
+    server = SecAggServer(params)
+    keys = server.broadcast_keys({c.name: c.advertise() for c in clients})
+    clients[0].share_keys(keys)
+    neighbour = params.neighbours(clients[0].name)[0]
+    with pytest.raises(ValueError, match="do not decrypt"):
+        clients[0].masked_input({neighbour: sealed}, np.zeros(params.length, np.uint32))
