@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from commlab.config.schema import ConfigError, positive
-from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES, Strategy
+from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES, FedAvg
+from commlab.privacy.dp import DPFedAvg
 
 if TYPE_CHECKING:
     from commlab.fl.config import ControllerConfig
@@ -58,9 +59,14 @@ class StrategySection:
                          "keep": self.keep or 1}}.get(self.name, {})
 
 
-def build_strategy(cfg: ControllerConfig, weights: np.ndarray) -> Strategy:
-    """The strategy the controller config names, starting from the model `weights`."""
-    t, s = cfg.training, cfg.strategy
-    return {**STRATEGIES, **ASYNC_STRATEGIES}[s.name](
-        weights, epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size, subset_size=t.samples_per_round,
-        seed=t.seed, server_lr=s.server_lr, server_momentum=s.server_momentum, **cfg.strategy_params())
+def build_strategy(cfg: ControllerConfig, weights: np.ndarray) -> FedAvg:
+    """The run's strategy from the model's `weights`: the config's rule, or DP-FedAvg when the
+    config has a privacy section (its noise seed drawn here when the config names none)."""
+    t = cfg.training
+    common: dict[str, Any] = dict(epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size,
+                                  subset_size=t.samples_per_round, seed=t.seed, server_lr=cfg.strategy.server_lr,
+                                  server_momentum=cfg.strategy.server_momentum)
+    if cfg.privacy is not None:
+        return DPFedAvg(weights, **common, **cfg.privacy.params(cfg.expected_clients, cfg.per_round(),
+                                                                cfg.privacy.seed()))
+    return {**STRATEGIES, **ASYNC_STRATEGIES}[cfg.strategy.name](weights, **common, **cfg.strategy_params())
