@@ -8,13 +8,14 @@ every cell head the report and every figure; each row and line is named by what 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
-from commlab.bench.accuracy import time_to_target, wall_times
+from commlab.bench.accuracy import spread, time_to_target, wall_times
 from commlab.report.figures.sweep import accuracy_bytes_figure, accuracy_wall_figure, time_to_target_figure
 from commlab.report.figures.timeline import timeline_figure
 from commlab.report.markdown import table as markdown_table
@@ -79,17 +80,15 @@ def curve(run: Run) -> pd.DataFrame:
                          "cum_MB": sent.reindex(rank0["epoch"]).ffill().to_numpy()})
 
 
-def target_time(run: Run, target: float | None) -> float:
-    """Wall seconds until the run first reached the target (inf: never; nan: no target)."""
-    if target is None:
-        return math.nan
+def target_time(run: Run, target: float) -> float | None:
+    """Wall seconds until the run first reached the target; None: it never did."""
     if run.kind == "fl":
         seconds = time_to_target(run.tables["rounds"].sort_values("round").reset_index(drop=True),
                                  target)["time_to_target_s"]
-        return math.inf if seconds is None else seconds
+        return seconds
     c = curve(run)
     hit = c.index[c["test_accuracy"] >= target]
-    return float(c["wall_s"][hit[0]]) if len(hit) else math.inf
+    return float(c["wall_s"][hit[0]]) if len(hit) else None
 
 
 def summarise(results: list[CellResult], keys: list[str], target: float | None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -100,16 +99,14 @@ def summarise(results: list[CellResult], keys: list[str], target: float | None) 
         finals = [run.final_accuracy for run in runs]
         mbs = [float(curve(run)["cum_MB"].iloc[-1]) for run in runs]
         walls = [float(curve(run)["wall_s"].iloc[-1]) for run in runs]
-        times = [target_time(run, target) for run in runs]
-        reached = [t for t in times if math.isfinite(t)]
+        times = spread([{"s": target_time(run, target)} for run in runs], "s") if runs and target is not None else {}
         for r in group:
             if r.run is not None:
                 curves.append(curve(r.run).assign(config=cfg_label, run_id=r.cell.run_id, seed=r.cell.seed))
         rows.append({"config": cfg_label, "runs": f"{len(runs)}/{len(group)}",
-                     **spread("accuracy", finals), **spread("MB", mbs), "wall_median_s": median(walls),
-                     "ttt_median_s": median(reached) if reached else (math.inf if runs else math.nan),
-                     "ttt_min_s": min(reached, default=math.nan), "ttt_max_s": max(reached, default=math.nan),
-                     "reached": f"{len(reached)}/{len(group)}"})
+                     **range_of("accuracy", finals), **range_of("MB", mbs), "wall_median_s": median(walls),
+                     "ttt_median_s": times.get("median_s", math.nan), "ttt_min_s": times.get("min_s", math.nan),
+                     "ttt_max_s": times.get("max_s", math.nan), "reached": times.get("reached", "-")})
     summary = pd.DataFrame(rows)
     summary.insert(0, "number", range(1, len(summary) + 1))
     columns = ["config", "run_id", "seed", "test_accuracy", "cum_MB", "wall_s"]
@@ -124,12 +121,16 @@ def group_by_config(results: list[CellResult], keys: list[str]) -> dict[str, lis
 
 
 def median(values: list[float]) -> float:
-    return float(pd.Series(values, dtype=float).median()) if values else math.nan
+    return statistics.median(values) if values else math.nan
 
 
-def spread(name: str, values: list[float]) -> dict:
+def range_of(name: str, values: list[float]) -> dict:
     return {f"{name}_median": median(values), f"{name}_min": min(values, default=math.nan),
             f"{name}_max": max(values, default=math.nan)}
+
+
+def seconds(value: float) -> str:
+    return f"{value:.1f}" if math.isfinite(value) else "not reached"
 
 
 def shown_table(summary: pd.DataFrame, target: float | None) -> pd.DataFrame:
@@ -141,7 +142,7 @@ def shown_table(summary: pd.DataFrame, target: float | None) -> pd.DataFrame:
     out["MB_range"] = [pair(a, b, ".2f") for a, b in zip(summary["MB_min"], summary["MB_max"])]
     out["ttt"] = ["no target" if target is None else "-" if math.isnan(r.ttt_median_s) else
                   f"not reached ({r.reached})" if math.isinf(r.ttt_median_s) else
-                  f"{r.ttt_median_s:.1f} [{r.ttt_min_s:.1f} - {r.ttt_max_s:.1f}], {r.reached}"
+                  f"{r.ttt_median_s:.1f} [{r.ttt_min_s:.1f} - {seconds(r.ttt_max_s)}], {r.reached}"
                   for r in summary.itertuples()]
     return out
 

@@ -12,8 +12,12 @@ import math
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
-from .layout import REFERENCE, category_ticks, finish, new_figure, percent_axis, series_styles
+from .layout import (REFERENCE, category_ticks, finish, legend_beside, new_figure, percent_axis, series_styles,
+                     set_title)
+
+PLAIN = FuncFormatter(lambda v, _: f"{v:g}")  # 30, 40, 60 on a log axis rather than 3x10^1
 
 
 def run_lines(ax, curves: pd.DataFrame, x: str, styles: dict) -> None:
@@ -50,29 +54,36 @@ def accuracy_bytes_figure(curves: pd.DataFrame, summary: pd.DataFrame, target: f
     if target is not None:
         ax.axhline(target, color="grey", linestyle=":", label=f"target {100 * target:g} %", gid=REFERENCE)
     ax.set(xlabel="MB sent and received by all nodes, cumulative (log)", ylabel="test accuracy (%)", xscale="log")
+    ax.xaxis.set_major_formatter(PLAIN)
+    ax.xaxis.set_minor_formatter(PLAIN)
     percent_axis(ax)
     return finish(fig, ax, "Test accuracy against cumulative bytes, one line per run", settings)
 
 
 def time_to_target_figure(summary: pd.DataFrame, target: float, settings: list[str]) -> Figure:
-    """Bars at the median time over the seeds that reached the target, whiskers to their min and max;
-    each bar says how many seeds reached it; settings where none did have no bar and say so."""
+    """Bars at the median time over the finished seeds (a seed that never reached the target counts
+    as infinitely slow), whiskers to their min and max; each bar says how many seeds reached it;
+    settings whose median is not reached, or that have no finished run, have no bar and say so."""
     fig, ax = new_figure()
     styles = series_styles(summary["config"])
+    top = max((t for t in [*summary["ttt_median_s"], *summary["ttt_max_s"]] if math.isfinite(t)), default=1.0)
     for i, row in enumerate(summary.itertuples()):
-        color = styles[row.config]["color"]
         if not math.isfinite(row.ttt_median_s):
-            ax.text(i, 0, f"not reached\n({row.reached})", ha="center", va="bottom", fontsize=8)
+            text = "no finished run" if math.isnan(row.ttt_median_s) else f"not reached\n({row.reached})"
+            ax.text(i, 0, text, ha="center", va="bottom", fontsize=8)
             continue
-        low, high = row.ttt_median_s - row.ttt_min_s, row.ttt_max_s - row.ttt_median_s
-        ax.bar(i, row.ttt_median_s, color=color, label=row.config, yerr=[[low], [high]] if math.isfinite(high)
-               else None, capsize=4)
-        ax.text(i, row.ttt_median_s, f" reached {row.reached}", ha="center", va="bottom", fontsize=8)
-    category_ticks(ax, [str(k + 1) for k in range(len(summary))])
+        high = row.ttt_max_s if math.isfinite(row.ttt_max_s) else row.ttt_median_s
+        ax.bar(i, row.ttt_median_s, color=styles[row.config]["color"], label=f"{row.number}: {row.config}",
+               yerr=[[row.ttt_median_s - row.ttt_min_s], [high - row.ttt_median_s]], capsize=4)
+        unreached = "" if math.isfinite(row.ttt_max_s) else ",\nmax: not reached"
+        ax.text(i, high + 0.02 * top, f"reached {row.reached}{unreached}", ha="center", va="bottom", fontsize=8)
+    category_ticks(ax, [str(n) for n in summary["number"]])
     ax.set(xlabel="settings (numbered as in the legend and the report's table)",
            ylabel=f"wall time to {100 * target:g} % (s)")
-    fig = finish(fig, ax, f"Time to {100 * target:g} % test accuracy: median bar, min/max whiskers over seeds",
-                 settings)
+    ax.set_ylim(0, 1.2 * top)
+    ax.grid(True, axis="y", alpha=0.3)
+    legend_beside(ax)
+    set_title(fig, f"Time to {100 * target:g} % test accuracy: median bar, min/max whiskers over seeds", settings)
     return fig
 
 
