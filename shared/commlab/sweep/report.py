@@ -23,7 +23,7 @@ from commlab.report.provenance import header, machine
 from commlab.report.runs import Run, RunError, load_run
 
 from .runner import Paths, read_outcome
-from .spec import Cell, Sweep
+from .spec import Cell, Sweep, differing, label
 
 COLUMNS = {"number": "#", "config": "settings", "runs": "runs ok", "accuracy_median": "final accuracy (median)",
            "accuracy_range": "min - max", "MB_median": "MB sent + received (median)", "MB_range": "min - max",
@@ -49,16 +49,6 @@ def collect(sweep: Sweep, paths: Paths) -> tuple[list[CellResult], list[str]]:
                 problems.append(f"{cell.run_id}: finished ok but its run does not read: {e}")
         results.append(CellResult(cell, record, run))
     return results, problems
-
-
-def differing(configs: list[dict]) -> list[str]:
-    """The settings whose values are not the same in every config (missing counts as a value)."""
-    keys = sorted({k for c in configs for k in c})
-    return [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
-
-
-def label(config: dict, keys: list[str]) -> str:
-    return ", ".join(f"{k}={config.get(k, '-')}" for k in keys) or "all cells"
 
 
 def shared_items(configs: list[dict], keys: list[str]) -> list[str]:

@@ -28,7 +28,7 @@ from commlab.claims import ClaimError, Claims
 from commlab.metrics import write_json_atomic
 from commlab.progress import Progress, echo
 
-from .spec import USES_DDS, Cell, Sweep
+from .spec import USES_DDS, Cell, Sweep, differing, label
 
 NODE_MEMORY_BYTES = 700 * 2**20  # peak RSS of one node process training the MNIST CNN, with headroom
 INTERRUPTED = "sweep interrupted"
@@ -104,6 +104,7 @@ class Runner:
         self.interrupted = threading.Event()
         self.finished: queue.Queue[tuple[Cell, Outcome, Claims]] = queue.Queue()
         self.counts = {"ok": 0, "failed": 0}
+        self.varying = differing([c.config for c in sweep.cells])  # what the progress lines name a cell by
         self.most_at_once = 0  # the most cells that ran at the same time
 
     def _stop(self) -> str | None:
@@ -159,7 +160,7 @@ class Runner:
                     except ClaimError:
                         claims.release()
                         break  # every domain is held: wait for a cell of ours (or another run) to end
-                    echo(f"[sweep] started {todo[0].run_id}: {todo[0].config} seed {todo[0].seed}")
+                    echo(f"[sweep] started {todo[0].run_id}: {label(todo[0].config, self.varying)}, seed {todo[0].seed}")
                     todo.pop(0)
                     running += 1
                     self.most_at_once = max(self.most_at_once, running)

@@ -96,6 +96,16 @@ class Sweep:
     timeline: str | None  # the run whose per-round timeline the report draws (default: the first)
 
 
+def differing(configs: list[dict]) -> list[str]:
+    """The settings whose values are not the same in every config (missing counts as a value)."""
+    keys = sorted({k for c in configs for k in c})
+    return [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
+
+
+def label(config: dict, keys: list[str]) -> str:
+    return ", ".join(f"{k}={config.get(k, '-')}" for k in keys) or "all cells"
+
+
 def flag_args(key: str, value: Any) -> list[str]:
     if value is True:
         return [f"--{key}"]
