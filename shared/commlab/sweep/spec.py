@@ -103,7 +103,9 @@ def differing(configs: list[dict]) -> list[str]:
 
 
 def label(config: dict, keys: list[str]) -> str:
-    return ", ".join(f"{k}={config.get(k, '-')}" for k in keys) or "all cells"
+    """`config` named by its values of `keys`; a key it lacks (the launcher's default) is left out,
+    which keeps two different configs' labels apart."""
+    return ", ".join(f"{k}={config[k]}" for k in keys if k in config) or "launcher defaults"
 
 
 def flag_args(key: str, value: Any) -> list[str]:
