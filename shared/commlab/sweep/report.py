@@ -123,6 +123,10 @@ def seconds(value: float) -> str:
     return f"{value:.1f}" if math.isfinite(value) else "not reached"
 
 
+def fastest(value: float) -> str:
+    return f"; fastest {value:.1f}" if math.isfinite(value) else ""
+
+
 def shown_table(summary: pd.DataFrame, target: float | None) -> pd.DataFrame:
     def pair(low: float, high: float, fmt: str) -> str:
         return "-" if math.isnan(low) else f"{low:{fmt}} - {high:{fmt}}"
@@ -131,7 +135,7 @@ def shown_table(summary: pd.DataFrame, target: float | None) -> pd.DataFrame:
     out["accuracy_range"] = [pair(100 * a, 100 * b, ".2f") for a, b in zip(summary["accuracy_min"], summary["accuracy_max"])]
     out["MB_range"] = [pair(a, b, ".2f") for a, b in zip(summary["MB_min"], summary["MB_max"])]
     out["ttt"] = ["no target" if target is None else "-" if math.isnan(r.ttt_median_s) else
-                  f"not reached ({r.reached})" if math.isinf(r.ttt_median_s) else
+                  f"median not reached ({r.reached}{fastest(r.ttt_min_s)})" if math.isinf(r.ttt_median_s) else
                   f"{r.ttt_median_s:.1f} [{r.ttt_min_s:.1f} - {seconds(r.ttt_max_s)}], {r.reached}"
                   for r in summary.itertuples()]
     return out

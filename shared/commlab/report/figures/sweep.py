@@ -69,7 +69,8 @@ def time_to_target_figure(summary: pd.DataFrame, target: float, settings: list[s
     top = max((t for t in [*summary["ttt_median_s"], *summary["ttt_max_s"]] if math.isfinite(t)), default=1.0)
     for i, row in enumerate(summary.itertuples()):
         if not math.isfinite(row.ttt_median_s):
-            text = "no finished run" if math.isnan(row.ttt_median_s) else f"not reached\n({row.reached})"
+            fastest = f"\nfastest {row.ttt_min_s:.1f} s" if math.isfinite(row.ttt_min_s) else ""
+            text = "no finished run" if math.isnan(row.ttt_median_s) else f"median not reached\n({row.reached}){fastest}"
             ax.text(i, 0, text, ha="center", va="bottom", fontsize=8)
             continue
         high = row.ttt_max_s if math.isfinite(row.ttt_max_s) else row.ttt_median_s
