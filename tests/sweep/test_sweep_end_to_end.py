@@ -10,14 +10,15 @@ import pytest
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # two launcher runs one after the other, each a few minutes on a loaded machine
 def test_two_cell_sweep_runs_reports_and_resumes_with_nothing_left(tmp_path):
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps({
         "fixed": {"clients": 2, "samples-per-round": 64, "batch-size": 32, "train-subset": 400, "test-subset": 100},
         "grid": {"codec": ["fp32", "int8"]}, "seeds": [0], "stop": {"rounds": 1}, "target_accuracy": 0.05,
-        "cell_timeout_s": 280}))
+        "cell_timeout_s": 500}))
     command = [sys.executable, "-m", "commlab.sweep", str(path), "--results-dir", str(tmp_path / "results")]
-    first = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    first = subprocess.run(command, capture_output=True, text=True, timeout=1100)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     root = tmp_path / "results" / "sweeps" / "tiny"
     outcomes = [json.loads(p.read_text()) for p in sorted((root / "cells").glob("*.json"))]
