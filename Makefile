@@ -12,7 +12,7 @@ help:
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(PYTHON) -m pip install -q -e '.[test]'
+	$(PYTHON) -m pip install -q -e '.[test,tracking]'
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv and install the project
