@@ -10,13 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from commlab.metrics import write_json_atomic
+from commlab.output.run_folder import write_json_atomic
 from commlab.report.figures.sweep import pareto_front
 from commlab.report.figures.timeline import phases
 from commlab.sweep.report import build
 from commlab.sweep.runner import Paths
 from commlab.sweep.spec import load
-from commlab.tables import COLUMNS
+from commlab.output.tables import COLUMNS
 
 
 def write_table(path: Path, name: str, rows: list[dict]) -> None:

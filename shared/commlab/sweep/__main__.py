@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from commlab.bench.options import ROOT
-from commlab.progress import echo
+from commlab.output.progress import echo
 from commlab.report.provenance import git_commit
 
 from .report import build

@@ -8,7 +8,7 @@ first, since the nodes append to their tables.
 
 How many cells run at once: at most `jobs` (default: the cores divided by the training processes
 of a cell), and a cell starts only when the memory available holds its processes
-(NODE_MEMORY_BYTES each) and a DDS domain is free to claim (commlab.claims).
+(NODE_MEMORY_BYTES each) and a DDS domain is free to claim (commlab.runs.claims).
 """
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Callable
 
 from commlab.bench.children import Outcome, run_logged
-from commlab.claims import ClaimError, Claims
-from commlab.metrics import write_json_atomic
-from commlab.progress import Progress, echo
+from commlab.runs.claims import ClaimError, Claims
+from commlab.output.run_folder import write_json_atomic
+from commlab.output.progress import Progress, echo
 
 from .spec import USES_DDS, Cell, Sweep, differing, label
 
