@@ -12,7 +12,10 @@ COLUMNS: dict[str, list[str]] = {
     "rounds": ["round", "round_time_s", "participants", "n_participants", "bytes_up", "bytes_down",
                "aggregate_time_s", "decode_time_s", "test_accuracy", "test_loss", "rejected_updates",
                "broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
-               "iface_bytes_down", "resyncs", "wall_time_s"],
+               "iface_bytes_down", "resyncs", "wall_time_s",
+               # shaped runs: each participant's link rate (bit/s) when the round's updates were in,
+               # from the run's link-rates.csv (commlab.link_trace), "client-0=10000000;..."
+               "client_rates_bps"],
     "clients": ["round", "client_id", "num_samples", "bytes_up", "bytes_down", "comm_time_s",
                 "train_time_s", "encode_time_s", "decode_time_s",
                 # adaptive (docs/adaptive.md): qsgd bits, uplink rate applied (bit/s, empty: not

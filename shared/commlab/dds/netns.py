@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..claims import claim
+from ..netem import ingress_drop_rule
 
 
 class NetnsUnavailable(RuntimeError):
@@ -40,8 +41,9 @@ def tx_bytes(side: Side) -> int:
 
 
 @contextmanager
-def veth_pair(subnet: int, rate: str | None = None) -> Iterator[tuple[Side, Side]]:
-    """Namespaces cl<tag>-a/b with 198.18.<subnet>.1/.2; `rate` (e.g. "10mbit") shapes a's egress."""
+def veth_pair(subnet: int, rate: str | None = None, loss_pct: float = 0.0) -> Iterator[tuple[Side, Side]]:
+    """Namespaces cl<tag>-a/b with 198.18.<subnet>.1/.2; `rate` (e.g. "10mbit") shapes a's egress;
+    `loss_pct` of the packets arriving at either side are dropped (iptables INPUT, commlab.netem)."""
     if os.geteuid() != 0:
         raise NetnsUnavailable("network namespaces need root")
     lab = claim("lab")
@@ -61,6 +63,9 @@ def veth_pair(subnet: int, rate: str | None = None) -> Iterator[tuple[Side, Side
         if rate:
             subprocess.run([*a.exec_prefix(), "tc", "qdisc", "add", "dev", a.interface, "root", "tbf",
                             "rate", rate, "burst", "32kbit", "latency", "400ms"], check=True, capture_output=True)
+        for s in (a, b) if loss_pct else ():
+            subprocess.run([*s.exec_prefix(), "iptables", "-A", *ingress_drop_rule(loss_pct)], check=True,
+                           capture_output=True)
         yield a, b
     finally:
         for s in (a, b):

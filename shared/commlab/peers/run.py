@@ -21,6 +21,7 @@ from commlab.data.dataset import dataset_spec
 from commlab.ddp.config import steps_per_epoch
 from commlab.launch import NodeProcesses, announce, config_or_report, end_nodes_on_sigterm, write_node_config
 from commlab.metrics import new_run_id
+from commlab.netem import profile_arg
 from commlab.peers.config import HOOKS, KINDS, PeerConfig
 from commlab.progress import watch_csv
 from commlab.roster import Node, worker_name
@@ -39,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--world", type=int, default=3,
                    help="gloo ranks; centralized: the world whose data and budget it matches")
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--profile", default="lan",
+    p.add_argument("--profile", default="lan", type=profile_arg,
                    help="link profile (commlab.netem), applied in network namespaces (root)")
     p.add_argument("--train-subset", type=int, default=20000, help="random training subset (0: all 60000)")
     p.add_argument("--test-subset", type=int, help="random test subset (default: all)")
