@@ -29,8 +29,9 @@ COLUMNS: dict[str, list[str]] = {
 # epoch without evaluation; interface counters of a node on loopback, which it shares; the upload
 # time and goodput of a client row whose update was not sent, as FedBuff's clients write), and
 # columns added after a table's first version, which older runs lack (read as empty).
-TEXT = {"participants", "client_id"}
+TEXT = {"participants", "client_id", "client_rates_bps"}
 OPTIONAL = {"test_accuracy", "test_loss", "iface_bytes_up", "iface_bytes_down", "bits", "rate_bps", "upload_s",
             "goodput_Bps"}
 ADDED = {"broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
-         "iface_bytes_down", "resyncs", "wall_time_s", "bits", "rate_bps", "upload_s", "goodput_Bps", "stretch_s"}
+         "iface_bytes_down", "resyncs", "wall_time_s", "bits", "rate_bps", "upload_s", "goodput_Bps", "stretch_s",
+         "client_rates_bps"}
