@@ -119,8 +119,8 @@ def start_ddp(out_dir: Path, method: str, domain: int, world: int = 3, halt: dic
     procs = []
     for rank, node in enumerate(ddp_roster(world)):
         path = out_dir / (f"{node.name}.json" if lab else "worker.json")
-        if lab:
-            cfg = {**cfg, "dds": networked_dds(cfg["dds"], node.name, lab.addresses, "lan")}
+        if lab:  # unicast, as on loopback: the same collective (ring), so the models equal a loopback run's
+            cfg = {**cfg, "dds": networked_dds({**cfg["dds"], "multicast": "off"}, node.name, lab.addresses, "lan")}
         path.write_text(json.dumps(cfg))
         procs.append(NodeProcess(out_dir, node.name if lab else f"rank{rank}",
                                  [sys.executable, str(NODES_DIR / "worker.py"), str(path)],
