@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from commlab.bench import BenchParser, Session
-from commlab.netem import LinkSpec, check_profile
+from commlab.links.profiles import LinkSpec, check_profile
 from commlab.report.runs import RunError, load_run
 
 import bench_peers

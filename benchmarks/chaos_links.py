@@ -14,13 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from commlab.netem import LinkSpec, apply_link, ingress_drop_rule, set_rate
-from commlab.roster import ddp_roster
-from commlab.testbed.netns import NetnsLab
+from commlab.links.netns import NetnsLab
+from commlab.links.profiles import LinkSpec, apply_link, ingress_drop_rule, set_rate
+from commlab.runs.roster import ddp_roster
 from commlab.testbed.node_procs import NodeProcess
 
 LINK_RATE = "100mbit"  # the undisturbed link of every node in the link cases
-FLAP_BPS = 8000  # "near zero": tbf's smallest rate here (commlab.netem.set_rate)
+FLAP_BPS = 8000  # "near zero": tbf's smallest rate here (commlab.links.profiles.set_rate)
 FAULT_S = 5.0
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from commlab.link_trace import RATES_FILE, LinkRates, append_rates, load_trace
-from commlab.netem import LinkError, link_for
+from commlab.links.trace import RATES_FILE, LinkRates, append_rates, load_trace
+from commlab.links.profiles import LinkError, link_for
 
 REPO = Path(__file__).resolve().parents[2]
 

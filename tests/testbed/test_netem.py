@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from commlab.netem import (LinkError, LinkSpec, check_profile, describe, ingress_drop_rule, link_for, load_profiles,
-                           netem_args, tbf_args)
+from commlab.links.profiles import (LinkError, LinkSpec, check_profile, describe, ingress_drop_rule, link_for,
+                                    load_profiles, netem_args, tbf_args)
 
 
 def test_every_profile_resolves_for_every_role():
@@ -106,7 +106,7 @@ def transfer_mbit_per_s(lab, src: str, dst: str, nbytes: int) -> float:
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")
 def test_shaping_between_namespaces_limits_the_rate_and_reports_what_applied():
-    from commlab.testbed.netns import NetnsLab
+    from commlab.links.netns import NetnsLab
 
     with NetnsLab(["a", "b"]) as lab:
         namespaces = list(lab.namespaces.values())
@@ -128,7 +128,7 @@ def test_shaping_between_namespaces_limits_the_rate_and_reports_what_applied():
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces, tc and iptables need root")
 def test_loss_goes_to_each_namespace_ingress_and_the_record_says_how():
-    from commlab.testbed.netns import NetnsLab
+    from commlab.links.netns import NetnsLab
 
     with NetnsLab(["a", "b"]) as lab:
         record = lab.shape("b", link_for("10mbit-loss5", "b"))
@@ -154,7 +154,7 @@ def test_namespace_lab_comes_up_on_a_machine_without_iptables(tmp_path, monkeypa
     with FileNotFoundError there (`make fl-* PROFILE=10mbit BACKEND=local` as root)."""
     import shutil
 
-    from commlab.testbed.netns import NetnsLab
+    from commlab.links.netns import NetnsLab
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from commlab.netem import profile_arg, profile_names
+from commlab.links.profiles import profile_arg, profile_names
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: benchmarks/, results/ and docs/ are here
 QUICK_SUFFIX = "-quick"
@@ -56,7 +56,7 @@ class BenchParser(argparse.ArgumentParser):
             self.add_argument("--seeds", type=int, nargs="+", default=list(seeds), help="one run per seed")
         if profile is not None:
             self.add_argument("--profile", default=profile, type=profile_arg, metavar="PROFILE",
-                              help=f"link profile (commlab.netem: {', '.join(profile_names())}, a rate, "
+                              help=f"link profile (commlab.links.profiles: {', '.join(profile_names())}, a rate, "
                                    f"trace:<file>, each with -loss<p>; default {profile})")
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:

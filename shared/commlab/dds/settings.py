@@ -43,7 +43,7 @@ MAX_DOMAIN_ID = 232  # Cyclone ports are 7400 + 250 * domain: above this they le
 # data: discovery and data, so one send reaches every reader of a topic (Cyclone's reliable
 # multicast, NACKs repaired by unicast). The XML value of AllowMulticast for each.
 MULTICAST = {"off": "false", "discovery": "spdp", "data": "true"}
-# dds.lossy_link: repair timing for links that drop packets (loss profiles, commlab.netem). Cyclone's
+# dds.lossy_link: repair timing for links that drop packets (loss profiles, commlab.links.profiles). Cyclone's
 # defaults wait 100 ms before answering a heartbeat with a NACK, send heartbeats every 100 ms, and
 # NACK a repair that was lost again only after 3 s: on a 10 Mbit/s link with 5 % loss a writer's
 # 32 KiB window is 26 ms of data, so each lost datagram stalled it for several windows, and a lost

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, NamedSection, existing,
+from commlab.config.schema import (ConfigError, DatasetSection, DdsSection, ModelSection, NamedSection, existing,
                                    load_config, positive, to_dict)
 from commlab.data import Dataset, partition_dataset
 from commlab.data.partition import SCHEMES as PARTITION_SCHEMES, scheme_params
@@ -21,8 +21,8 @@ from commlab.fl.adaptive import AdaptiveSection, takes_bits
 from commlab.fl.root_update import RootUpdate
 from commlab.fl.sampling import Availability, load_availability, per_round_count
 from commlab.fl.strategy_config import StrategySection
-from commlab.roster import client_host_name, client_name, client_node, fl_roster, hosted_clients
-from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.runs.roster import client_host_name, client_name, client_node, fl_roster, hosted_clients
 
 # BatchNorm's running statistics (docs/workloads.md): "aggregate" sends them with the weights and
 # the strategy averages them like any weight (the evaluated model is the average of what the

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..netem import link_for
-from ..roster import Node
+from ..links.profiles import link_for
+from ..runs.roster import Node
 from .images import node_image
 
 CONTAINER_RESULTS = "/results"

@@ -11,15 +11,15 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
-from ..launch import NodeProcesses, write_node_config
-from ..link_trace import RATES_FILE, TraceFollower, append_rates, load_trace
-from ..metrics import write_json_atomic
-from ..netem import TRACE_PREFIX, link_for, split_loss
-from ..progress import echo
-from ..roster import Node, ddp_roster, fl_roster_of
+from ..links.netns import NetnsLab
+from ..links.profiles import TRACE_PREFIX, link_for, split_loss
+from ..links.trace import RATES_FILE, TraceFollower, append_rates, load_trace
+from ..output.progress import echo
+from ..output.run_folder import write_json_atomic
+from ..runs.launch import NodeProcesses, write_node_config
+from ..runs.roster import Node, ddp_roster, fl_roster_of
 from .backend import RunFailed, record_links
 from .compose_file import networked_dds
-from .netns import NetnsLab
 
 GRACE_S = 60.0  # the others get this long to finish after the primary (first) node exited
 

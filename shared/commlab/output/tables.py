@@ -1,5 +1,5 @@
 """The CSV tables of a run folder (docs/architecture.md, "Results layout"): every table's columns,
-declared once for the nodes that write them (through metrics.CsvTable) and the report that reads them.
+declared once for the nodes that write them (through run_folder.CsvTable) and the report that reads them.
 
     rounds.csv            FL controller, a row a round
     clients-<i>.csv       FL client i, a row a round
@@ -14,7 +14,7 @@ COLUMNS: dict[str, list[str]] = {
                "broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
                "iface_bytes_down", "resyncs", "wall_time_s",
                # shaped runs: each participant's link rate (bit/s) when the round's updates were in,
-               # from the run's link-rates.csv (commlab.link_trace), "client-0=10000000;..."
+               # from the run's link-rates.csv (commlab.links.trace), "client-0=10000000;..."
                "client_rates_bps"],
     "clients": ["round", "client_id", "num_samples", "bytes_up", "bytes_down", "comm_time_s",
                 "train_time_s", "encode_time_s", "decode_time_s",

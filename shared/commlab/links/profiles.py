@@ -7,11 +7,11 @@ its INPUT chain sees (whole datagrams, after reassembly). What was really applie
 to what was asked for.
 
 Profile names: a name in the file (`10mbit`), a bare rate (`100mbit`, every node the same),
-`trace:<file>` (rates over time, commlab.link_trace), each optionally followed by `-loss<p>`:
+`trace:<file>` (rates over time, commlab.links.trace), each optionally followed by `-loss<p>`:
 `p` percent of every node's incoming packets lost (`10mbit-loss5`).
 
-    python -m commlab.netem show
-    python -m commlab.netem apply PROFILE NODE [--dev eth0] [--record FILE]
+    python -m commlab.links.profiles show
+    python -m commlab.links.profiles apply PROFILE NODE [--dev eth0] [--record FILE]
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ class LinkSpec:
 
 def profiles_path() -> Path:
     env = os.environ.get(PROFILES_ENV)
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "netem" / "profiles.json"
+    return Path(env) if env else Path(__file__).resolve().parents[3] / "netem" / "profiles.json"
 
 
 def load_profiles(path: Path | None = None) -> dict[str, Any]:
@@ -126,7 +126,7 @@ def link_for(profile: str, node: str) -> LinkSpec:
 
 def _base_link(profile: str, node: str) -> LinkSpec:
     if profile.startswith(TRACE_PREFIX):
-        from .link_trace import load_trace
+        from .trace import load_trace
         return LinkSpec(rate=f"{int(load_trace(Path(profile[len(TRACE_PREFIX):])).rate_at(node, 0.0))}bit")
     profiles = load_profiles()
     if profile not in profiles:
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, prof in sorted(load_profiles().items()):
             print(f"{name:14s} {prof.get('description', '')}")
         print(f"{'RATE':14s} every node the same rate, e.g. 100mbit")
-        print(f"{'trace:FILE':14s} rates over time from a CSV of time_s,node,rate (commlab.link_trace)")
+        print(f"{'trace:FILE':14s} rates over time from a CSV of time_s,node,rate (commlab.links.trace)")
         print(f"{'BASE-lossP':14s} any of these with P % of every node's incoming packets lost, "
               f"e.g. {', '.join(LOSS_EXAMPLES)}")
         return 0

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .netem import LinkError, LinkSpec, set_rate
+from .profiles import LinkError, LinkSpec, set_rate
 
 RATES_FILE = "link-rates.csv"
 RATES_HEADER = ("time_unix_s", "trace_s", "node", "rate_bps")
