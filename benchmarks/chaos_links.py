@@ -57,9 +57,9 @@ def disturb(node: NodeProcess, point: str, start: Callable[[], Callable[[], None
 
 def add_link_cases(chaos, fl_want: list, ddp_want: list, fl_hashes, ddp_hashes, finish_all) -> None:
     """The link-fault rows of the chaos table (bench_chaos.Chaos)."""
-    faults = {"flap": (f"link flapped to {FLAP_BPS / 1000:g} kbit/s for {FAULT_S:g} s",
+    faults = {"flap": (f"uplink flapped to {FLAP_BPS / 1000:g} kbit/s for {FAULT_S:g} s",
                        lambda lab, n: flap(lab, n)),
-              "loss": (f"a burst of 30 % incoming packet loss for {FAULT_S:g} s",
+              "loss": (f"30 % of incoming packets lost for {FAULT_S:g} s",
                        lambda lab, n: loss_burst(lab, n, 30.0))}
     fl_nodes = ["controller", "client-0", "client-1"]
     for kind, (what, start) in faults.items():
@@ -72,7 +72,7 @@ def add_link_cases(chaos, fl_want: list, ddp_want: list, fl_hashes, ddp_hashes, 
                     codes = finish_all(procs.values())
             same = fl_hashes(procs) == fl_want
             return f"exit codes {codes}, models {'the same' if same else 'DIFFERENT'}", codes == [0, 0, 0] and same
-        chaos.case(f"fl-link-{kind}", f"client-1's {what}, from its round-2 upload on ({LINK_RATE} links)",
+        chaos.case(f"fl-link-{kind}", f"client-1: {what}, from its round-2 upload on ({LINK_RATE} links)",
                    "completes, same models", fl_run)
 
         def ddp_run(folder: Path, start=start) -> tuple[str, bool]:
@@ -84,5 +84,5 @@ def add_link_cases(chaos, fl_want: list, ddp_want: list, fl_hashes, ddp_hashes, 
                     codes = finish_all(procs)
             same = ddp_hashes(procs) == ddp_want
             return f"exit codes {codes}, models {'the same' if same else 'DIFFERENT'}", codes == [0, 0, 0] and same
-        chaos.case(f"ddp-link-{kind}", f"rank 1's {what}, from step 12's exchange on ({LINK_RATE} links)",
+        chaos.case(f"ddp-link-{kind}", f"rank 1 of 3: {what}, from step 12's exchange on ({LINK_RATE} links)",
                    "completes, same models", ddp_run)
