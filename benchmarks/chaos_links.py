@@ -22,6 +22,7 @@ from commlab.testbed.node_procs import NodeProcess
 LINK_RATE = "100mbit"  # the undisturbed link of every node in the link cases
 FLAP_BPS = 8000  # "near zero": tbf's smallest rate here (commlab.links.profiles.set_rate)
 FAULT_S = 5.0
+START_S = 600.0  # how long a node may take to reach its fault point: ranks start slowly on a loaded machine
 
 
 def flap(lab: NetnsLab, node: str) -> Callable[[], None]:
@@ -33,8 +34,16 @@ def flap(lab: NetnsLab, node: str) -> Callable[[], None]:
 def loss_burst(lab: NetnsLab, node: str, loss_pct: float) -> Callable[[], None]:
     """Drop loss_pct of the node's incoming packets; returns what ends the burst."""
     rule = ingress_drop_rule(loss_pct)
-    subprocess.run([*lab.prefix(node), "iptables", "-A", *rule], check=True, capture_output=True)
-    return lambda: subprocess.run([*lab.prefix(node), "iptables", "-D", *rule], check=True, capture_output=True)
+    iptables(lab, node, "-A", *rule)
+    return lambda: iptables(lab, node, "-D", *rule)
+
+
+def iptables(lab: NetnsLab, node: str, *args: str) -> None:
+    """iptables in the node's namespace (waiting for the machine-wide xtables lock); AssertionError
+    naming the command when it fails, which fails the case."""
+    out = subprocess.run([*lab.prefix(node), "iptables", "-w", *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise AssertionError(f"iptables {' '.join(args)} in {node}: {out.stderr.strip()}")
 
 
 @contextmanager
@@ -48,7 +57,7 @@ def shaped_lab(names: list[str]) -> Iterator[NetnsLab]:
 def disturb(node: NodeProcess, point: str, start: Callable[[], Callable[[], None]], fault_s: float) -> None:
     """Wait for the node to halt at `point`, start the fault, let the node go on, end the fault
     fault_s later."""
-    node.wait_for(f"HALTED at {point}")
+    node.wait_for(f"HALTED at {point}", timeout=START_S)
     end = start()
     node.proc.send_signal(signal.SIGUSR1)
     time.sleep(fault_s)

@@ -97,7 +97,7 @@ class NetnsLab:
         if shutil.which("iptables") is None:
             return
         rule = ["FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"]
-        if subprocess.run(["iptables", "-I", *rule], capture_output=True).returncode == 0:
+        if subprocess.run(["iptables", "-w", "-I", *rule], capture_output=True).returncode == 0:
             self._iptables_rule = rule
 
     def exec_ip(self, node: str, *args: str) -> None:
@@ -120,7 +120,7 @@ class NetnsLab:
             subprocess.run(["ip", *args], capture_output=True)  # veths vanish with their namespace
         self._created.clear()
         if self._iptables_rule:
-            subprocess.run(["iptables", "-D", *self._iptables_rule], capture_output=True)
+            subprocess.run(["iptables", "-w", "-D", *self._iptables_rule], capture_output=True)
             self._iptables_rule = None
         self._claim.release()
 
@@ -165,7 +165,7 @@ def veth_pair(subnet: int, rate: str | None = None, loss_pct: float = 0.0) -> It
             subprocess.run([*a.exec_prefix(), "tc", "qdisc", "add", "dev", a.interface, "root", "tbf",
                             "rate", rate, "burst", "32kbit", "latency", "400ms"], check=True, capture_output=True)
         for s in (a, b) if loss_pct else ():
-            subprocess.run([*s.exec_prefix(), "iptables", "-A", *ingress_drop_rule(loss_pct)], check=True,
+            subprocess.run([*s.exec_prefix(), "iptables", "-w", "-A", *ingress_drop_rule(loss_pct)], check=True,
                            capture_output=True)
         yield a, b
     finally:

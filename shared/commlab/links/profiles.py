@@ -173,17 +173,17 @@ def _clear_ingress_drop(prefix: Sequence[str]) -> None:
     """Delete the INPUT rules an earlier apply_link added (matched by their comment)."""
     if shutil.which("iptables") is None:
         return
-    rules = subprocess.run([*prefix, "iptables", "-S", "INPUT"], capture_output=True, text=True).stdout
+    rules = subprocess.run([*prefix, "iptables", "-w", "-S", "INPUT"], capture_output=True, text=True).stdout
     for line in rules.splitlines():
         if f"--comment {INGRESS_DROP_COMMENT}" in line and line.startswith("-A "):
-            subprocess.run([*prefix, "iptables", "-D", *line.split()[1:]], capture_output=True)
+            subprocess.run([*prefix, "iptables", "-w", "-D", *line.split()[1:]], capture_output=True)
 
 
 def _drop_ingress(loss_pct: float, prefix: Sequence[str]) -> tuple[str | None, str]:
     """Add the ingress drop rule; (the command, "") or (None, why not)."""
     if shutil.which("iptables") is None:
         return None, "no iptables here for ingress loss"
-    cmd = ["iptables", "-A", *ingress_drop_rule(loss_pct)]
+    cmd = ["iptables", "-w", "-A", *ingress_drop_rule(loss_pct)]  # -w: the xtables lock is machine-wide
     out = subprocess.run([*prefix, *cmd], capture_output=True, text=True)
     if out.returncode != 0:
         return None, f"iptables failed: {out.stderr.strip()}"
