@@ -22,11 +22,14 @@ def test_payoff_is_the_fastest_rate_where_the_case_beat_the_reference():
     rows += [row("int8", "lan", 1.4), row("int8", "100mbit", 0.9), row("int8", "10mbit", 0.3),
              row("int8", "1mbit", 0.2)]
     rows += [row("signsgd", r, 1.2) for r in ("lan", "100mbit", "10mbit")] + [row("signsgd", "1mbit", None)]
+    rows += [row("topk", "lan", 0.9), row("topk", "100mbit", 0.9), row("topk", "10mbit", 1.1),
+             row("topk", "1mbit", 0.5)]
     rows += [row("dense", "lan", 1.0, "ddp"), row("gloo-none", "lan", 0.5, "ddp")]
-    assert bench.payoff(rows, "fl") == {"int8": "100mbit", "signsgd": None}
+    # topk won at lan but lost at 10mbit: it pays off only below 10mbit, not "at lan and below"
+    assert bench.payoff(rows, "fl") == {"int8": "100mbit", "signsgd": None, "topk": "1mbit"}
     assert bench.payoff(rows, "ddp") == {"gloo-none": "lan"}
     assert bench.payoff_lines(rows)[:2] == ["fl int8: pays off at 100mbit and below",
-                                            "fl signsgd: faster at no rate measured"]
+                                            "fl signsgd: does not pay off at the slowest rate measured"]
     assert {r["pays_off_at_or_below"] for r in rows if r["case"] == "int8"} == {"100mbit"}
 
 
