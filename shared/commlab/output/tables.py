@@ -13,6 +13,8 @@ COLUMNS: dict[str, list[str]] = {
                "aggregate_time_s", "decode_time_s", "test_accuracy", "test_loss", "rejected_updates",
                "broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
                "iface_bytes_down", "resyncs", "wall_time_s",
+               # privacy spent by the rounds so far (docs/privacy.md); empty: the run promises none
+               "epsilon",
                # shaped runs: each participant's link rate (bit/s) when the round's updates were in,
                # from the run's link-rates.csv (commlab.links.trace), "client-0=10000000;..."
                "client_rates_bps"],
@@ -31,7 +33,7 @@ COLUMNS: dict[str, list[str]] = {
 # columns added after a table's first version, which older runs lack (read as empty).
 TEXT = {"participants", "client_id", "client_rates_bps"}
 OPTIONAL = {"test_accuracy", "test_loss", "iface_bytes_up", "iface_bytes_down", "bits", "rate_bps", "upload_s",
-            "goodput_Bps"}
+            "goodput_Bps", "epsilon"}
 ADDED = {"broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
          "iface_bytes_down", "resyncs", "wall_time_s", "bits", "rate_bps", "upload_s", "goodput_Bps", "stretch_s",
-         "client_rates_bps"}
+         "epsilon", "client_rates_bps"}
