@@ -37,6 +37,7 @@ from commlab.fl.sampling import select_round
 from commlab.fl.strategy import FedBuff, Strategy
 from commlab.fl.strategy_config import build_strategy
 from commlab.models import flatten_params, layout_of, weights_digest
+from commlab.links.trace import RATES_FILE, LinkRates
 from commlab.output.run_folder import RunWriter, backend_name, write_transport_totals
 from commlab.output.tables import COLUMNS
 from commlab.privacy.dp import DPFedAvg
@@ -74,6 +75,7 @@ class Controller:
         self.resyncs = 0  # whole models sent on request since the last row
         self.row_end: dict[str, float] = {}  # transport counters when the last row was taken
         self.t0 = time.perf_counter()  # training start (run() resets it): rounds.csv wall_time_s counts from here
+        self.link_rates = LinkRates(Path(cfg.results_dir) / cfg.run_id / RATES_FILE)  # written by the testbed
         # For the early stop (cfg.stop); a resumed run goes on from its checkpoint's counts.
         progress = progress or {}
         self.last_accuracy = progress.get("last_accuracy", 0.0)
@@ -293,6 +295,8 @@ class Controller:
                      replies: RoundReplies, aggregate_s: float) -> None:
         """Broadcast, evaluate and checkpoint the model of round rnd; one rounds.csv row and log line."""
         cfg = self.cfg
+        participants = sorted(r.client_id for r in replies.results)  # fedbuff: a client may appear twice
+        rates = {c: self.link_rates.rate_of(c) for c in participants}
         broadcast_start = time.perf_counter()
         self.blob_pub.publish(self.sender.next(rnd, weights))
         broadcast_end = time.perf_counter()
@@ -305,7 +309,6 @@ class Controller:
         progress = {"round_time_sum_s": self.round_time_sum_s, "last_accuracy": accuracy}
         save_checkpoint(Path(cfg.checkpoint_dir), Checkpoint(rnd, weights, self.strategy.state_dict(), to_dict(cfg),
                                                              progress), cfg.keep_checkpoints)
-        participants = sorted(r.client_id for r in replies.results)  # fedbuff: a client may appear twice
         spent = self.strategy.epsilon()
         self.rounds_table.append({
             "round": rnd, "round_time_s": round(round_time, 4), "participants": ";".join(participants),
@@ -315,7 +318,8 @@ class Controller:
             "rejected_updates": replies.rejected, "broadcast_time_s": round(broadcast_s, 4),
             "downlink_encode_time_s": round(self.sender.encode_s, 4), "bytes_down_multicast": int(comm["multicast_bytes_sent"]),
             "iface_bytes_up": comm.get("iface_bytes_received"), "iface_bytes_down": comm.get("iface_bytes_sent"),
-            "resyncs": self.resyncs, "wall_time_s": round(broadcast_end - self.t0, 4), "epsilon": spent})
+            "resyncs": self.resyncs, "wall_time_s": round(broadcast_end - self.t0, 4), "epsilon": spent,
+            "client_rates_bps": ";".join(f"{c}={r:.0f}" for c, r in rates.items() if r is not None)})
         self.sender.encode_s, self.resyncs = 0.0, 0
         self.log(f"round {rnd}/{cfg.rounds} acc {accuracy:.4f} loss {loss:.4f}{'' if spent is None else f' epsilon {spent:.3f}'} "
                  f"up {comm['bytes_received'] / 1e6:.2f}MB down {comm['bytes_sent'] / 1e6:.2f}MB "

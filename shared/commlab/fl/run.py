@@ -18,6 +18,7 @@ from commlab.runs.claims import hold
 from commlab.runs.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
                             write_node_config)
 from commlab.fl.adaptive import record_heterogeneity, speed_factors
+from commlab.links.profiles import profile_arg
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 from commlab.output.progress import watch_csv
 from commlab.output.run_folder import new_run_id, peak_memory_line
@@ -102,7 +103,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="BatchNorm running statistics: sent and averaged with the weights (aggregate), or kept on "
                    "the clients, the controller recomputing them to evaluate (local) (docs/workloads.md)")
     p.add_argument("--backend", choices=("local", "docker", "swarm", "auto"), default="local")
-    p.add_argument("--profile", default="lan", help="link profile (commlab.links.profiles): applied in containers, or "
+    p.add_argument("--profile", default="lan", type=profile_arg,
+                   help="link profile (commlab.links.profiles): applied in containers, or "
                    "with --backend local in network namespaces (root; without root the run is unshaped)")
     p.add_argument("--strategy", default="fedavg", help="aggregation: fedavg, median, trimmed_mean, norm_clip, krum, "
                    "fltrust (docs/security.md), or fedbuff: asynchronous, buffered (docs/scale.md)")
