@@ -37,7 +37,7 @@ test-repeat: $(STAMP) ## run the tests matching K (pytest -k; default: fault and
 # seconds), nodes killed and restarted, rogue, replaying and flooding processes on the domain.
 PAUSES ?= 8,60
 .PHONY: chaos bench-chaos
-bench-chaos: $(STAMP) ## chaos table: FL/DDP runs with nodes paused 2/10/60 s, killed, restarted, CPU hogs, four runs at once -> results/bench/chaos.{csv,md} (QUICK=1: 10 s pauses)
+bench-chaos: $(STAMP) ## chaos table: FL/DDP runs with nodes paused 2/10/60 s, killed, restarted, CPU hogs, four runs at once, links flapped or lossy (root) -> results/bench/chaos.{csv,md} (QUICK=1: 10 s pauses)
 	$(PYTHON) benchmarks/bench_chaos.py $(BENCH_QUICK)
 
 chaos: $(STAMP) ## FL nodes and DDP ranks paused past their lease (PAUSES s), killed and restarted; rogue and flooding processes on the domain; N (20) runs each

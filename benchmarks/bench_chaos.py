@@ -1,6 +1,7 @@
 """Faults a run must survive, one row each: real FL and DDP runs on loopback (small data) while a
 node is paused past its DDS lease, killed, restarted, starved by CPU hogs, or shares the machine
-with other runs. Every fault starts at a defined point of the node's protocol (fault_points), and
+with other runs; as root also runs in network namespaces whose link is flapped to near zero or
+loses packets in a burst (benchmarks/chaos_links.py). Every fault starts at a defined point of the node's protocol (fault_points), and
 a pause ends only after every peer has logged the node as lost, plus the pause length.
 
 A case passes when the run completes with the same per-round (FL) or per-epoch (DDP) model hashes
@@ -13,6 +14,7 @@ the case states.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -20,6 +22,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Callable
 
@@ -28,6 +31,8 @@ import pandas as pd
 from commlab.bench import BenchParser, Session
 from commlab.runs.launch import NODES_DIR
 from commlab.testbed.node_procs import NodeProcess, start_ddp, start_fl
+
+from chaos_links import add_link_cases
 
 LEASE_S = 2.0
 FL_ROUNDS = 3
@@ -80,8 +85,8 @@ def node_name(p: NodeProcess) -> str:
 
 
 class Chaos:
-    def __init__(self, work: Path, domain: int, session: Session):
-        self.work, self.domain, self.session = work, domain, session
+    def __init__(self, work: Path, domain: int, session: Session, only: list[str] | None = None):
+        self.work, self.domain, self.session, self.only = work, domain, session, only
         self.rows: list[Row] = []
         self._live: list[NodeProcess] = []  # ended after each case, whatever happened
 
@@ -101,6 +106,8 @@ class Chaos:
         return self.domain
 
     def case(self, name: str, fault: str, expected: str, run: Callable[[Path], tuple[str, bool]]) -> None:
+        if self.only and not any(fnmatch(name, pattern) for pattern in self.only):
+            return
         folder = self.work / name
         folder.mkdir()
         start = time.monotonic()
@@ -233,13 +240,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pauses", default="2,10,60", help="pause lengths in seconds, comma-separated")
     p.add_argument("--domain", type=int, default=140, help="first DDS domain; each run takes the next")
     p.add_argument("--work", default="results/bench/chaos-runs", help="each case's node logs and results (emptied first)")
+    p.add_argument("--cases", help="only the cases whose names match these comma-separated patterns, e.g. '*-link-*'")
     a = p.parse_args(argv)
     pauses = [float(s) for s in a.pauses.split(",")]
     work = Path(a.work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    with Session(a, 3 * len(pauses) + 5, "case") as s:
-        chaos = Chaos(work, a.domain, s)
+    links = os.geteuid() == 0  # namespaces, tc and iptables
+    with Session(a, 3 * len(pauses) + 5 + 4 * links, "case") as s:
+        chaos = Chaos(work, a.domain, s, a.cases.split(",") if a.cases else None)
         fl_want, ddp_want = chaos.baselines()
         for pause_s in pauses:
             chaos.fl_pause("controller", "after_round@1", pause_s, fl_want)
@@ -250,12 +259,16 @@ def main(argv: list[str] | None = None) -> int:
         chaos.ddp_kill_rank()
         chaos.fl_cpu_hogs(fl_want)
         chaos.fl_four_runs(fl_want)
+        if links:
+            add_link_cases(chaos, fl_want, ddp_want, fl_hashes, ddp_hashes, finish_all)
         failed = [r.case for r in chaos.rows if not r.passed]
         s.write(pd.DataFrame([{"case": r.case, "fault": r.fault, "expected": r.expected, "outcome": r.outcome,
                                "passed": "yes" if r.passed else "NO", "wall_s": round(r.wall_s, 1)}
                               for r in chaos.rows]), None,
-                "FL and DDP runs while nodes are paused past their lease, killed, restarted, starved, or share "
-                "the machine", after=[f"{len(chaos.rows) - len(failed)}/{len(chaos.rows)} cases passed"])
+                "FL and DDP runs while nodes are paused past their lease, killed, restarted, starved, share "
+                "the machine, or lose their link",
+                after=[f"{len(chaos.rows) - len(failed)}/{len(chaos.rows)} cases passed"]
+                + ([] if links else ["link faults not run: they need root (network namespaces, tc, iptables)"]))
     return 1 if failed else 0
 
 

@@ -11,6 +11,9 @@ With several seeds (--seeds 0 1 2) every compressor and its reference run once p
 is the median of the per-seed deltas (each against the reference of the same seed), with their
 min and max; accuracy is the median, bytes and comm time the mean. The per-run rows go to
 <name>-runs.csv, which --update merges with.
+The runs are the cells of a sweep (docs/sweeps.md) this writes to <name>-sweep.json beside the
+tables and runs into results/sweeps/<name>: a stopped matrix continues with --resume, and
+`python -m commlab.sweep results/bench/matrix-sweep.json --report-only` draws its figures.
 
     python benchmarks/bench_matrix.py                       # short runs (make bench-matrix)
     python benchmarks/bench_matrix.py --only dgc --modes ddp --seeds 0 1 2 --name matrix-seeds [settings]
@@ -22,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -33,6 +35,8 @@ from commlab.bench import BenchParser, Session
 from commlab.codecs import names
 from commlab.models import build_model, num_params
 from commlab.report.runs import load_run
+from commlab.sweep.runner import Paths, Runner, read_outcome
+from commlab.sweep.spec import load
 
 COLUMNS = {"mode": "mode", "compressor": "compressor", "status": "status",
            "bytes_per_node": "bytes per node per round (FL, incl. warm-up) / step and peer (DDP, after warm-up)",
@@ -56,21 +60,19 @@ def compressors() -> list[str]:
     return out
 
 
-def run_argv(mode: str, name: str, a: argparse.Namespace, seed: int, run_id: str) -> list[str]:
-    """The launcher command of one row's run: FL or DDP with compressor ``name`` (fp32: dense DDP),
-    or the centralized peer at that mode's budget."""
-    where = ["--seed", str(seed), "--results-dir", str(a.results_dir), "--run-id", run_id]
+def cell(mode: str, name: str, a: argparse.Namespace) -> dict:
+    """The sweep cell of one row: FL or DDP with compressor ``name`` (fp32: dense DDP), or the
+    centralized peer at that mode's budget (the seed is the sweep's)."""
     if name == CENTRALIZED:
-        budget = (centralized_fl_argv(a.clients, a.fl_rounds, a.fl_samples) if mode == "fl" else
-                  [sys.executable, "-m", "commlab.peers.run", "--kind", "centralized", "--world", str(a.world),
-                   "--epochs", str(a.ddp_epochs), "--train-subset", str(a.ddp_train_subset)])
-        return [*budget, "--profile", "lan", *where]
+        budget = (centralized_fl_argv(a.clients, a.fl_rounds, a.fl_samples)[5:] if mode == "fl" else
+                  ["--world", str(a.world), "--epochs", str(a.ddp_epochs), "--train-subset", str(a.ddp_train_subset)])
+        return {"launcher": "centralized", **{k.removeprefix("--"): v for k, v in zip(budget[::2], budget[1::2])},
+                "profile": "lan"}
     if mode == "fl":
-        return [sys.executable, "-m", "commlab.fl.run", "--codec", name, "--clients", str(a.clients),
-                "--rounds", str(a.fl_rounds), "--samples-per-round", str(a.fl_samples), "--backend", "local", *where]
-    return [sys.executable, "-m", "commlab.ddp.run", "--method", "dense" if name == "fp32" else name,
-            "--world", str(a.world), "--epochs", str(a.ddp_epochs), "--train-subset", str(a.ddp_train_subset),
-            "--backend", "local", "--warmup", str(a.dgc_warmup), *where]
+        return {"launcher": "fl", "codec": name, "clients": a.clients, "rounds": a.fl_rounds,
+                "samples-per-round": a.fl_samples}
+    return {"launcher": "ddp", "method": "dense" if name == "fp32" else name, "world": a.world,
+            "epochs": a.ddp_epochs, "train-subset": a.ddp_train_subset, "warmup": a.dgc_warmup}
 
 
 def summarise(mode: str, name: str, run_dir: Path, world: int) -> dict:
@@ -129,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ddp-epochs", type=int, default=1)
     p.add_argument("--ddp-train-subset", type=int, default=6000)
     p.add_argument("--dgc-warmup", type=float, default=0.25, help="DGC warm-up in epochs")
+    p.add_argument("--resume", action="store_true", help="keep the cells a stopped run of this matrix finished "
+                   "(its sweep: results/sweeps/<name>); without it every cell runs anew")
     p.add_argument("--update", action="store_true", help="re-run only these compressors (and --seeds) of the last "
                    "matrix of --name, with its settings; its fp32/dense runs stay the reference unless named")
     a = p.parse_args(argv)
@@ -146,16 +150,26 @@ def main(argv: list[str] | None = None) -> int:
     chosen = ([] if previous is not None else ["fp32"]) \
         + [n for n in (a.only or compressors()) if n not in ("fp32", CENTRALIZED) or previous is not None] \
         + ([] if previous is not None else [CENTRALIZED])
-    stamp = time.strftime("%Y%m%d-%H%M%S")
     payload = 4 * num_params(build_model("mnist_cnn"))
-    rows, jobs = [], [(mode, name, seed) for mode in a.modes for name in chosen for seed in a.seeds]
-    with Session(a, len(jobs)) as s:
-        for mode, name, seed in jobs:
-            run_id = f"bench-matrix-{stamp}-{mode}-{name}-seed{seed}"
-            outcome = s.run(run_argv(mode, name, a, seed, run_id), run_id)
-            row = {"mode": mode, "compressor": name, "seed": seed, "run_id": run_id, "status": outcome.status}
-            if outcome.ok:
-                row.update(summarise(mode, name, a.results_dir / run_id, a.world))
+    jobs = [(mode, name) for mode in a.modes for name in chosen]
+    sweep_file = a.tables.with_name(a.tables.name + "-sweep.json")
+    sweep_file.parent.mkdir(parents=True, exist_ok=True)
+    sweep_file.write_text(json.dumps({"name": a.tables.name, "cells": [cell(*job, a) for job in jobs],
+                                      "seeds": a.seeds}, indent=1))
+    sweep = load(sweep_file)
+    root = a.results_dir / "sweeps" / sweep.name
+    by_cell = dict(zip(((mode, name, seed) for mode, name in jobs for seed in a.seeds), sweep.cells))
+    if not a.resume:  # a benchmark measures anew: forget the outcomes of earlier runs of these cells
+        for c in sweep.cells:
+            Paths(root).outcome(c).unlink(missing_ok=True)
+    rows = []
+    with Session(a, len(by_cell), unit="cell") as s:
+        Runner(sweep, root).run()
+        for (mode, name, seed), c in by_cell.items():
+            record = read_outcome(Paths(root), c) or {"status": "not run"}
+            row = {"mode": mode, "compressor": name, "seed": seed, "run_id": c.run_id, "status": record["status"]}
+            if record["status"] == "ok":
+                row.update(summarise(mode, name, root / "runs" / c.run_id, a.world))
             rows.append(row)
             s.step(f"{mode} {name} seed {seed} {row['status']}")
         runs = pd.DataFrame(rows).reindex(columns=["mode", "compressor", "seed", "run_id", "status", *MEASURED])
@@ -173,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         s.write(table, {**COLUMNS, **(SEED_COLUMNS if len(all_seeds) > 1 else {})},
                 "Every compressor in FL and DDP against fp32 / dense",
                 notes=["\n".join(settings[m] for m in ("fl", "ddp") if (table["mode"] == m).any()), *seeds])
-        s.path(".json").write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": settings_now}, indent=2))
+        s.path(".json").write_text(json.dumps({"settings": settings, "sweep": str(sweep_file), "argv": settings_now},
+                                              indent=2))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 

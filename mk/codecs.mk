@@ -15,3 +15,10 @@ DOWNLINK_ARGS ?=
 .PHONY: bench-downlink
 bench-downlink: $(STAMP) ## compressed broadcast + multicast vs fp32 unicast, 10 Mbit namespaces (root) -> results/bench/downlink-*.{csv,md} (QUICK=1)
 	$(PYTHON) benchmarks/bench_downlink.py $(BENCH_QUICK) $(DOWNLINK_ARGS)
+
+# Where compression pays off (docs/codecs.md): FL round and DDP step time and bytes against the link rate
+# (loopback, 1 Gbit/s, 100, 10, 1 Mbit/s namespaces, root), every compressor and the gloo peers.
+CROSSOVER_ARGS ?=
+.PHONY: bench-crossover
+bench-crossover: $(STAMP) ## FL round / DDP step time and bytes vs link rate per compressor and gloo, the rate where each pays off -> results/bench/crossover.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_crossover.py $(BENCH_QUICK) $(CROSSOVER_ARGS)

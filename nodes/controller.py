@@ -3,7 +3,7 @@ import sys
 
 from commlab.dds import DdsError
 from commlab.fl.collect import RoundFailed
-from commlab.fl.controller import run_controller
+from commlab.fl.controller_node import run_controller
 from commlab.fl.entry import main
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from commlab.sweep.spec import load
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 bench_matrix = pytest.importorskip("bench_matrix")
 
@@ -44,9 +46,11 @@ def test_median_range_and_a_failed_seed():
 
 def test_the_centralized_peer_runs_at_each_modes_budget_and_is_tabled_last(tmp_path):
     a = bench_matrix.argparse.Namespace(clients=2, fl_rounds=10, fl_samples=6000, world=3, ddp_epochs=2,
-                                        ddp_train_subset=20000, results_dir=tmp_path)
-    fl = bench_matrix.run_argv("fl", "centralized", a, 1, "fl-c")
-    ddp = bench_matrix.run_argv("ddp", "centralized", a, 1, "ddp-c")
+                                        ddp_train_subset=20000, dgc_warmup=0.25, results_dir=tmp_path)
+    sweep_file = tmp_path / "m.json"
+    sweep_file.write_text(json.dumps({"cells": [bench_matrix.cell(mode, "centralized", a) for mode in ("fl", "ddp")],
+                                      "seeds": [1]}))
+    fl, ddp = (c.argv(tmp_path, None) for c in load(sweep_file).cells)
 
     def flag(cmd: list[str], name: str) -> str:
         return cmd[cmd.index(name) + 1]

@@ -51,6 +51,15 @@ def test_netns_xml_uses_own_interface_and_mtu_fragments():
     assert "<AllowMulticast>spdp</AllowMulticast>" in DdsSettings(domain_id=3, interface="eth0", peers=()).to_xml()
 
 
+def test_lossy_links_get_fast_repair_timing_and_clean_ones_cyclones_defaults():
+    from commlab.dds.settings import LOSSY_REPAIR_XML
+    lossy = DdsSettings.from_config({"domain_id": 3, "interface": "eth0", "loopback_tuned": False,
+                                     "lossy_link": True}).to_xml()
+    assert LOSSY_REPAIR_XML in lossy and "<NackDelay>5ms</NackDelay>" in lossy
+    assert lossy.index(LOSSY_REPAIR_XML) < lossy.index("</Internal>")
+    assert "NackDelay" not in DdsSettings(domain_id=3, interface="eth0", loopback_tuned=False).to_xml()
+
+
 def test_default_chunk_size_follows_the_link_mode_and_an_explicit_one_wins():
     # Shaped links need <= 256 KB chunks (drop storms); loopback uses large ones for speed.
     assert DdsSettings(domain_id=1).chunk_bytes == LOOPBACK_CHUNK > 256 * 1024

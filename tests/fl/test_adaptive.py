@@ -487,7 +487,8 @@ def test_rate_change_is_really_applied(claims):
     import subprocess
     import time
 
-    from commlab.links.profiles import LinkSpec, apply_link, set_rate
+    from commlab.links.profiles import apply_link, set_rate
+    from commlab.links.spec import LinkSpec
     tag = claims.take("lab")
     a, b = f"cl{tag}-a", f"cl{tag}-b"
     ns = lambda n, *cmd: ["ip", "netns", "exec", n, *cmd]  # noqa: E731

@@ -55,6 +55,8 @@ def test_container_config_rewrites_only_transport_paths_and_profile(tmp_path):
         {k: v for k, v in cfg.items() if k not in ("dds", "results_dir", "checkpoint_dir", "link_profile",
                                                     "dataset")}
     assert cfg["dds"]["interface"] == "lo"  # the caller's config is left alone
+    lossy = container_config(cfg, "client-0", addrs, "10mbit-loss5", tmp_path)
+    assert lossy["dds"] == {**out["dds"], "lossy_link": True}
 
 
 def test_container_config_refuses_paths_a_container_cannot_see(tmp_path):

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from commlab.links.profiles import LinkError, LinkSpec, describe, link_for, load_profiles, netem_args, tbf_args
+from commlab.links.profiles import check_profile, describe, ingress_drop_rule, link_for, load_profiles, netem_args, tbf_args
+from commlab.links.spec import LinkError, LinkSpec
 
 
 def test_every_profile_resolves_for_every_role():
@@ -30,8 +31,30 @@ def test_uniform_profiles():
 
 
 def test_unknown_profile_names_the_known_ones():
-    with pytest.raises(LinkError, match="unknown link profile 'wan'.*10mbit"):
+    with pytest.raises(LinkError, match="unknown link profile 'wan'.*10mbit.*-loss"):
         link_for("wan", "client-0")
+
+
+def test_loss_suffix_adds_loss_to_any_profile_or_rate():
+    assert link_for("10mbit-loss5", "client-1") == LinkSpec("10mbit", delay_ms=2, loss_pct=5.0)
+    assert link_for("10mbit-loss1", "controller").loss_pct == 1.0
+    assert link_for("hetero-loss0.5", "client-1") == LinkSpec("5mbit", delay_ms=20, loss_pct=0.5)
+    assert link_for("100mbit", "worker-2") == LinkSpec("100mbit")
+    assert link_for("2.5mbit-loss2", "client-0") == LinkSpec("2.5mbit", loss_pct=2.0)
+
+
+@pytest.mark.parametrize("name, problem", [("10mbit-loss100", "below 100"), ("10mbit-loss0", "above 0"),
+                                           ("10mbps-loss5", "unknown link profile '10mbps'"),
+                                           ("10mbit-lossy", "unknown link profile '10mbit-lossy'")])
+def test_bad_loss_profiles_are_one_line_naming_the_problem(name, problem):
+    with pytest.raises(LinkError, match=problem):
+        check_profile(name)
+
+
+def test_ingress_drop_rule_is_a_random_input_drop():
+    rule = ingress_drop_rule(5.0)
+    assert rule[0] == "INPUT" and rule[-2:] == ["-j", "DROP"]
+    assert rule[rule.index("--probability") + 1] == "0.05" and "random" in rule
 
 
 def test_bad_rate_is_rejected_with_its_value():
@@ -100,6 +123,28 @@ def test_shaping_between_namespaces_limits_the_rate_and_reports_what_applied():
             assert record["applied"]["delay_ms"] == 2
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     assert not set(namespaces) & set(left)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces, tc and iptables need root")
+def test_loss_goes_to_each_namespace_ingress_and_the_record_says_how():
+    from commlab.links.netns import NetnsLab
+
+    with NetnsLab(["a", "b"]) as lab:
+        record = lab.shape("b", link_for("10mbit-loss5", "b"))
+        again = lab.shape("b", link_for("10mbit-loss1", "b"))  # replaces the rule, never adds a second
+        rules = subprocess.run([*lab.prefix("b"), "iptables", "-S", "INPUT"], capture_output=True, text=True).stdout
+        untouched = subprocess.run([*lab.prefix("a"), "iptables", "-S", "INPUT"], capture_output=True, text=True).stdout
+    drops = [line for line in rules.splitlines() if "DROP" in line]
+    assert "DROP" not in untouched
+    if "netem" in again["tc_show"]:  # a kernel with netem takes the loss on egress instead
+        assert not drops and again["applied"]["loss_pct"] == 1.0
+        return
+    assert len(drops) == 1 and "0.0099999" in drops[0], rules
+    for rec, pct in ((record, 5.0), (again, 1.0)):
+        assert rec["applied"] == {"rate": "10mbit", "loss_pct": pct, "loss_on": "ingress (iptables INPUT)"}
+        assert rec["not_applied"] == {"delay_ms": 2, "reason": "the kernel has no netem qdisc"}
+        assert "loss" in describe(rec) and "NOT applied {'delay_ms': 2}" in describe(rec)
 
 
 @pytest.mark.slow

@@ -35,6 +35,13 @@ def test_lan_runs_plain_local_processes(tmp_path):
     assert run_nodes("p", "local", "lan", tmp_path, ["worker-0"], local=lambda: 3, netns=_never, docker=_never) == 3
 
 
+def test_containers_refuse_a_trace_with_one_line(tmp_path, capsys):
+    code = run_nodes("p", "docker", "trace:x.csv-loss1", tmp_path, ["worker-0"], local=_never, netns=_never,
+                     docker=_never)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--backend local" in err
+
+
 def test_shaped_profile_without_root_runs_unshaped_and_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(backend.os, "geteuid", lambda: 1000)
     manifest = _manifest(tmp_path / "r2")

@@ -185,6 +185,8 @@ class DdsSection:
     # Shaped links: IP frames per DDS datagram and a writer's send window (commlab.dds.settings).
     datagram_frames: int | None = None
     send_window_bytes: int | None = None
+    # The link drops packets (a loss profile): NACKs and heartbeats tuned for repair (commlab.dds.settings).
+    lossy_link: bool | None = None
     # This node's keyring (commlab.dds.auth): messages are authenticated when set. A path, never the key.
     key_file: str | None = None
     # With key_file: payloads encrypted too (AES-256-GCM); None: on shaped links, off on loopback.

@@ -17,6 +17,7 @@ from commlab.data.dataset import dataset_spec, load_raw
 from commlab.ddp.config import WorkerConfig, steps_per_epoch
 from commlab.runs.claims import hold
 from commlab.runs.launch import PEER_GRACE_S, CsvProgress, Launch, NodeProcesses, codec_params, launch, write_node_config
+from commlab.links.profiles import profile_arg
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 from commlab.output.run_folder import new_run_id, peak_memory_line
 from commlab.runs.keys import run_keys, with_key_file
@@ -39,7 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--multicast", choices=("off", "discovery", "data"),
                    help="what DDS may multicast (default: data on the private networks of namespaces and "
                    "containers, off on loopback, where multicast is refused)")
-    p.add_argument("--profile", default="lan", help="link profile (commlab.links.profiles): applied in containers, or "
+    p.add_argument("--profile", default="lan", type=profile_arg,
+                   help="link profile (commlab.links.profiles): applied in containers, or "
                    "with --backend local in network namespaces (root; without root the run is unshaped)")
     p.add_argument("--model", default="mnist_cnn", help="a model by name (docs/workloads.md), sized for the dataset")
     p.add_argument("--model-param", action="append", default=[], metavar="KEY=JSON",

@@ -89,10 +89,11 @@ def main() -> None:
     p.add_argument("--key-file", help="keyring (commlab.dds.auth): encrypt and authenticate every message")
     p.add_argument("--protect", choices=["mac", "aead"], help="with --key-file: authenticate only (payloads in "
                    "clear), or encrypt too (default: dds.encrypt's default for the link)")
+    p.add_argument("--lossy-link", action="store_true", help="repair timing for links that drop packets")
     a = p.parse_args()
     exit_cleanly_on_sigterm()
     settings = DdsSettings(domain_id=a.domain, interface=a.interface, peers=(a.peer,), loopback_tuned=not a.mtu,
-                           chunk_bytes=a.chunk_bytes, write_timeout_s=120.0,
+                           chunk_bytes=a.chunk_bytes, write_timeout_s=120.0, lossy_link=a.lossy_link,
                            keyring=read_keyring(Path(a.key_file)) if a.key_file else None, encrypt=None if a.protect is None else a.protect == "aead")
     with DdsNode(a.role, settings) as node:
         (send if a.role == "send" else recv)(node, a.sizes)

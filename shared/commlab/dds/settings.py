@@ -43,6 +43,13 @@ MAX_DOMAIN_ID = 232  # Cyclone ports are 7400 + 250 * domain: above this they le
 # data: discovery and data, so one send reaches every reader of a topic (Cyclone's reliable
 # multicast, NACKs repaired by unicast). The XML value of AllowMulticast for each.
 MULTICAST = {"off": "false", "discovery": "spdp", "data": "true"}
+# dds.lossy_link: repair timing for links that drop packets (loss profiles, commlab.links.profiles). Cyclone's
+# defaults wait 100 ms before answering a heartbeat with a NACK, send heartbeats every 100 ms, and
+# NACK a repair that was lost again only after 3 s: on a 10 Mbit/s link with 5 % loss a writer's
+# 32 KiB window is 26 ms of data, so each lost datagram stalled it for several windows, and a lost
+# repair for 3 s. These values answer within a few ms and re-ask after 200 ms (docs/transport.md).
+LOSSY_REPAIR_XML = ("<NackDelay>5ms</NackDelay><AutoReschedNackDelay>200ms</AutoReschedNackDelay>"
+                    '<HeartbeatInterval min="5ms" minsched="10ms" max="500ms">20ms</HeartbeatInterval>')
 
 
 def _sysctl(name: str) -> int | None:
@@ -88,6 +95,7 @@ class DdsSettings:
     link_mtu: int = MTU  # shaped links: datagrams are whole multiples of its frames
     datagram_frames: int = DATAGRAM_FRAMES  # shaped links: IP frames per DDS datagram
     send_window_bytes: int = SEND_WINDOW  # shaped links: a writer's unacknowledged bytes at most
+    lossy_link: bool = False  # the link drops packets: fast repair timing (LOSSY_REPAIR_XML)
     keyring: Keyring | None = field(default=None, compare=False, repr=False)  # set: messages are authenticated
     # With a keyring: payloads encrypted too (AES-256-GCM), not only authenticated. None: where it
     # costs little, on shaped links (a network); not on loopback, where it costs most (docs/security.md).
@@ -182,6 +190,7 @@ class DdsSettings:
             f"<MaxAutoParticipantIndex>{self.max_participants}</MaxAutoParticipantIndex>"
             f"<LeaseDuration>{self.lease_s}s</LeaseDuration></Discovery>"
             f'<Internal><SocketReceiveBufferSize min="{rcv}B"/>'
-            f'<SocketSendBufferSize min="{snd}B"/>{watermarks}</Internal>'
+            f'<SocketSendBufferSize min="{snd}B"/>{watermarks}'
+            f'{LOSSY_REPAIR_XML if self.lossy_link else ""}</Internal>'
             f"{self.extra_xml}</Domain></CycloneDDS>"
         )

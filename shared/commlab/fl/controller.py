@@ -17,38 +17,33 @@ import numpy as np
 import torch
 
 from commlab.codecs import Codec
-from commlab.config.builders import build_dataset, build_node_model, dds_settings
 from commlab.config.schema import to_dict
 from commlab.data import Dataset
-from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress, delta
 from commlab.fl import update_identity
 from commlab.fl.adaptive.planner import Planner
 from commlab.fl.broadcast import ModelSender
-from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from commlab.fl.checkpoint import Checkpoint, save_checkpoint
 from commlab.fl.collect import OpenRound, RoundFailed, RoundReplies, UpdateCollector
-from commlab.fl.config import ControllerConfig, load_controller_config
-from commlab.fl.entry import as_config_error, build_codec, log_to
+from commlab.fl.config import ControllerConfig
 from commlab.fl.evaluation import GlobalEvaluation
 from commlab.fl.fedbuff import Dispatch
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.sampling import select_round
 from commlab.fl.strategy import FedBuff, Strategy
-from commlab.fl.strategy_config import build_strategy
-from commlab.models import flatten_params, layout_of, weights_digest
-from commlab.output.run_folder import RunWriter, backend_name, write_transport_totals
+from commlab.models import weights_digest
+from commlab.links.trace import RATES_FILE, LinkRates
+from commlab.output.run_folder import RunWriter
 from commlab.output.tables import COLUMNS
-from commlab.privacy.dp import DPFedAvg
 from commlab.runs.fault_points import halt_at
-from commlab.runs.roster import CONTROLLER
 
 
 class Controller:
     def __init__(self, cfg: ControllerConfig, node: Any, strategy: Strategy, start_round: int,
                  model: torch.nn.Module, data: Dataset, writer: RunWriter, uplink: Codec, downlink: Codec,
                  log: Callable[[str], None] = print, progress: dict[str, float] | None = None):
-        """`uplink`, `downlink`: the codecs of the config's codec and downlink sections (run_controller)."""
+        """`uplink`, `downlink`: the codecs of the config's codec and downlink sections (controller_node.run_controller)."""
         self.cfg, self.node, self.strategy, self.start_round = cfg, node, strategy, start_round
         self.writer, self.log = writer, log
         # Decoders read every parameter from the frame: the uplink codec decodes any client's.
@@ -58,6 +53,7 @@ class Controller:
         self.resyncs = 0  # whole models sent on request since the last row
         self.row_end: dict[str, float] = {}  # transport counters when the last row was taken
         self.t0 = time.perf_counter()  # training start (run() resets it): rounds.csv wall_time_s counts from here
+        self.link_rates = LinkRates(Path(cfg.results_dir) / cfg.run_id / RATES_FILE)  # written by the testbed
         # For the early stop (cfg.stop); a resumed run goes on from its checkpoint's counts.
         progress = progress or {}
         self.last_accuracy = progress.get("last_accuracy", 0.0)
@@ -277,6 +273,8 @@ class Controller:
                      replies: RoundReplies, aggregate_s: float) -> None:
         """Broadcast, evaluate and checkpoint the model of round rnd; one rounds.csv row and log line."""
         cfg = self.cfg
+        participants = sorted(r.client_id for r in replies.results)  # fedbuff: a client may appear twice
+        rates = {c: self.link_rates.rate_of(c) for c in participants}
         broadcast_start = time.perf_counter()
         self.blob_pub.publish(self.sender.next(rnd, weights))
         broadcast_end = time.perf_counter()
@@ -289,7 +287,6 @@ class Controller:
         progress = {"round_time_sum_s": self.round_time_sum_s, "last_accuracy": accuracy}
         save_checkpoint(Path(cfg.checkpoint_dir), Checkpoint(rnd, weights, self.strategy.state_dict(), to_dict(cfg),
                                                              progress), cfg.keep_checkpoints)
-        participants = sorted(r.client_id for r in replies.results)  # fedbuff: a client may appear twice
         spent = self.strategy.epsilon()
         self.rounds_table.append({
             "round": rnd, "round_time_s": round(round_time, 4), "participants": ";".join(participants),
@@ -299,52 +296,11 @@ class Controller:
             "rejected_updates": replies.rejected, "broadcast_time_s": round(broadcast_s, 4),
             "downlink_encode_time_s": round(self.sender.encode_s, 4), "bytes_down_multicast": int(comm["multicast_bytes_sent"]),
             "iface_bytes_up": comm.get("iface_bytes_received"), "iface_bytes_down": comm.get("iface_bytes_sent"),
-            "resyncs": self.resyncs, "wall_time_s": round(broadcast_end - self.t0, 4), "epsilon": spent})
+            "resyncs": self.resyncs, "wall_time_s": round(broadcast_end - self.t0, 4), "epsilon": spent,
+            "client_rates_bps": ";".join(f"{c}={r:.0f}" for c, r in rates.items() if r is not None)})
         self.sender.encode_s, self.resyncs = 0.0, 0
         self.log(f"round {rnd}/{cfg.rounds} acc {accuracy:.4f} loss {loss:.4f}{'' if spent is None else f' epsilon {spent:.3f}'} "
                  f"up {comm['bytes_received'] / 1e6:.2f}MB down {comm['bytes_sent'] / 1e6:.2f}MB "
                  f"time {round_time:.1f}s participants {';'.join(participants)} rejected {replies.rejected} "
                  f"model {weights_digest(weights)} replica {self.sender.digest}")
         halt_at("after_round", rnd)
-
-
-def run_controller(config_path: str) -> None:
-    """Parse and check everything, then build the node and run; ConfigError before any side effect."""
-    from commlab.dds import DdsNode
-    cfg = load_controller_config(config_path)
-    cfg.dds.check_host()
-    data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
-    parts = as_config_error("partition", lambda: cfg.partition.split(data, cfg.expected_clients))  # for the manifest
-    model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads, data))
-    layout = layout_of(model, cfg.sends_buffers)
-    uplink, downlink = build_codec(cfg.codec, layout), build_codec(cfg.downlink, layout, "downlink")
-    weights, start_round, strategy_state, progress = flatten_params(model, cfg.sends_buffers), 1, None, {}
-    if cfg.init_path is not None:
-        ckpt = as_config_error("init_path", lambda: load_checkpoint(Path(cfg.init_path), weights.size))
-        weights, start_round, strategy_state, progress = ckpt.weights, ckpt.round + 1, ckpt.strategy_state, ckpt.progress
-    strategy = build_strategy(cfg, weights)
-    if strategy_state is not None:
-        as_config_error("init_path", lambda: strategy.load_state_dict(strategy_state))
-    settings = as_config_error("dds", lambda: dds_settings(cfg.dds, weights.size, cfg.expected_clients))
-    log = log_to(CONTROLLER)
-    if start_round > 1:
-        log(f"resuming at round {start_round} from {cfg.init_path}, model {weights_digest(strategy.weights)}")
-    writer = RunWriter(cfg.results_dir, cfg.run_id, {
-        "kind": "fl", "backend": backend_name(cfg.dds.interface), "model": cfg.model.name,
-        "dataset": cfg.dataset.name, "codec": cfg.codec.name, "downlink_codec": cfg.downlink.name,
-        "multicast": settings.multicast, "link_profile": cfg.link_profile,
-        "clients": cfg.expected_clients, "rounds": cfg.rounds, "config": to_dict(cfg),
-        "seeds": {"model_init": cfg.seed, "training": cfg.training.seed, "partition": cfg.partition.seed,
-                  **({"dp_noise": strategy.noise_seed} if isinstance(strategy, DPFedAvg) else {})},
-        "client_data": dict(zip(cfg.client_ids(), client_summary(data, parts))),
-        "start_round": start_round, "status": "running"})
-    node = DdsNode(CONTROLLER, settings)
-    try:
-        Controller(cfg, node, strategy, start_round, model, data, writer, uplink, downlink, log, progress).run()
-        writer.close("completed")
-    except BaseException as e:
-        writer.close(f"failed: {type(e).__name__}: {e}")
-        raise
-    finally:
-        write_transport_totals(cfg.results_dir, cfg.run_id, CONTROLLER, node.stats.snapshot())
-        node.close()

@@ -17,6 +17,7 @@ from commlab.data.partition import SCHEMES
 from commlab.fl.config import BATCHNORM, ClientConfig, ControllerConfig
 from commlab.runs.claims import hold
 from commlab.runs.launch import CsvProgress, Launch, NodeProcesses, codec_params, launch, write_node_config
+from commlab.links.profiles import profile_arg
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 from commlab.output.run_folder import new_run_id, peak_memory_line, write_json_atomic
 from commlab.runs.keys import run_keys, with_key_file
@@ -100,7 +101,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="BatchNorm running statistics: sent and averaged with the weights (aggregate), or kept on "
                    "the clients, the controller recomputing them to evaluate (local) (docs/workloads.md)")
     p.add_argument("--backend", choices=("local", "docker", "swarm", "auto"), default="local")
-    p.add_argument("--profile", default="lan", help="link profile (commlab.links.profiles): applied in containers, or "
+    p.add_argument("--profile", default="lan", type=profile_arg,
+                   help="link profile (commlab.links.profiles): applied in containers, or "
                    "with --backend local in network namespaces (root; without root the run is unshaped)")
     p.add_argument("--strategy", default="fedavg", help="aggregation: fedavg, median, trimmed_mean, norm_clip, krum, "
                    "fltrust (docs/security.md), or fedbuff: asynchronous, buffered (docs/scale.md)")

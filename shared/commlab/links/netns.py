@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from ..runs.claims import claim
-from .profiles import LinkSpec, apply_link
+from .profiles import apply_link, ingress_drop_rule
+from .spec import LinkSpec
 
 DEFAULT_NET = 250  # 198.19.250.0/24; every lab has its own bridge, so labs never see each other
 
@@ -97,7 +98,7 @@ class NetnsLab:
         if shutil.which("iptables") is None:
             return
         rule = ["FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"]
-        if subprocess.run(["iptables", "-I", *rule], capture_output=True).returncode == 0:
+        if subprocess.run(["iptables", "-w", "-I", *rule], capture_output=True).returncode == 0:
             self._iptables_rule = rule
 
     def exec_ip(self, node: str, *args: str) -> None:
@@ -120,7 +121,7 @@ class NetnsLab:
             subprocess.run(["ip", *args], capture_output=True)  # veths vanish with their namespace
         self._created.clear()
         if self._iptables_rule:
-            subprocess.run(["iptables", "-D", *self._iptables_rule], capture_output=True)
+            subprocess.run(["iptables", "-w", "-D", *self._iptables_rule], capture_output=True)
             self._iptables_rule = None
         self._claim.release()
 
@@ -143,8 +144,9 @@ def tx_bytes(side: Side) -> int:
 
 
 @contextmanager
-def veth_pair(subnet: int, rate: str | None = None) -> Iterator[tuple[Side, Side]]:
-    """Namespaces cl<tag>-a/b with 198.18.<subnet>.1/.2; `rate` (e.g. "10mbit") shapes a's egress."""
+def veth_pair(subnet: int, rate: str | None = None, loss_pct: float = 0.0) -> Iterator[tuple[Side, Side]]:
+    """Namespaces cl<tag>-a/b with 198.18.<subnet>.1/.2; `rate` (e.g. "10mbit") shapes a's egress;
+    `loss_pct` of the packets arriving at either side are dropped (iptables INPUT, links.profiles)."""
     _require_root()
     lab = claim("lab")
     a = Side(f"cl{lab.number}-a", f"cl{lab.number}a", f"198.18.{subnet}.1")
@@ -163,6 +165,9 @@ def veth_pair(subnet: int, rate: str | None = None) -> Iterator[tuple[Side, Side
         if rate:
             subprocess.run([*a.exec_prefix(), "tc", "qdisc", "add", "dev", a.interface, "root", "tbf",
                             "rate", rate, "burst", "32kbit", "latency", "400ms"], check=True, capture_output=True)
+        for s in (a, b) if loss_pct else ():
+            subprocess.run([*s.exec_prefix(), "iptables", "-w", "-A", *ingress_drop_rule(loss_pct)], check=True,
+                           capture_output=True)
         yield a, b
     finally:
         for s in (a, b):

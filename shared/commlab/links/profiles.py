@@ -1,8 +1,14 @@
 """Link profiles by name (netem/profiles.json) and their application to an interface with tc.
 
 A profile gives each node the shape of its own uplink (egress of its interface): a rate, always
-enforced with tbf, and delay/jitter/loss, enforced with netem when the kernel has it. This
-kernel has no netem qdisc, so what was really applied is recorded next to what was asked for.
+enforced with tbf, and delay/jitter/loss, enforced with netem when the kernel has it. Without
+netem, loss is applied to the node's ingress instead: iptables drops that share of the packets
+its INPUT chain sees (whole datagrams, after reassembly). What was really applied is recorded next
+to what was asked for.
+
+Profile names: a name in the file (`10mbit`), a bare rate (`100mbit`, every node the same),
+`trace:<file>` (rates over time, commlab.links.trace), each optionally followed by `-loss<p>`:
+`p` percent of every node's incoming packets lost (`10mbit-loss5`).
 
     python -m commlab.links.profiles show
     python -m commlab.links.profiles apply PROFILE NODE [--dev eth0] [--record FILE]
@@ -15,39 +21,22 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+import shutil
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from .spec import RATE, LinkError, LinkSpec
+
 PROFILES_ENV = "COMMLAB_NETEM_PROFILES"  # set in the images, where the repo is not beside the code
-_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 # The smallest tbf queue (bytes): a node's two DDS writers' 32 KiB send windows
 # (commlab.dds.settings.SEND_WINDOW), their datagrams and acknowledgements, with room to spare.
 QUEUE_FLOOR = 128 * 1024
 _NO_NETEM = ("Specified qdisc kind is unknown", "Specified qdisc not found", "Unknown qdisc")
-
-
-class LinkError(ValueError):
-    """Unknown profile, malformed profile entry, or tc refused a shaping command."""
-
-
-@dataclass(frozen=True)
-class LinkSpec:
-    rate: str                    # tc rate, e.g. "10mbit"
-    delay_ms: float = 0.0
-    jitter_ms: float = 0.0
-    loss_pct: float = 0.0
-
-    @property
-    def rate_bps(self) -> float:
-        m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit)", self.rate.strip().lower())
-        if not m:
-            raise LinkError(f"rate {self.rate!r}: expected a number with bit, kbit, mbit or gbit")
-        return float(m.group(1)) * _UNITS[m.group(2)]
-
-    @property
-    def needs_netem(self) -> bool:
-        return self.delay_ms > 0 or self.jitter_ms > 0 or self.loss_pct > 0
+_LOSS_SUFFIX = re.compile(r"(?P<base>.+)-loss(?P<pct>\d+(?:\.\d+)?)")
+TRACE_PREFIX = "trace:"
+LOSS_EXAMPLES = ("10mbit-loss1", "10mbit-loss5")  # listed by `show`; any BASE-loss<p> works
+INGRESS_DROP_COMMENT = "commlab-loss"  # marks the one INPUT rule apply_link owns
 
 
 def profiles_path() -> Path:
@@ -67,6 +56,20 @@ def profile_names() -> list[str]:
     return sorted(load_profiles())
 
 
+def check_profile(profile: str) -> str:
+    """`profile` itself when it resolves; LinkError naming the problem."""
+    link_for(profile, "controller")
+    return profile
+
+
+def profile_arg(profile: str) -> str:
+    """argparse type of --profile: the launcher exits with the one line naming the problem."""
+    try:
+        return check_profile(profile)
+    except LinkError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _spec(entry: dict[str, Any], where: str) -> LinkSpec:
     unknown = set(entry) - {"rate", "delay_ms", "jitter_ms", "loss_pct"}
     if unknown or "rate" not in entry:
@@ -76,14 +79,38 @@ def _spec(entry: dict[str, Any], where: str) -> LinkSpec:
     return spec
 
 
+def split_loss(profile: str) -> tuple[str, float | None]:
+    """"10mbit-loss5" -> ("10mbit", 5.0); a name without the suffix -> (name, None)."""
+    m = _LOSS_SUFFIX.fullmatch(profile)
+    if not m:
+        return profile, None
+    pct = float(m.group("pct"))
+    if not 0 < pct < 100:
+        raise LinkError(f"link profile {profile!r}: loss must be above 0 and below 100 percent")
+    return m.group("base"), pct
+
+
 def link_for(profile: str, node: str) -> LinkSpec:
-    """The uplink of `node` ("controller", "client-2", "worker-0", ...) under `profile`.
+    """The uplink of `node` ("controller", "client-2", "worker-0", ...) under `profile` (at the
+    start of the run, for a trace).
 
     Role lists are indexed by the number at the end of the node name, cycling, so a profile
     serves any number of clients."""
+    base, loss = split_loss(profile)
+    spec = _base_link(base, node)
+    return spec if loss is None else replace(spec, loss_pct=loss)
+
+
+def _base_link(profile: str, node: str) -> LinkSpec:
+    if profile.startswith(TRACE_PREFIX):
+        from .trace import load_trace
+        return LinkSpec(rate=f"{int(load_trace(Path(profile[len(TRACE_PREFIX):])).rate_at(node, 0.0))}bit")
     profiles = load_profiles()
     if profile not in profiles:
-        raise LinkError(f"unknown link profile {profile!r}; known: {', '.join(sorted(profiles))}")
+        if re.fullmatch(RATE, profile.strip().lower()):
+            return LinkSpec(rate=profile)
+        raise LinkError(f"unknown link profile {profile!r}; known: {', '.join(sorted(profiles))}, a rate "
+                        "(e.g. 100mbit), trace:<file>, each optionally with -loss<percent>")
     prof = profiles[profile]
     m = re.fullmatch(r"(.*?)[-_]?(\d+)", node)
     role, index = (m.group(1), int(m.group(2))) if m else (node, 0)
@@ -113,8 +140,36 @@ def netem_args(spec: LinkSpec) -> list[str]:
     return args
 
 
+def ingress_drop_rule(loss_pct: float) -> list[str]:
+    """The iptables INPUT rule that drops loss_pct percent of incoming packets at random."""
+    return ["INPUT", "-m", "statistic", "--mode", "random", "--probability", f"{loss_pct / 100:.6g}",
+            "-m", "comment", "--comment", INGRESS_DROP_COMMENT, "-j", "DROP"]
+
+
+def _clear_ingress_drop(prefix: Sequence[str]) -> None:
+    """Delete the INPUT rules an earlier apply_link added (matched by their comment)."""
+    if shutil.which("iptables") is None:
+        return
+    rules = subprocess.run([*prefix, "iptables", "-w", "-S", "INPUT"], capture_output=True, text=True).stdout
+    for line in rules.splitlines():
+        if f"--comment {INGRESS_DROP_COMMENT}" in line and line.startswith("-A "):
+            subprocess.run([*prefix, "iptables", "-w", "-D", *line.split()[1:]], capture_output=True)
+
+
+def _drop_ingress(loss_pct: float, prefix: Sequence[str]) -> tuple[str | None, str]:
+    """Add the ingress drop rule; (the command, "") or (None, why not)."""
+    if shutil.which("iptables") is None:
+        return None, "no iptables here for ingress loss"
+    cmd = ["iptables", "-w", "-A", *ingress_drop_rule(loss_pct)]  # -w: the xtables lock is machine-wide
+    out = subprocess.run([*prefix, *cmd], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None, f"iptables failed: {out.stderr.strip()}"
+    return " ".join(cmd), ""
+
+
 def apply_link(spec: LinkSpec, dev: str = "eth0", prefix: Sequence[str] = ()) -> dict[str, Any]:
-    """Shape egress of `dev` (run each tc through `prefix`, e.g. ip netns exec NS).
+    """Shape egress of `dev` (run each tc through `prefix`, e.g. ip netns exec NS); loss goes to
+    netem, or without it to the ingress of this namespace or container (iptables INPUT).
 
     Returns a record of what was requested, what got applied and what not (and why)."""
     def tc(*args: str) -> subprocess.CompletedProcess:
@@ -123,6 +178,7 @@ def apply_link(spec: LinkSpec, dev: str = "eth0", prefix: Sequence[str] = ()) ->
     record: dict[str, Any] = {"dev": dev, "requested": asdict(spec), "applied": {}, "not_applied": {},
                               "commands": []}
     tc("qdisc", "del", "dev", dev, "root")  # start clean; fails harmlessly when nothing is set
+    _clear_ingress_drop(prefix)
     rate_parent = ["root"]
     if spec.needs_netem:
         cmd = ["qdisc", "replace", "dev", dev, "root", "handle", "1:", *netem_args(spec)]
@@ -134,7 +190,17 @@ def apply_link(spec: LinkSpec, dev: str = "eth0", prefix: Sequence[str] = ()) ->
         else:
             why = ("the kernel has no netem qdisc" if any(s in out.stderr for s in _NO_NETEM)
                    else f"tc failed: {out.stderr.strip()}")
-            record["not_applied"] = {k: v for k, v in asdict(spec).items() if k != "rate" and v} | {"reason": why}
+            missing = {k: v for k, v in asdict(spec).items() if k != "rate" and v}
+            if spec.loss_pct:
+                cmd, why_not = _drop_ingress(spec.loss_pct, prefix)
+                if cmd:
+                    record["commands"].append(cmd)
+                    record["applied"].update(loss_pct=spec.loss_pct, loss_on="ingress (iptables INPUT)")
+                    del missing["loss_pct"]
+                else:
+                    why += f"; {why_not}"
+            if missing:
+                record["not_applied"] = missing | {"reason": why}
     cmd = ["qdisc", "replace", "dev", dev, *rate_parent, *tbf_args(spec)]
     out = tc(*cmd)
     if out.returncode != 0:
@@ -180,7 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "show":
         for name, prof in sorted(load_profiles().items()):
-            print(f"{name:8s} {prof.get('description', '')}")
+            print(f"{name:14s} {prof.get('description', '')}")
+        print(f"{'RATE':14s} every node the same rate, e.g. 100mbit")
+        print(f"{'trace:FILE':14s} rates over time from a CSV of time_s,node,rate (commlab.links.trace)")
+        print(f"{'BASE-lossP':14s} any of these with P % of every node's incoming packets lost, "
+              f"e.g. {', '.join(LOSS_EXAMPLES)}")
         return 0
     record = {"profile": args.profile, "node": args.node, **apply_link(link_for(args.profile, args.node), args.dev)}
     print(describe(record), file=sys.stderr)

@@ -14,7 +14,10 @@ COLUMNS: dict[str, list[str]] = {
                "broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
                "iface_bytes_down", "resyncs", "wall_time_s",
                # privacy spent by the rounds so far (docs/privacy.md); empty: the run promises none
-               "epsilon"],
+               "epsilon",
+               # shaped runs: each participant's link rate (bit/s) when the round's updates were in,
+               # from the run's link-rates.csv (commlab.links.trace), "client-0=10000000;..."
+               "client_rates_bps"],
     "clients": ["round", "client_id", "num_samples", "bytes_up", "bytes_down", "comm_time_s",
                 "train_time_s", "encode_time_s", "decode_time_s",
                 # adaptive (docs/adaptive.md): qsgd bits, uplink rate applied (bit/s, empty: not
@@ -28,9 +31,9 @@ COLUMNS: dict[str, list[str]] = {
 # epoch without evaluation; interface counters of a node on loopback, which it shares; the upload
 # time and goodput of a client row whose update was not sent, as FedBuff's clients write), and
 # columns added after a table's first version, which older runs lack (read as empty).
-TEXT = {"participants", "client_id"}
+TEXT = {"participants", "client_id", "client_rates_bps"}
 OPTIONAL = {"test_accuracy", "test_loss", "iface_bytes_up", "iface_bytes_down", "bits", "rate_bps", "upload_s",
             "goodput_Bps", "epsilon"}
 ADDED = {"broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
          "iface_bytes_down", "resyncs", "wall_time_s", "bits", "rate_bps", "upload_s", "goodput_Bps", "stretch_s",
-         "epsilon"}
+         "epsilon", "client_rates_bps"}

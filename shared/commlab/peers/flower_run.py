@@ -29,6 +29,7 @@ from pathlib import Path
 
 from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.fl.run import add_experiment_args, experiment_sections
+from commlab.links.profiles import profile_arg
 from commlab.models.train_step import resolve_spec_path
 from commlab.output.progress import echo
 from commlab.output.run_folder import new_run_id
@@ -49,7 +50,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m commlab.peers.run --kind flower", description=__doc__.split("\n\n")[0])
     p.add_argument("--kind", default="flower")
     add_experiment_args(p)
-    p.add_argument("--profile", default="lan")
+    p.add_argument("--profile", default="lan", type=profile_arg)
     p.add_argument("--deadline", type=float, default=600.0, help="Flower's round timeout in seconds")
     p.add_argument("--net", type=int, default=NET, help="namespaces: 198.19.<net>.0/24 (its own bridge)")
     p.add_argument("--transport", default="grpc-bidi",

@@ -18,6 +18,7 @@ from pathlib import Path
 from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec
 from commlab.ddp.config import steps_per_epoch
+from commlab.links.profiles import profile_arg
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 from commlab.output.run_folder import new_run_id
 from commlab.peers.config import HOOKS, KINDS, PeerConfig
@@ -37,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--world", type=int, default=3,
                    help="gloo ranks; centralized: the world whose data and budget it matches")
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--profile", default="lan",
+    p.add_argument("--profile", default="lan", type=profile_arg,
                    help="link profile (commlab.links.profiles), applied in network namespaces (root)")
     p.add_argument("--train-subset", type=int, default=20000, help="random training subset (0: all 60000)")
     p.add_argument("--test-subset", type=int, help="random test subset (default: all)")

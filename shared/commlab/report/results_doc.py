@@ -3,7 +3,7 @@ docs/results/, headed by what a reader needs to reproduce or doubt the numbers: 
 the commit, the date, the machine and the wall time. Numbers in the docs come from these files, so
 none is typed by hand.
 
-    python -m commlab.report.results_doc [--quick] [--out-dir docs/results] codecs auth transport chaos
+    python -m commlab.report.results_doc [--quick] [--out-dir docs/results] codecs auth transport chaos crossover
 """
 from __future__ import annotations
 
@@ -57,10 +57,18 @@ BENCHES = {
          "ratio": ("DDS / TCP", ".2f"), "dds_wire_bytes_est": ("DDS wire bytes (estimate)", ",.0f"),
          "payload_bytes": ("payload bytes", ",.0f")}),
     "chaos": Bench(
-        "Chaos: FL and DDP runs while nodes are paused past their lease, killed, restarted, starved, or share the machine",
+        "Chaos: FL and DDP runs while nodes are paused past their lease, killed, restarted, starved, share the machine, "
+        "or lose their link",
         "benchmarks/bench_chaos.py",
         {"case": ("case", ""), "fault": ("fault", ""), "expected": ("expected", ""), "outcome": ("outcome", ""),
          "passed": ("passed", ""), "wall_s": ("wall s", ".0f")}),
+    "crossover": Bench(
+        "Crossover: FL round and DDP step time and bytes against the link rate",
+        "benchmarks/bench_crossover.py",
+        {"mode": ("mode", ""), "case": ("case", ""), "rate": ("link", ""), "time_s": ("round / step s", ".3f"),
+         "bytes": ("bytes a node sends", ",.0f"), "time_x_of_reference": ("time, x of fp32 / dense", ".3f"),
+         "bytes_x_of_reference": ("bytes, x of fp32 / dense", ".4f"),
+         "pays_off_at_or_below": ("pays off at or below", ""), "status": ("status", "")}),
 }
 
 

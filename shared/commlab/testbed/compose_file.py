@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..links.profiles import link_for
 from ..runs.roster import Node
 from .images import node_image
 
@@ -29,11 +30,13 @@ def addresses(nodes: list[Node], net: int) -> dict[str, str]:
     return {n.name: f"198.19.{net}.{10 + i}" for i, n in enumerate(nodes)}
 
 
-def networked_dds(dds: dict[str, Any], node: str, addrs: dict[str, str]) -> dict[str, Any]:
+def networked_dds(dds: dict[str, Any], node: str, addrs: dict[str, str], link_profile: str) -> dict[str, Any]:
     """The `dds` section for a node on a shaped private network (container or namespace eth0):
-    data multicast unless the run chose otherwise, unicast peers for discovery all the same."""
+    data multicast unless the run chose otherwise, unicast peers for discovery all the same, and
+    repair timing for loss when any node's link of the profile loses packets."""
+    lossy = any(link_for(link_profile, name).loss_pct > 0 for name in addrs)
     return {**dds, "interface": "eth0", "loopback_tuned": False, "multicast": dds.get("multicast") or "data",
-            "peers": [a for name, a in addrs.items() if name != node]}
+            "peers": [a for name, a in addrs.items() if name != node], **({"lossy_link": True} if lossy else {})}
 
 
 def container_config(cfg: dict[str, Any], node: str, addrs: dict[str, str], link_profile: str,
@@ -41,7 +44,7 @@ def container_config(cfg: dict[str, Any], node: str, addrs: dict[str, str], link
     """`cfg` as the node inside its container must see it."""
     out = copy.deepcopy(cfg)
     if "dds" in cfg:  # the reference peers (gloo) have their own transport
-        out["dds"] = networked_dds(cfg["dds"], node, addrs)
+        out["dds"] = networked_dds(cfg["dds"], node, addrs, link_profile)
     out["link_profile"] = link_profile
     host = str(host_results.resolve())
     for key, value in cfg.items():  # results_dir, checkpoint_dir, ... under the host results folder

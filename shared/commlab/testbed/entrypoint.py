@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..links.profiles import LinkError, apply_link, describe, link_for
+from ..links.profiles import apply_link, describe, link_for
+from ..links.spec import LinkError
 from ..output.run_folder import write_json_atomic
 
 

@@ -7,11 +7,15 @@ and manifest `link_applied`).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
 from ..links.netns import NetnsLab
-from ..links.profiles import link_for
+from ..links.profiles import TRACE_PREFIX, link_for, split_loss
+from ..links.trace import RATES_FILE, append_rates, load_trace
+from ..links.trace_follower import TraceFollower
+from ..output.progress import echo
 from ..output.run_folder import write_json_atomic
 from ..runs.launch import NodeProcesses, write_node_config
 from ..runs.roster import Node, ddp_roster, fl_roster_of
@@ -34,7 +38,8 @@ def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, net: 
     """Raises NetnsError / LinkError only before any node started, RunFailed when a node failed."""
     def start(procs: NodeProcesses, lab: NetnsLab, run_dir: Path) -> None:
         for node, cfg in zip(nodes, cfgs):
-            cfg = {**cfg, "link_profile": link_profile, "dds": networked_dds(cfg["dds"], node.name, lab.addresses)}
+            cfg = {**cfg, "link_profile": link_profile, "dds": networked_dds(cfg["dds"], node.name, lab.addresses,
+                                                                            link_profile)}
             procs.start(node, write_node_config(run_dir, node.name, cfg), prefix=lab.prefix(node.name))
 
     def wait(procs: NodeProcesses) -> None:
@@ -47,13 +52,21 @@ def _run(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, net: 
 def run_in_namespaces(nodes: list[Node], run_dir: Path, link_profile: str, net: int,
                       start: Callable[[NodeProcesses, NetnsLab, Path], None],
                       wait: Callable[[NodeProcesses], None]) -> Path:
-    """A namespace per node on one bridge, each eth0 shaped by the profile; `start` starts the
-    nodes, `wait` decides when the run is over. Links are recorded with the results; RunFailed
-    names the nodes that failed (NetnsError / LinkError only before any node started)."""
-    with NetnsLab([n.name for n in nodes], net=net) as lab:
-        links = {n.name: {"profile": link_profile, **lab.shape(n.name, link_for(link_profile, n.name))}
-                 for n in nodes}
-        with NodeProcesses() as procs:
+    """A namespace per node on one bridge, each eth0 shaped by the profile (a trace's rates followed
+    while the nodes run); `start` starts the nodes, `wait` decides when the run is over. Links are
+    recorded with the results (every rate set: link-rates.csv); RunFailed names the nodes that
+    failed (NetnsError / LinkError only before any node started)."""
+    names = [n.name for n in nodes]
+    base = split_loss(link_profile)[0]
+    trace = load_trace(Path(base[len(TRACE_PREFIX):])) if base.startswith(TRACE_PREFIX) else None
+    with NetnsLab(names, net=net) as lab:
+        links = {n: {"profile": link_profile, **lab.shape(n, link_for(link_profile, n))} for n in names}
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / RATES_FILE).unlink(missing_ok=True)
+        append_rates(run_dir / RATES_FILE, 0.0, {n: link_for(link_profile, n).rate_bps for n in names})
+        echo_not_applied(links)
+        follow = TraceFollower(trace, lab.prefix, names, run_dir / RATES_FILE, echo) if trace else nullcontext()
+        with NodeProcesses() as procs, follow:
             start(procs, lab, run_dir)
             wait(procs)
     for name, record in links.items():
@@ -63,3 +76,12 @@ def run_in_namespaces(nodes: list[Node], run_dir: Path, link_profile: str, net: 
     if failed:
         raise RunFailed(f"run {run_dir.name}: node(s) {', '.join(failed)} exited with errors")
     return run_dir
+
+
+def echo_not_applied(links: dict[str, dict[str, Any]]) -> None:
+    """One line for what the kernel could not apply to any node (e.g. no netem: delay)."""
+    missing = {n: r["not_applied"] for n, r in links.items() if r.get("not_applied")}
+    if missing:
+        reasons = sorted({r["reason"] for r in missing.values()})
+        what = sorted({k for r in missing.values() for k in r if k != "reason"})
+        echo(f"[run] NOT applied on {len(missing)}/{len(links)} nodes: {', '.join(what)} ({'; '.join(reasons)})")

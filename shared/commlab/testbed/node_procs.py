@@ -7,6 +7,9 @@ point (commlab.runs.fault_points) and its output to wait for a line. The configs
     procs, paths, run_dir = start_fl(tmp, domain=40, rounds=3, halt={"client-1": "before_upload@2"})
     procs["client-1"].wait_for("HALTED at before_upload@2")
     procs["client-1"].proc.send_signal(signal.SIGKILL)
+
+Given a `lab` (commlab.links.netns.NetnsLab of the run's node names), each node runs in its own
+namespace and talks over its eth0, which the caller shapes and disturbs (link faults).
 """
 from __future__ import annotations
 
@@ -19,9 +22,11 @@ import time
 from pathlib import Path
 
 from commlab.fl.run import build_configs, parse_args
+from commlab.links.netns import NetnsLab
 from commlab.runs.fault_points import HALT_ENV
 from commlab.runs.launch import NODES_DIR
-from commlab.runs.roster import fl_roster_of
+from commlab.runs.roster import ddp_roster, fl_roster_of
+from commlab.testbed.compose_file import networked_dds
 from commlab.testbed.engine import REPO
 
 WORKER_CONFIG = REPO / "experiments" / "worker.conf.json"
@@ -31,14 +36,15 @@ class NodeProcess:
     """One node process, output in a file that can be waited on for a line."""
 
     def __init__(self, out_dir: Path, name: str, argv: list[str], halt_at: str | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, lab: NetnsLab | None = None):
         self.name, self.log = name, out_dir / f"{name}.log"
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         full_env.pop(HALT_ENV, None)
         if halt_at:
             full_env[HALT_ENV] = halt_at
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+            prefix = lab.prefix(name) if lab else []
+            self.proc = subprocess.Popen([*prefix, *argv], stdout=log, stderr=subprocess.STDOUT, env=full_env)
 
     def text(self) -> str:
         return self.log.read_text()
@@ -77,7 +83,8 @@ class NodeProcess:
 
 def start_fl(out_dir: Path, domain: int, rounds: int, deadline: float = 6.0, clients: int = 2,
              halt: dict[str, str] | None = None, downlink: str = "fp32", extra: tuple[str, ...] = (),
-             run_id: str = "fault") -> tuple[dict[str, NodeProcess], dict[str, Path], Path]:
+             run_id: str = "fault",
+             lab: NetnsLab | None = None) -> tuple[dict[str, NodeProcess], dict[str, Path], Path]:
     """A small FL run (int8_sparse uploads, 128 samples a round) as one process per node, the
     controller first; `halt` maps a node name to its fault point, `extra` are more launcher flags.
     Returns the processes and config paths by node name, and the run's results folder."""
@@ -89,24 +96,33 @@ def start_fl(out_dir: Path, domain: int, rounds: int, deadline: float = 6.0, cli
     ctl["round_hard_limit_s"] = max(60.0, deadline)
     paths, procs = {}, {}
     for node, cfg in zip(fl_roster_of(cls), [ctl, *cls]):
+        if lab:
+            cfg = {**cfg, "dds": networked_dds(cfg["dds"], node.name, lab.addresses, "lan")}
         paths[node.name] = out_dir / f"{node.name}.json"
         paths[node.name].write_text(json.dumps(cfg))
         procs[node.name] = NodeProcess(out_dir, node.name, [sys.executable, str(NODES_DIR / node.script),
-                                                           str(paths[node.name])], (halt or {}).get(node.name))
+                                                           str(paths[node.name])], (halt or {}).get(node.name),
+                                       lab=lab)
     return procs, paths, out_dir / "results" / run_id
 
 
 def start_ddp(out_dir: Path, method: str, domain: int, world: int = 3, halt: dict[int, str] | None = None,
-              train_subset: int = 960, epochs: int = 2, **changes) -> list[NodeProcess]:
-    """A small DDP run (MNIST subset, the example worker config) as one process per rank; `halt`
-    maps a rank to its fault point, `changes` are worker config keys."""
+              train_subset: int = 960, epochs: int = 2, lab: NetnsLab | None = None, **changes) -> list[NodeProcess]:
+    """A small DDP run (MNIST subset, the example worker config) as one process per rank (named
+    rank<r>; in a lab, worker-<r>); `halt` maps a rank to its fault point, `changes` are worker
+    config keys."""
     cfg = json.loads(WORKER_CONFIG.read_text())
     cfg.update(results_dir=str(out_dir / "results"), run_id=method, method=method, method_params={}, summary_every=1000,
                dds={"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"]},
                dataset={"name": "mnist", "train_subset": train_subset, "test_subset": 200}, **changes)
     cfg["training"].update(epochs=epochs)
-    path = out_dir / "worker.json"
-    path.write_text(json.dumps(cfg))
-    return [NodeProcess(out_dir, f"rank{rank}", [sys.executable, str(NODES_DIR / "worker.py"), str(path)],
-                        (halt or {}).get(rank), env={"WORLD": str(world), "RANK": str(rank)})
-            for rank in range(world)]
+    procs = []
+    for rank, node in enumerate(ddp_roster(world)):
+        path = out_dir / (f"{node.name}.json" if lab else "worker.json")
+        if lab:  # unicast, as on loopback: the same collective (ring), so the models equal a loopback run's
+            cfg = {**cfg, "dds": networked_dds({**cfg["dds"], "multicast": "off"}, node.name, lab.addresses, "lan")}
+        path.write_text(json.dumps(cfg))
+        procs.append(NodeProcess(out_dir, node.name if lab else f"rank{rank}",
+                                 [sys.executable, str(NODES_DIR / "worker.py"), str(path)],
+                                 (halt or {}).get(rank), env=dict(node.env), lab=lab))
+    return procs

@@ -19,7 +19,8 @@ class ClientSide:
     reports (payload goodput of each upload, until every reader acknowledged it)."""
 
     def __init__(self, name: str, link_profile: str, interface: str, speed_factor: float = 1.0, log=print):
-        from commlab.links.profiles import LinkError, link_for
+        from commlab.links.profiles import link_for
+        from commlab.links.spec import LinkError
         self.name, self.speed_factor, self.log = name, speed_factor, log
         try:
             self.link_bps = link_for(link_profile, name).rate_bps
@@ -73,7 +74,8 @@ class ClientSide:
 
     def _shape(self, cmd, target_bps: float) -> None:
         if target_bps != self.rate_bps:
-            from commlab.links.profiles import LinkError, set_rate
+            from commlab.links.profiles import set_rate
+            from commlab.links.spec import LinkError
             try:
                 set_rate(target_bps)
                 self.rate_bps = target_bps
