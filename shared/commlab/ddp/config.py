@@ -9,8 +9,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, existing, load_config,
-                                   positive)
+from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, SeedSection, existing,
+                                   load_config, positive)
 from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
 DENSE = "dense"  # the allreduce reference (the fp32 codec's other name); every method is a registered codec
@@ -25,7 +25,6 @@ class TrainingSection:
     momentum: float = 0.9
     nesterov: bool = False
     weight_decay: float = 1e-4
-    seed: int = 0                   # model init, shards, batch order
     # Schedule of the dense allreduces (dense, PowerSGD's P and Q): "ring" sends 2(W-1)/W of the
     # payload per rank, "naive" (allgather and sum) (W-1)x unicast, 1x with data multicast; "auto":
     # naive with dds multicast "data", else ring (commlab.dds.collectives.Group.schedule).
@@ -54,6 +53,7 @@ class WorkerConfig:
     model: ModelSection = ModelSection()
     dataset: DatasetSection = DatasetSection()
     training: TrainingSection = TrainingSection()
+    seeds: SeedSection = SeedSection()  # model init, shards, batch orders, compressors (commlab.seeds)
     barrier_timeout_s: float = 120.0  # all ranks must have joined by then
     collective_timeout_s: float = 30.0  # a rank silent for this long (every rank alive) is reported lost
     peer_return_s: float = 120.0      # a rank whose lease expired (paused, cut off) may come back until then

@@ -90,7 +90,7 @@ class Controller:
         # fedbuff up to per_round clients at a time, each from the newest model version.
         self.per_round, self.availability = cfg.per_round(), cfg.availability_trace()
         self.dispatch = None if not isinstance(strategy, FedBuff) else Dispatch(
-            cfg.client_ids(), self.per_round, cfg.training.seed, self.availability)
+            cfg.client_ids(), self.per_round, cfg.seeds.tree, self.availability)
         self.open_round: OpenRound | None = None  # the synchronous round being collected
 
     def run(self) -> None:
@@ -132,7 +132,7 @@ class Controller:
         fit = self.strategy.configure_round(rnd)
         bits, rates = ({}, {}) if self.planner is None else self.planner.plan(rnd, fit.subset_size)
         named = "" if sorted(clients) == sorted(self.cfg.client_ids()) else ";".join(clients)
-        return TrainCmd(client_bits=bits, client_rates_Bps=rates, round=rnd, epochs=fit.epochs, lr=fit.lr, seed=fit.seed,
+        return TrainCmd(client_bits=bits, client_rates_Bps=rates, round=rnd, epochs=fit.epochs, lr=fit.lr,
                         subset_size=fit.subset_size, codec=self.cfg.codec.name, codec_params=dict(self.cfg.codec.params),
                         deadline_s=self.cfg.round_deadline_s, batch_size=fit.batch_size, run_id=self.cfg.run_id,
                         first_round=self.start_round, clients=named, newer_base_ok=newer_base_ok)
@@ -192,7 +192,7 @@ class Controller:
         cfg = self.cfg
         started = time.perf_counter()
         self.serve_model_requests()
-        sample = select_round(rnd, cfg.client_ids(), self.per_round, cfg.training.seed, self.availability,
+        sample = select_round(rnd, cfg.client_ids(), self.per_round, cfg.seeds.tree, self.availability,
                               cfg.min_clients, self.log)
         if not sample:  # nobody may train: the model stays, every replica still moves to round rnd
             self.finish_round(rnd, started, before, self.strategy.weights, RoundReplies(), 0.0)
@@ -328,11 +328,13 @@ def run_controller(config_path: str) -> None:
     from commlab.dds import DdsNode
     cfg = load_controller_config(config_path)
     cfg.dds.check_host()
-    data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
-    parts = as_config_error("partition", lambda: cfg.partition.split(data, cfg.expected_clients))  # for the manifest
-    model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads, data))
+    seeds = cfg.seeds.tree
+    data = as_config_error("dataset", lambda: build_dataset(cfg.dataset, seeds.subset))
+    parts = as_config_error("partition", lambda: cfg.partition.split(data, cfg.expected_clients, seeds.partition))
+    model = as_config_error("model", lambda: build_node_model(cfg.model, seeds.model_init, cfg.threads, data))
     layout = layout_of(model, cfg.sends_buffers)
-    uplink, downlink = build_codec(cfg.codec, layout), build_codec(cfg.downlink, layout, "downlink")
+    uplink, downlink = build_codec(cfg.codec, layout), build_codec(cfg.downlink, layout, "downlink",
+                                                                    seeds.controller_codec)
     weights, start_round, strategy_state, progress = flatten_params(model, cfg.sends_buffers), 1, None, {}
     if cfg.init_path is not None:
         ckpt = as_config_error("init_path", lambda: load_checkpoint(Path(cfg.init_path), weights.size))
@@ -340,7 +342,7 @@ def run_controller(config_path: str) -> None:
     t = cfg.training
     strategy = {**STRATEGIES, **ASYNC_STRATEGIES}[cfg.strategy.name](
         weights, epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size, subset_size=t.samples_per_round,
-        seed=t.seed, server_lr=cfg.strategy.server_lr, server_momentum=cfg.strategy.server_momentum,
+        server_lr=cfg.strategy.server_lr, server_momentum=cfg.strategy.server_momentum,
         **cfg.strategy_params())
     if strategy_state is not None:
         as_config_error("init_path", lambda: strategy.load_state_dict(strategy_state))
@@ -353,7 +355,7 @@ def run_controller(config_path: str) -> None:
         "dataset": cfg.dataset.name, "codec": cfg.codec.name, "downlink_codec": cfg.downlink.name,
         "multicast": settings.multicast, "link_profile": cfg.link_profile,
         "clients": cfg.expected_clients, "rounds": cfg.rounds, "config": to_dict(cfg),
-        "seeds": {"model_init": cfg.seed, "training": t.seed, "partition": cfg.partition.seed},
+        "seeds": seeds.manifest(cfg.expected_clients, ("local_training", "codec")),
         "client_data": dict(zip(cfg.client_ids(), client_summary(data, parts))),
         "start_round": start_round, "status": "running"})
     node = DdsNode(CONTROLLER, settings)
