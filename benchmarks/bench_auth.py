@@ -20,8 +20,8 @@ import pandas as pd
 
 from bench_transport import LOOPBACK, Prefixes, Sides, on_shaped_link, run_pair
 from commlab.bench import BenchParser, Session
-from commlab.claims import hold
 from commlab.dds.auth import make_keyrings, write_keyring
+from commlab.runs.claims import hold
 
 LOOPBACK_SIZES = "1700000x20,10000000x5"
 SHAPED_SIZES = "1700000x2"

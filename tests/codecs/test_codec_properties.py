@@ -298,7 +298,7 @@ def test_qsgdz_frames_shrink_with_the_zero_levels():
 
 def test_random_codecs_draw_from_the_nodes_seed():
     """Two runs of one seed draw the same (build_compression seeds the codec with the node's codec
-    seed, commlab.seeds), two nodes draw differently, and a seed in the params wins."""
+    seed, commlab.runs.seeds), two nodes draw differently, and a seed in the params wins."""
     from commlab.codecs.compression import build_compression
     vec = np.random.default_rng(0).standard_normal(5000).astype(np.float32)
 

@@ -12,7 +12,7 @@ from commlab.codecs.compression import Compression, build_compression
 from commlab.codecs.powersgd import orthogonalize, plan
 from commlab.ddp.config import TrainingSection
 from commlab.ddp.lowrank import LowRankAllreduce
-from commlab.seeds import SeedTree
+from commlab.runs.seeds import SeedTree
 from decode_checks import decode_only_codec_error
 
 LAYOUT = [("conv", (16, 3, 3, 3)), ("conv.bias", (16,)), ("fc", (64, 48)), ("tiny", (2, 2)), ("out", (10, 64))]

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from commlab.config_schema import ConfigError, from_dict
+from commlab.config.schema import ConfigError, from_dict
 from commlab.data import Dataset
 from commlab.fl.config import ClientConfig, ControllerConfig
 from commlab.fl.evaluation import GlobalEvaluation
 from commlab.fl.local_training import local_update
 from commlab.fl.strategy import FitIns
-from commlab.seeds import SeedTree
+from commlab.runs.seeds import SeedTree
 from commlab.models import build_model, flatten_buffers, flatten_params, num_params
 
 FIT = FitIns(round=1, epochs=1, lr=0.05, batch_size=8, subset_size=16)

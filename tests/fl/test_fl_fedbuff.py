@@ -7,13 +7,13 @@ import re
 import numpy as np
 import pytest
 
-from commlab.config_schema import ConfigError, from_dict
+from commlab.config.schema import ConfigError, from_dict
 from commlab.fl.config import ControllerConfig
 from commlab.fl.fedbuff import Dispatch
 from commlab.fl.run import build_configs, parse_args
 from commlab.fl.sampling import Availability
 from commlab.fl.strategy import ASYNC_STRATEGIES, FedAvg, FedBuff, FitRes, staleness_weight
-from commlab.seeds import SeedTree
+from commlab.runs.seeds import SeedTree
 from test_fl_sampling import log_of, run_to_completion
 
 COMMON = dict(epochs=1, lr=0.1, batch_size=8, subset_size=10)

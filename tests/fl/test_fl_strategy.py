@@ -5,7 +5,7 @@ import pytest
 from commlab.codecs import get_codec
 from commlab.fl.collect import RoundFailed, UpdateCollector
 from commlab.fl.local_training import round_subset
-from commlab.seeds import SeedTree
+from commlab.runs.seeds import SeedTree
 from commlab.fl.messages import ClientUpdate
 from commlab.fl.strategy import FedAvg, FitIns, FitRes
 

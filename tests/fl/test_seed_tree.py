@@ -1,4 +1,4 @@
-"""The run's seed tree (commlab.seeds): one place derives every stream of an FL or DDP run from
+"""The run's seed tree (commlab.runs.seeds): one place derives every stream of an FL or DDP run from
 `seed` and `data_seed`; the launchers' --seed / --data-seed reach it through the config."""
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import re
 import numpy as np
 import pytest
 
-from commlab.builders import build_node_model
-from commlab.config_schema import ConfigError, ModelSection, from_dict
+from commlab.config.builders import build_node_model
+from commlab.config.schema import ConfigError, ModelSection, from_dict
 from commlab.data import Dataset
 from commlab.ddp.config import WorkerConfig
 from commlab.ddp.run import build_config as ddp_config, parse_args as ddp_args
 from commlab.fl.config import ClientConfig, ControllerConfig
 from commlab.fl.run import build_configs, parse_args
 from commlab.models import flatten_params
-from commlab.seeds import STREAMS, SeedTree
+from commlab.runs.seeds import STREAMS, SeedTree
 from commlab.testbed.node_procs import start_fl
 
 RUN_STREAMS = [name for name, (root, _) in STREAMS.items() if root == "seed"]

@@ -191,7 +191,7 @@ class RandomCodec(Codec):
     rng: np.random.Generator
     @classmethod
     def build(cls, params: dict[str, Any], context: Context) -> tuple[Codec, Memory, Schedule | None]:
-        """Seeded by the node (Context.seed, commlab.seeds.SeedTree.codec) unless its params name a seed."""
+        """Seeded by the node (Context.seed, commlab.runs.seeds.SeedTree.codec) unless its params name a seed."""
         return super().build({"seed": context.seed, **params}, context)
 
     def state_dict(self) -> dict:

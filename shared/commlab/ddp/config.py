@@ -9,9 +9,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, SeedSection, existing,
+from commlab.config.schema import (ConfigError, DatasetSection, DdsSection, ModelSection, SeedSection, existing,
                                    load_config, positive)
-from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
 DENSE = "dense"  # the allreduce reference (the fp32 codec's other name); every method is a registered codec
 COLLECTIVES = ("auto", "ring", "naive")  # as commlab.dds.collectives.COLLECTIVES (validation needs no DDS)
@@ -53,7 +53,7 @@ class WorkerConfig:
     model: ModelSection = ModelSection()
     dataset: DatasetSection = DatasetSection()
     training: TrainingSection = TrainingSection()
-    seeds: SeedSection = SeedSection()  # model init, shards, batch orders, compressors (commlab.seeds)
+    seeds: SeedSection = SeedSection()  # model init, shards, batch orders, compressors (commlab.runs.seeds)
     barrier_timeout_s: float = 120.0  # all ranks must have joined by then
     collective_timeout_s: float = 30.0  # a rank silent for this long (every rank alive) is reported lost
     peer_return_s: float = 120.0      # a rank whose lease expired (paused, cut off) may come back until then

@@ -1,6 +1,6 @@
 """What every data-parallel trainer builds the same way (the DDS worker, the gloo peer, the
 centralized peer), so they compare at equal steps: the dataset, its IID shards, the steps per
-epoch and the model, all from the same seed tree (commlab.seeds)."""
+epoch and the model, all from the same seed tree (commlab.runs.seeds)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from commlab.builders import build_dataset, build_node_model
-from commlab.config_schema import ConfigError, DatasetSection, ModelSection
+from commlab.config.builders import build_dataset, build_node_model
+from commlab.config.schema import ConfigError, DatasetSection, ModelSection
 from commlab.data import Dataset, partition
 from commlab.ddp.config import steps_per_epoch
-from commlab.seeds import SeedTree
+from commlab.runs.seeds import SeedTree
 
 
 @dataclass

@@ -50,7 +50,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from commlab.config_schema import ConfigError
+from commlab.config.schema import ConfigError
 
 from .errors import MessageError
 

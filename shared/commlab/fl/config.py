@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, NamedSection, SeedSection,
+from commlab.config.schema import (ConfigError, DatasetSection, DdsSection, ModelSection, NamedSection, SeedSection,
                                    existing, load_config, positive, to_dict)
 from commlab.data import Dataset, partition_dataset
 from commlab.data.partition import SCHEMES as PARTITION_SCHEMES, scheme_params
@@ -21,8 +21,8 @@ from commlab.fl.adaptive import AdaptiveSection, takes_bits
 from commlab.fl.root_update import RootUpdate
 from commlab.fl.sampling import Availability, load_availability, per_round_count
 from commlab.fl.strategy_config import StrategySection
-from commlab.roster import client_host_name, client_name, client_node, fl_roster, hosted_clients
-from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.runs.roster import client_host_name, client_name, client_node, fl_roster, hosted_clients
 
 # BatchNorm's running statistics (docs/workloads.md): "aggregate" sends them with the weights and
 # the strategy averages them like any weight (the evaluated model is the average of what the
@@ -155,7 +155,7 @@ class ControllerConfig:
     match_timeout_s: float = 120.0      # barrier before the first round
     init_path: str | None = None        # checkpoint file or directory to resume from
     keep_checkpoints: int = 1
-    seeds: SeedSection = SeedSection()  # every random stream of the run (commlab.seeds); clients hold the same
+    seeds: SeedSection = SeedSection()  # every random stream of the run (commlab.runs.seeds); clients hold the same
     eval_batch_size: int = 1000
     threads: int = 1                    # torch intra-op threads (cores are shared)
     train_step: str = DEFAULT_TRAIN_STEP  # recorded only: each client runs the step of its own config

@@ -16,30 +16,30 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import Codec
-from commlab.fl import update_identity
-from commlab.fl.adaptive import Planner
-from commlab.fl.broadcast import ModelSender
-from commlab.config_schema import to_dict
+from commlab.config.builders import build_dataset, build_node_model, dds_settings
+from commlab.config.schema import to_dict
 from commlab.data import Dataset
 from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress, delta
-from commlab.fault_points import halt_at
+from commlab.fl import update_identity
+from commlab.fl.adaptive import Planner
+from commlab.fl.broadcast import ModelSender
 from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from commlab.fl.collect import RoundFailed, RoundReplies, UpdateCollector
 from commlab.fl.config import ControllerConfig, load_controller_config
 from commlab.fl.entry import as_config_error, build_codec, log_to
 from commlab.fl.evaluation import GlobalEvaluation
-from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.fedbuff import Dispatch
+from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.sampling import select_round
 from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES, FedBuff, Strategy
-from commlab.metrics import RunWriter, backend_name, write_transport_totals
 from commlab.models import flatten_params, layout_of, weights_digest
-from commlab.roster import CONTROLLER
-from commlab.tables import COLUMNS
+from commlab.output.run_folder import RunWriter, backend_name, write_transport_totals
+from commlab.output.tables import COLUMNS
+from commlab.runs.fault_points import halt_at
+from commlab.runs.roster import CONTROLLER
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 With batchnorm "local" the model vector holds no BatchNorm statistics: the controller recomputes
 them for the global weights from a fixed sample of training samples (the run's evaluation seed,
-commlab.seeds) before every evaluation, as FedBN-style training leaves the server none of its own.
+commlab.runs.seeds) before every evaluation, as FedBN-style training leaves the server none of its own.
 """
 from __future__ import annotations
 

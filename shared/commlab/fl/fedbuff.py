@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from commlab.fl.sampling import Availability, sample_clients
-from commlab.seeds import SeedTree
+from commlab.runs.seeds import SeedTree
 
 
 @dataclass

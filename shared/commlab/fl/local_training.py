@@ -1,5 +1,5 @@
 """The client's training step: a seeded subset of its partition, local SGD, the model delta.
-Its seeds are the client's for the round (commlab.seeds.SeedTree.local)."""
+Its seeds are the client's for the round (commlab.runs.seeds.SeedTree.local)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +8,8 @@ import torch
 from commlab.data import Dataset
 from commlab.fl.strategy import FitIns
 from commlab.models import flatten_params, load_params, train_epoch
-from commlab.seeds import TrainingSeeds
-from commlab.train_step import TrainStep, cross_entropy_step
+from commlab.models.train_step import TrainStep, cross_entropy_step
+from commlab.runs.seeds import TrainingSeeds
 
 
 def round_subset(part: np.ndarray, fit: FitIns, seeds: TrainingSeeds) -> np.ndarray:

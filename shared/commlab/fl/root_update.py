@@ -2,7 +2,7 @@
 client's, from the global weights, on a small root set of training samples the server holds.
 
 The trust assumption lives here: the root set is taken as clean and drawn like the clients' data
-(here: `samples` training samples drawn uniformly with the run's root-set seed, commlab.seeds).
+(here: `samples` training samples drawn uniformly with the run's root-set seed, commlab.runs.seeds).
 """
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from commlab.builders import build_dataset, build_node_model
-from commlab.config_schema import DatasetSection, ModelSection
+from commlab.config.builders import build_dataset, build_node_model
+from commlab.config.schema import DatasetSection, ModelSection
 from commlab.data import Dataset
 from commlab.fl.local_training import local_update
 from commlab.fl.strategy import FitIns
-from commlab.seeds import SeedTree
-from commlab.train_step import TrainStep, load_train_step
+from commlab.models.train_step import TrainStep, load_train_step
+from commlab.runs.seeds import SeedTree
 
 
 class RootUpdate:

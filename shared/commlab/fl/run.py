@@ -11,21 +11,21 @@ import csv
 import sys
 from pathlib import Path
 
-from commlab.claims import hold
-from commlab.config_schema import ConfigError, from_dict, to_dict
+from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.data.partition import SCHEMES
 from commlab.fl.config import BATCHNORM, ClientConfig, ControllerConfig
-from commlab.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
+from commlab.runs.claims import hold
+from commlab.runs.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
                             write_node_config)
 from commlab.fl.adaptive import record_heterogeneity, speed_factors
-from commlab.metrics import new_run_id, peak_memory_line
-from commlab.progress import watch_csv
-from commlab.roster import CONTROLLER, fl_identities_of, fl_roster_of
-from commlab.run_keys import run_keys, with_key_file
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
+from commlab.output.progress import watch_csv
+from commlab.output.run_folder import new_run_id, peak_memory_line
+from commlab.runs.keys import run_keys, with_key_file
+from commlab.runs.roster import CONTROLLER, fl_identities_of, fl_roster_of
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_fl
 from commlab.testbed.netns_run import run_fl_netns
-from commlab.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 
 CLIENT_GRACE_S = 60.0  # how long clients may take to exit after the controller finished
 
@@ -51,7 +51,7 @@ def add_experiment_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=0, help="the run seed: model init, sampling, local training, "
-                   "codecs (commlab.seeds)")
+                   "codecs (commlab.runs.seeds)")
     p.add_argument("--data-seed", type=int, help="the data subsets and the clients' shares (default: --seed)")
     p.add_argument("--train-subset", type=int, help="use a random subset of the training set (fast checks)")
     p.add_argument("--test-subset", type=int)
@@ -105,7 +105,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="BatchNorm running statistics: sent and averaged with the weights (aggregate), or kept on "
                    "the clients, the controller recomputing them to evaluate (local) (docs/workloads.md)")
     p.add_argument("--backend", choices=("local", "docker", "swarm", "auto"), default="local")
-    p.add_argument("--profile", default="lan", help="link profile (commlab.netem): applied in containers, or "
+    p.add_argument("--profile", default="lan", help="link profile (commlab.links.profiles): applied in containers, or "
                    "with --backend local in network namespaces (root; without root the run is unshaped)")
     p.add_argument("--strategy", default="fedavg", help="aggregation: fedavg, median, trimmed_mean, norm_clip, krum, "
                    "fltrust (docs/security.md), or fedbuff: asynchronous, buffered (docs/scale.md)")
@@ -133,7 +133,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--min-clients", type=int, default=1)
     p.add_argument("--deadline", type=float, default=300.0, help="round deadline in seconds")
     p.add_argument("--init-path", help="checkpoint file or directory to resume from")
-    p.add_argument("--domain-id", type=int, help="DDS domain (default: one that no other run or test on this machine holds, commlab.claims)")
+    p.add_argument("--domain-id", type=int, help="DDS domain (default: one that no other run or test on this machine holds, commlab.runs.claims)")
     p.add_argument("--adaptive", choices=("joint", "equal"), help="per-client qsgd bits and uplink rates "
                    "(docs/adaptive.md): the joint allocation, or the baseline equal (--fixed-bits, B/M each); "
                    "needs --codec qsgd<levels> unless --fixed-bits codec (rates only)")

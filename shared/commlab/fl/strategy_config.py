@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from commlab.config_schema import ConfigError, positive
+from commlab.config.schema import ConfigError, positive
 from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES
 
 # Strategy keys that only one strategy reads: key -> that strategy.

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commlab.config_schema import ConfigError, DatasetSection, ModelSection, SeedSection, load_config, positive
+from commlab.config.schema import ConfigError, DatasetSection, ModelSection, SeedSection, load_config, positive
 from commlab.ddp.config import TrainingSection
-from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
 KINDS = ("gloo", "centralized")
 HOOKS = ("none", "fp16", "powersgd")  # torch ddp_comm_hooks: none (allreduce), fp16_compress_hook, powerSGD_hook
@@ -41,7 +41,7 @@ class PeerConfig:
     model: ModelSection = ModelSection()
     dataset: DatasetSection = DatasetSection()
     training: TrainingSection = TrainingSection()
-    seeds: SeedSection = SeedSection()  # as the DDS worker's (commlab.seeds)
+    seeds: SeedSection = SeedSection()  # as the DDS worker's (commlab.runs.seeds)
     timeout_s: float = 300.0           # gloo process group timeout: a lost rank fails the others
     eval_batch_size: int = 1000
     threads: int = 1

@@ -15,17 +15,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from commlab.claims import hold
-from commlab.config_schema import ConfigError, from_dict, to_dict
+from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec
 from commlab.ddp.config import steps_per_epoch
-from commlab.launch import NodeProcesses, announce, config_or_report, end_nodes_on_sigterm, write_node_config
-from commlab.metrics import new_run_id
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
+from commlab.output.progress import watch_csv
+from commlab.output.run_folder import new_run_id
 from commlab.peers.config import HOOKS, KINDS, PeerConfig
-from commlab.progress import watch_csv
-from commlab.roster import Node, worker_name
+from commlab.runs.claims import hold
+from commlab.runs.launch import NodeProcesses, announce, config_or_report, end_nodes_on_sigterm, write_node_config
+from commlab.runs.roster import Node, worker_name
 from commlab.testbed.backend import choose_backend, run_nodes
-from commlab.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 
 NET = 253            # 198.19.253.0/24 (FL namespaces use 251, DDS workers 252)
 GRACE_S = 15.0       # after a rank failed, the others get this long before they are ended
@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="gloo ranks; centralized: the world whose data and budget it matches")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--profile", default="lan",
-                   help="link profile (commlab.netem), applied in network namespaces (root)")
+                   help="link profile (commlab.links.profiles), applied in network namespaces (root)")
     p.add_argument("--train-subset", type=int, default=20000, help="random training subset (0: all 60000)")
     p.add_argument("--test-subset", type=int, help="random test subset (default: all)")
     p.add_argument("--batch-size", type=int, default=32, help="per worker (centralized: world x this per step)")
@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=0,
                    help="centralized: a sample budget instead of --epochs (e.g. an FL run's rounds x clients x "
                    "samples per round): ceil(N / (world x batch)) steps, ending inside an epoch if need be")
-    p.add_argument("--seed", type=int, default=0, help="the run seed, as the DDS worker's (commlab.seeds)")
+    p.add_argument("--seed", type=int, default=0, help="the run seed, as the DDS worker's (commlab.runs.seeds)")
     p.add_argument("--data-seed", type=int, help="the data subsets and shards (default: --seed)")
     p.add_argument("--powersgd-rank", type=int, default=2)
     p.add_argument("--start-iter", type=int, default=2, help="dense steps before PowerSGD (torch needs >= 2)")

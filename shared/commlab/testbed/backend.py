@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..metrics import git_commit, write_json_atomic
-from ..progress import echo
+from ..output.progress import echo
+from ..output.run_folder import git_commit, write_json_atomic
 from .engine import BOOTSTRAP, compose_answers, engine_answers
 from .images import build_images, images_current
 
@@ -51,8 +51,8 @@ def run_nodes(prog: str, backend: str, profile: str, run_dir: Path, nodes: list[
               local: Callable[[], int], netns: Callable[[], Path], docker: Callable[[], Path]) -> int:
     """Run the nodes on `backend` (see the module doc); 0 when all succeeded, else 1 after one line
     naming what failed (the nodes' own output has been streamed already)."""
-    from ..netem import LinkError
-    from .netns import NetnsError
+    from ..links.netns import NetnsError
+    from ..links.profiles import LinkError
     try:
         if backend in ("docker", "swarm"):
             docker()

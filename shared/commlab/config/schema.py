@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from commlab.seeds import SeedTree, check_seed
+from commlab.runs.seeds import SeedTree, check_seed
 
 T = TypeVar("T")
 
@@ -235,7 +235,7 @@ class ModelSection(NamedSection):
 
 @dataclass(frozen=True)
 class SeedSection:
-    """The run's two root seeds; every random stream of the run derives from them (commlab.seeds)."""
+    """The run's two root seeds; every random stream of the run derives from them (commlab.runs.seeds)."""
     run: int = 0                # model init, sampling, local training, codecs, batch orders
     data: int | None = None     # the data subsets and how the training set is split; None: the run seed
 
@@ -253,7 +253,7 @@ class SeedSection:
 class DatasetSection:
     name: str = "mnist"
     root: str | None = None  # data directory (official files and the cache); None: COMMLAB_DATA_DIR, else ~/.cache/commlab
-    # Random subsets (seeded by the run's data seed, commlab.seeds) for fast tests; None uses the whole split.
+    # Random subsets (seeded by the run's data seed, commlab.runs.seeds) for fast tests; None uses the whole split.
     train_subset: int | None = None
     test_subset: int | None = None
 

@@ -1,5 +1,5 @@
 """The CSV tables of a run folder (docs/architecture.md, "Results layout"): every table's columns,
-declared once for the nodes that write them (through metrics.CsvTable) and the report that reads them.
+declared once for the nodes that write them (through run_folder.CsvTable) and the report that reads them.
 
     rounds.csv            FL controller, a row a round
     clients-<i>.csv       FL client i, a row a round
