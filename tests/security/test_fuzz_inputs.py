@@ -141,7 +141,8 @@ def chunk_heads():
 def test_reassembly_of_any_chunk_sequence(chunks, authenticated):
     """Whatever arrives: no exception, nothing held beyond the caps, only whole messages delivered."""
     import ctypes
-    from commlab.dds.auth import Opener, make_keyrings
+    from commlab.dds.auth import make_keyrings
+    from commlab.dds.opener import Opener
     from commlab.dds.cdr import address_of
     from commlab.dds.chunk import decode_head, encode
     from commlab.dds.errors import MessageError

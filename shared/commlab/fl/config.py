@@ -22,6 +22,7 @@ from commlab.fl.root_update import RootUpdate
 from commlab.fl.sampling import Availability, load_availability, per_round_count
 from commlab.fl.strategy_config import StrategySection
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.privacy.config import PrivacySection
 from commlab.runs.roster import client_host_name, client_name, client_node, fl_roster, hosted_clients
 
 # BatchNorm's running statistics (docs/workloads.md): "aggregate" sends them with the weights and
@@ -167,6 +168,7 @@ class ControllerConfig:
     procs: int | None = None
     batchnorm: str = "aggregate"  # BATCHNORM; every client of the run has the same
     bn_calibration_samples: int = 1000  # batchnorm "local": training samples the statistics are recomputed from
+    privacy: PrivacySection | None = None  # client-level DP: the run is DP-FedAvg (docs/privacy.md)
 
     def check(self, where: str) -> None:
         load_train_step(self.train_step, f"{where}train_step")
@@ -191,7 +193,12 @@ class ControllerConfig:
                               f"{self.codec.name!r} (fixed_bits null: only the rates, for any codec)")
         if self.fedbuff is not None and self.strategy.name != "fedbuff":
             raise ConfigError(f"{where}fedbuff: only for strategy fedbuff, not {self.strategy.name}")
+        if self.privacy is not None and self.strategy.name != "fedavg":
+            raise ConfigError(f"{where}privacy: DP-FedAvg replaces the strategy; needs strategy fedavg, "
+                              f"not {self.strategy.name}")
         self._check_sampling(f"{where}sampling.")
+        if self.privacy is not None:
+            self.privacy.check_run(f"{where}privacy.", self.expected_clients, self.per_round())
 
     def _check_sampling(self, where: str) -> None:
         """Sampling against the run's clients; the availability trace is read here, so a bad row

@@ -148,6 +148,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="end the run once a round's test accuracy reaches this (e.g. 0.97)")
     p.add_argument("--round-time-budget", type=float, metavar="SECONDS",
                    help="end the run once the summed round times reach this")
+    p.add_argument("--dp-noise", type=float, metavar="Z", help="client-level DP (DP-FedAvg, docs/privacy.md): "
+                   "noise multiplier z, the noise std on the sum of clipped updates over --dp-clip")
+    p.add_argument("--dp-clip", type=float, default=1.0, help="DP: L2 bound of a client update (adaptive: its start)")
+    p.add_argument("--dp-delta", type=float, default=1e-5, help="DP: epsilon is reported at this delta")
+    p.add_argument("--dp-adaptive", action="store_true", help="DP: clip at the median update norm, tracked "
+                   "privately (Andrew et al. 2021)")
+    p.add_argument("--dp-count-stddev", type=float, help="DP adaptive: noise on the count of unclipped updates "
+                   "(default: clients per round / 20)")
     p.add_argument("--speed-factors", help="compute heterogeneity: speed per client, cycling, e.g. 1,1,0.5,0.25 "
                    "(training stretched by a measured sleep to 1/speed of its time)")
     return p.parse_args(argv)
@@ -187,6 +195,9 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
     controller["stop"] = {"accuracy": a.stop_accuracy, "round_time_budget_s": a.round_time_budget}
     if a.strategy == "fedbuff":
         controller["fedbuff"] = {"buffer_size": a.buffer_size, "max_staleness": a.max_staleness}
+    if a.dp_noise is not None:
+        controller["privacy"] = {"noise_multiplier": a.dp_noise, "clip_norm": a.dp_clip, "delta": a.dp_delta,
+                                 "adaptive_clipping": a.dp_adaptive, "clipped_count_stddev": a.dp_count_stddev}
     if a.adaptive is not None:
         controller["adaptive"] = {"policy": a.adaptive, "total_uplink_mbit": a.total_uplink_mbit,
                                   "probe_bits": a.probe_bits, "fixed_bits": a.fixed_bits, "beta": a.beta,

@@ -160,8 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     stop_progress = watch_csv(run_dir / "steps-rank0.csv", total_steps(cfg), "step", numbered_from=0,
                               note_column="train_loss", note_label="loss")
     try:
-        if cfg["kind"] == "centralized":  # one process, no link to shape
-            return run_local(cfg)
+        if cfg["kind"] == "centralized":  # one process, no link to shape (run_nodes follows the others)
+            from commlab.report.tracking import live_tensorboard
+            with live_tensorboard(run_dir):
+                return run_local(cfg)
         try:
             backend = choose_backend(a.backend)
         except RuntimeError as e:  # docker asked for, and no engine answers: one line, no traceback

@@ -50,7 +50,15 @@ def choose_backend(requested: str) -> str:
 def run_nodes(prog: str, backend: str, profile: str, run_dir: Path, nodes: list[str], *,
               local: Callable[[], int], netns: Callable[[], Path], docker: Callable[[], Path]) -> int:
     """Run the nodes on `backend` (see the module doc); 0 when all succeeded, else 1 after one line
-    naming what failed (the nodes' own output has been streamed already)."""
+    naming what failed (the nodes' own output has been streamed already). Meanwhile the run's CSVs
+    are followed into TensorBoard events (commlab.report.tracking), whichever backend writes them."""
+    from ..report.tracking import live_tensorboard
+    with live_tensorboard(run_dir):
+        return _run_on_backend(prog, backend, profile, run_dir, nodes, local=local, netns=netns, docker=docker)
+
+
+def _run_on_backend(prog: str, backend: str, profile: str, run_dir: Path, nodes: list[str], *,
+                    local: Callable[[], int], netns: Callable[[], Path], docker: Callable[[], Path]) -> int:
     from ..links.netns import NetnsError
     from ..links.profiles import LinkError
     try:
