@@ -2,7 +2,7 @@
 
     python benchmarks/bench_allreduce.py [--world 3] [--numel 1663370] [--reps 3] [--profile 10mbit]
                                          [--multicast off|data] [--chunk-bytes N] [--no-netns]
-                                         [--datagram-frames K] [--send-window BYTES]
+                                         [--datagram-frames K] [--send-window BYTES] [--codecs raw,fp32,fp16,bf16]
 
 Runs WORLD processes once on loopback and (as root) once in network namespaces on a private
 bridge, every uplink shaped by the link profile (commlab.links.netns, commlab.links.profiles), and in
@@ -13,6 +13,9 @@ acknowledgements included; ideal ring 2(W-1)/W, naive W-1), seconds per allreduc
 the reps), the naive/ring time ratio, and whether every rank ended with the same bytes, to
 results/bench/allreduce.{csv,md}.
 With --multicast data the naive schedule sends each vector once (what collective "auto" uses).
+--codecs: the values' wire, raw float32 (the default) or a codec's frames (fp16 and bf16 halve the
+bytes; DDP's allreduce exchange uses the method's codec); each row then also gives its bytes and
+time as x of the first codec's on the same link and schedule, measured in the same run.
 """
 from __future__ import annotations
 
@@ -31,10 +34,27 @@ from commlab.bench import BenchParser, Session
 from commlab.runs.claims import hold
 
 COLLECTIVES = ("naive", "ring")
+RAW = "raw"  # the allreduce's own wire: float32 without a frame header
+
+
+def codec_list(text: str) -> list[str]:
+    """--codecs: raw or registered codec names, comma-separated; an unknown name is one line."""
+    from commlab.codecs import CodecError, get_codec
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("at least one codec name")
+    for name in names:
+        try:
+            if name != RAW:
+                get_codec(name)
+        except CodecError as e:
+            raise argparse.ArgumentTypeError(f"{name}: {e}") from None
+    return names
 
 
 def worker(spec: dict) -> dict:
-    """One rank: `reps` allreduces per schedule, each after a barrier; its own times and bytes."""
+    """One rank: `reps` allreduces per schedule and codec, each after a barrier; its own times and bytes."""
+    from commlab.codecs import get_codec
     from commlab.dds import DdsNode, DdsSettings, Group
     rank, world = spec["rank"], spec["world"]
     vec = np.random.default_rng(rank).standard_normal(spec["numel"]).astype(np.float32)
@@ -42,16 +62,17 @@ def worker(spec: dict) -> dict:
     with DdsNode(f"worker-{rank}", DdsSettings(**spec["settings"])) as node:
         g = Group(node, "bench", rank, world, timeout_s=300.0)
         g.barrier(120)
-        for collective in COLLECTIVES:
+        for collective, name in ((c, n) for c in COLLECTIVES for n in spec["codecs"]):
+            codec = None if name == RAW else get_codec(name)
             runs, digest = [], ""
             for i in range(spec["reps"]):
                 g.barrier(120)
                 before, t = node.stats.snapshot(), time.perf_counter()
-                result = g.allreduce(f"{collective}/{i}", vec, "sum", collective)
+                result = g.allreduce(f"{collective}/{name}/{i}", vec, "sum", collective, codec)
                 sent = node.stats.since(before)
                 runs.append((time.perf_counter() - t, sent["bytes_sent"], sent.get("iface_bytes_sent")))
                 digest = hashlib.sha256(result.tobytes()).hexdigest()
-            out[collective] = {"runs": runs, "digest": digest}
+            out[f"{collective} {name}"] = {"runs": runs, "digest": digest}
         g.barrier(120)
     return out
 
@@ -81,20 +102,27 @@ def shaped(s: Session, spec: dict, profile: str, net: int, transport: dict) -> l
         return run_ranks(s, "shaped", spec, [lab.prefix(n) for n in names], settings)
 
 
-def rows(link: str, ranks: list[dict], world: int, numel: int) -> list[dict]:
-    """Per schedule: bytes a rank sent per allreduce over the payload, the slowest rank's time
-    (median over the reps), whether every rank ended with the same vector."""
+def rows(link: str, ranks: list[dict], world: int, numel: int, codecs: list[str]) -> list[dict]:
+    """Per schedule and codec: bytes a rank sent per allreduce over the float32 payload, the
+    slowest rank's time (median over the reps), both as x of the schedule's first codec, and
+    whether every rank ended with the same vector."""
     payload, out = 4 * numel, []
     for c in COLLECTIVES:
-        per_rep = [max(r[c]["runs"][i][0] for r in ranks) for i in range(len(ranks[0][c]["runs"]))]
-        sent = statistics.mean(b for r in ranks for _, b, _ in r[c]["runs"])
-        iface = [i for r in ranks for _, _, i in r[c]["runs"] if i is not None]
-        out.append({"link": link, "world": world, "collective": c, "payload_bytes": payload,
-                    "sent_per_rank": sent, "sent_x_payload": sent / payload,
-                    "ideal_x_payload": 2 * (world - 1) / world if c == "ring" else world - 1,
-                    "iface_x_payload": statistics.mean(iface) / payload if iface else None,
-                    "seconds": statistics.median(per_rep), "reps": ", ".join(f"{t:.2f}" for t in per_rep),
-                    "identical_on_all_ranks": len({r[c]["digest"] for r in ranks}) == 1})
+        first: dict = {}
+        for name in codecs:
+            runs = [r[f"{c} {name}"]["runs"] for r in ranks]
+            per_rep = [max(rank_runs[i][0] for rank_runs in runs) for i in range(len(runs[0]))]
+            sent = statistics.mean(b for rank_runs in runs for _, b, _ in rank_runs)
+            iface = [i for rank_runs in runs for _, _, i in rank_runs if i is not None]
+            seconds = statistics.median(per_rep)
+            first = first or {"sent": sent, "seconds": seconds}
+            out.append({"link": link, "world": world, "collective": c, "codec": name, "payload_bytes": payload,
+                        "sent_per_rank": sent, "sent_x_payload": sent / payload,
+                        "ideal_x_payload": 2 * (world - 1) / world if c == "ring" else world - 1,
+                        "iface_x_payload": statistics.mean(iface) / payload if iface else None,
+                        "seconds": seconds, "reps": ", ".join(f"{t:.2f}" for t in per_rep),
+                        f"bytes_x_{codecs[0]}": sent / first["sent"], f"time_x_{codecs[0]}": seconds / first["seconds"],
+                        "identical_on_all_ranks": len({r[f"{c} {name}"]["digest"] for r in ranks}) == 1})
     return out
 
 
@@ -111,16 +139,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="dds.multicast on the shaped links (default off: unicast peers)")
     p.add_argument("--datagram-frames", type=int, help="dds.datagram_frames on the shaped links (default 6)")
     p.add_argument("--send-window", type=int, help="dds.send_window_bytes on the shaped links (default 32 KiB)")
+    p.add_argument("--codecs", type=codec_list, default=[RAW], metavar="NAMES",
+                   help=f"comma-separated: {RAW} (float32 without a frame) or codec names, e.g. raw,fp32,fp16,bf16")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
         print(json.dumps(worker(json.loads(a.worker))))
         return 0
-    spec = {"world": a.world, "numel": a.numel, "reps": a.reps}
+    spec = {"world": a.world, "numel": a.numel, "reps": a.reps, "codecs": a.codecs}
     shaped_too = not a.no_netns and os.geteuid() == 0
     with Session(a, 1 + shaped_too, "link") as s:
         domain = hold("domain") if a.domain is None else a.domain
-        table = rows("loopback", loopback(s, spec, domain), a.world, a.numel)
+        table = rows("loopback", loopback(s, spec, domain), a.world, a.numel, a.codecs)
         s.step("loopback")
         notes = [] if shaped_too or a.no_netns else ["shaped links skipped: network namespaces need root"]
         if shaped_too:
@@ -129,11 +159,12 @@ def main(argv: list[str] | None = None) -> int:
             transport = {k: v for k, v in chosen.items() if v is not None}
             link = (f"namespaces, every uplink {a.profile}, "
                     + (", ".join(f"{k} {v}" for k, v in transport.items()) or "transport defaults"))
-            table += rows(link, shaped(s, spec, a.profile, a.net, transport), a.world, a.numel)
+            table += rows(link, shaped(s, spec, a.profile, a.net, transport), a.world, a.numel, a.codecs)
             s.step("shaped")
         df = pd.DataFrame(table)
-        seconds = df.pivot(index="link", columns="collective", values="seconds")
-        ratios = [f"{link}: time naive / ring {row['naive'] / row['ring']:.2f}x" for link, row in seconds.iterrows()]
+        seconds = df.pivot(index=["link", "codec"], columns="collective", values="seconds")
+        ratios = [f"{link}, {codec}: time naive / ring {row['naive'] / row['ring']:.2f}x"
+                  for (link, codec), row in seconds.iterrows()]
         s.write(df, None, f"Dense allreduce over DDS, naive against ring (WORLD={a.world}, {a.numel:,} floats)",
                 notes=notes, after=["\n".join(ratios)])
     return 0

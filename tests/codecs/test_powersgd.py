@@ -12,6 +12,7 @@ from commlab.codecs.compression import Compression, build_compression
 from commlab.codecs.powersgd import orthogonalize, plan
 from commlab.ddp.config import TrainingSection
 from commlab.ddp.lowrank import LowRankAllreduce
+from commlab.runs.seeds import SeedTree
 from decode_checks import decode_only_codec_error
 
 LAYOUT = [("conv", (16, 3, 3, 3)), ("conv.bias", (16,)), ("fc", (64, 48)), ("tiny", (2, 2)), ("out", (10, 64))]
@@ -217,9 +218,9 @@ def test_residual_parameters_belong_to_fl_powersgd_memory():
         lowrank_exchange(Model(np.zeros(NUMEL, np.float32)), TrainingSection(), {"residual_clip": 1.0})
 
 
-def lowrank_exchange(model, training, params, group=None) -> LowRankAllreduce:
+def lowrank_exchange(model, training, params, group=None, seeds: SeedTree = SeedTree()) -> LowRankAllreduce:
     """The DDP exchange of powersgd2 as a worker builds it (ddp/train.py build_exchange)."""
-    compression = build_compression("powersgd2", params, LAYOUT, setting="ddp", run_seed=training.seed)
+    compression = build_compression("powersgd2", params, LAYOUT, setting="ddp", run_seed=seeds.codec_shared)
     return LowRankAllreduce(group or InProcessGroup(), model, training, compression, steps_per_epoch=10)
 
 
@@ -296,7 +297,7 @@ def test_ddp_exchange_state_survives_a_weights_only_checkpoint(tmp_path):
         model.load(g)
         a.exchange(0)
     torch.save(a.state_dict(), tmp_path / "state.pt")
-    b = lowrank_exchange(Model(grads[0]), TrainingSection(seed=7), {})
+    b = lowrank_exchange(Model(grads[0]), TrainingSection(), {}, seeds=SeedTree(7))
     b.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
     outs = []
     for exchange in (a, b):

@@ -80,7 +80,7 @@ def test_label_counts_are_checked(official_cifar10):
 
 
 def test_subsets_are_cut_before_normalising_with_the_same_result():
-    small = build_dataset(DatasetSection(name="synthetic:cifar10", train_subset=300, test_subset=50, subset_seed=4))
+    small = build_dataset(DatasetSection(name="synthetic:cifar10", train_subset=300, test_subset=50), 4)
     whole = subset_random(load_dataset("synthetic:cifar10"), 300, 50, seed=4)
     assert np.array_equal(small.train_x, whole.train_x) and np.array_equal(small.test_y, whole.test_y)
 

@@ -22,6 +22,7 @@ from commlab.fl.local_training import local_update
 from commlab.fl.strategy import FitIns
 from commlab.models import build_model, flatten_params
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, batch_loss, cross_entropy_step, load_train_step
+from commlab.runs.seeds import SeedTree
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "label_smoothing_step.py"
@@ -153,12 +154,12 @@ def test_fl_local_update_uses_the_step():
     rng = np.random.default_rng(0)
     data = SimpleNamespace(train_x=rng.random((64, 1, 28, 28), dtype=np.float32),
                            train_y=rng.integers(0, 10, 64).astype(np.int64))
-    fit = FitIns(round=1, epochs=1, lr=0.05, batch_size=16, subset_size=64, seed=0)
+    fit = FitIns(round=1, epochs=1, lr=0.05, batch_size=16, subset_size=64)
     model = build_model("mnist_cnn", seed=0)
     weights = flatten_params(model)
 
     def update(**step):
-        return local_update(model, weights, data, np.arange(64), fit, momentum=0.9, weight_decay=0.0, **step)
+        return local_update(model, weights, data, np.arange(64), fit, SeedTree().local(0, 1), momentum=0.9, weight_decay=0.0, **step)
 
     default_delta, default_loss = update()
     same_delta, same_loss = update(step=load_train_step(DEFAULT_TRAIN_STEP))
@@ -186,9 +187,11 @@ def test_ddp_run_with_a_step_from_a_file_records_and_uses_it(tmp_path, domain):
     from commlab.config.builders import build_dataset
     from commlab.config.schema import DatasetSection
     from commlab.data import partition
-    data = build_dataset(DatasetSection(train_subset=640, test_subset=200))
-    first = np.random.default_rng([0, 0, 0]).permutation(partition(data.train_y, 2, "iid", seed=0)[0])[:32]
-    model = build_model("mnist_cnn", seed=0)
+    seeds = SeedTree(0)
+    data = build_dataset(DatasetSection(train_subset=640, test_subset=200), seeds.subset)
+    shard = partition(data.train_y, 2, "iid", seed=seeds.partition)[0]
+    first = np.random.default_rng(seeds.batches(0, 0)).permutation(shard)[:32]
+    model = build_model("mnist_cnn", seed=seeds.model_init)
     x, y = torch.from_numpy(data.train_x[first]), torch.from_numpy(data.train_y[first])
     smoothed, plain = F.cross_entropy(model(x), y, label_smoothing=0.1).item(), F.cross_entropy(model(x), y).item()
     logged = pd.read_csv(run / "steps-rank0.csv")["train_loss"].iloc[0]

@@ -12,9 +12,11 @@ from commlab.fl.config import ClientConfig, ControllerConfig
 from commlab.fl.evaluation import GlobalEvaluation
 from commlab.fl.local_training import local_update
 from commlab.fl.strategy import FitIns
+from commlab.runs.seeds import SeedTree
 from commlab.models import build_model, flatten_buffers, flatten_params, num_params
 
-FIT = FitIns(round=1, epochs=1, lr=0.05, batch_size=8, subset_size=16, seed=3)
+FIT = FitIns(round=1, epochs=1, lr=0.05, batch_size=8, subset_size=16)
+SEEDS = SeedTree(3).local(0, 1)
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +36,11 @@ def controller(batchnorm: str, **extra) -> ControllerConfig:
 def test_aggregate_updates_carry_the_statistics(data):
     model = build_model("resnet20")
     start = flatten_params(model, buffers=True)
-    delta, _ = local_update(model, start, data, np.arange(16), FIT, momentum=0.9, weight_decay=0.0, buffers=True)
+    delta, _ = local_update(model, start, data, np.arange(16), FIT, SEEDS, momentum=0.9, weight_decay=0.0, buffers=True)
     assert delta.size == start.size > num_params(model)
     moved = delta[num_params(model):]
     assert np.abs(moved).max() > 0.1  # running means and variances followed the client's data
-    local, _ = local_update(model, flatten_params(model), data, np.arange(16), FIT, momentum=0.9, weight_decay=0.0,
+    local, _ = local_update(model, flatten_params(model), data, np.arange(16), FIT, SEEDS, momentum=0.9, weight_decay=0.0,
                             buffers=False)
     assert local.size == num_params(model)
 
@@ -46,7 +48,7 @@ def test_aggregate_updates_carry_the_statistics(data):
 def test_local_statistics_are_recomputed_by_the_controller(data):
     model = build_model("resnet20")
     trained = build_model("resnet20")
-    local_update(trained, flatten_params(trained, buffers=True), data, np.arange(32), FIT, momentum=0.9,
+    local_update(trained, flatten_params(trained, buffers=True), data, np.arange(32), FIT, SEEDS, momentum=0.9,
                  weight_decay=0.0, buffers=True)
     weights = flatten_params(trained)  # what a "local" run's controller holds: no statistics
     evaluation = GlobalEvaluation(controller("local", bn_calibration_samples=32), model, data)

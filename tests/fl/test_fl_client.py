@@ -55,7 +55,7 @@ class Node:
 
 
 def _cmd(rnd: int, epochs: int, run_id: str = "run") -> TrainCmd:
-    return TrainCmd(round=rnd, epochs=epochs, lr=0.1, seed=1, subset_size=8, codec="fp32", run_id=run_id)
+    return TrainCmd(round=rnd, epochs=epochs, lr=0.1, subset_size=8, codec="fp32", run_id=run_id)
 
 
 def test_train_cmd_without_epochs_is_rejected_and_the_client_runs_on_until_stop(tmp_path):

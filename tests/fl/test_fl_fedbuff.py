@@ -13,9 +13,10 @@ from commlab.fl.fedbuff import Dispatch
 from commlab.fl.run import build_configs, parse_args
 from commlab.fl.sampling import Availability
 from commlab.fl.strategy import ASYNC_STRATEGIES, FedAvg, FedBuff, FitRes, staleness_weight
+from commlab.runs.seeds import SeedTree
 from test_fl_sampling import log_of, run_to_completion
 
-COMMON = dict(epochs=1, lr=0.1, batch_size=8, subset_size=10, seed=0)
+COMMON = dict(epochs=1, lr=0.1, batch_size=8, subset_size=10)
 
 
 def fedbuff(weights, **kw) -> FedBuff:
@@ -65,7 +66,7 @@ def test_updates_beyond_max_staleness_are_rejected_and_counted():
 
 def test_dispatch_keeps_concurrency_and_trains_each_client_once_per_version():
     clients = [f"client-{i}" for i in range(4)]
-    d = Dispatch(clients, concurrency=2, seed=0)
+    d = Dispatch(clients, concurrency=2, seeds=SeedTree())
     first = d.assign(0, set(clients))
     assert len(first) == 2 and d.assign(0, set(clients)) == []  # full
     a, b = first
@@ -84,7 +85,7 @@ def test_dispatch_keeps_concurrency_and_trains_each_client_once_per_version():
 def test_dispatch_skips_unavailable_and_dead_clients():
     clients = [f"client-{i}" for i in range(4)]
     trace = Availability({"client-0": [(1, 1)], "client-1": [(1, 9)], "client-2": [(2, 9)]})
-    d = Dispatch(clients, concurrency=4, seed=0, availability=trace)
+    d = Dispatch(clients, concurrency=4, seeds=SeedTree(), availability=trace)
     assert d.assign(0, {"client-0", "client-2", "client-3"}) == ["client-0"]  # client-1 dead, 2 and 3 off in round 1
     assert d.candidates(0) == ["client-1"]
 

@@ -12,7 +12,7 @@ from commlab.fl.strategy import FitRes
 
 def controller_with(returns: dict[str, int]) -> tuple[SimpleNamespace, list]:
     sent: list = []
-    cmd = TrainCmd(round=2, epochs=1, lr=0.1, seed=0, subset_size=8, codec="fp32", run_id="run")
+    cmd = TrainCmd(round=2, epochs=1, lr=0.1, subset_size=8, codec="fp32", run_id="run")
     collector = UpdateCollector(2, ["client-0", "client-1", "client-2"], None, 1, lambda line: None)
     collector.replies.results.append(FitRes("client-0", 8, np.zeros(1, np.float32)))
     ctl = SimpleNamespace(

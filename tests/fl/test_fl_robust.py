@@ -15,8 +15,9 @@ from commlab.fl.run import build_configs, parse_args
 from commlab.fl.strategy import STRATEGIES, FedAvg, FitIns, FitRes, Krum, Median, NormClip, TrimmedMean
 from commlab.models import build_model, flatten_params
 from commlab.models.train_step import DEFAULT_TRAIN_STEP
+from commlab.runs.seeds import SeedTree
 
-COMMON = dict(epochs=1, lr=0.1, batch_size=8, subset_size=10, seed=0)
+COMMON = dict(epochs=1, lr=0.1, batch_size=8, subset_size=10)
 
 
 def make(name, weights, **kw):
@@ -137,18 +138,18 @@ def unit(v: np.ndarray) -> np.ndarray:
 
 
 def test_root_update_is_deterministic_and_trains_like_a_client():
-    root = RootUpdate(ModelSection(), DatasetSection(train_subset=300, test_subset=10), samples=40, seed=0,
+    root = RootUpdate(ModelSection(), DatasetSection(train_subset=300, test_subset=10), samples=40, seeds=SeedTree(0),
                       momentum=0.9, train_step=DEFAULT_TRAIN_STEP, threads=1)
     weights = flatten_params(build_model("mnist_cnn"))
-    fit = FitIns(round=1, epochs=1, lr=0.05, batch_size=16, subset_size=64, seed=3)
+    fit = FitIns(round=1, epochs=1, lr=0.05, batch_size=16, subset_size=64)
     first, again = root(weights, fit), root(weights, fit)
     assert first.tobytes() == again.tobytes() and np.linalg.norm(first) > 0
-    assert root(weights, replace(fit, seed=4)).tobytes() != first.tobytes()
+    assert root(weights, replace(fit, round=2)).tobytes() != first.tobytes()  # each round its own batch order
 
 
 def fixed_reference(weights, fit):
     """A stand-in for the server's root update: deterministic in the weights and the round."""
-    return np.sin(weights + np.float32(fit.seed % 7)).astype(np.float32)
+    return np.sin(weights + np.float32(fit.round % 7)).astype(np.float32)
 
 
 @pytest.mark.parametrize("name, kw", [("fedavg", {}), ("median", {}), ("trimmed_mean", {"trim_fraction": 0.25}),

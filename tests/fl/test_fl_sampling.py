@@ -18,18 +18,19 @@ from commlab.runs.fault_points import HALT_ENV
 from commlab.fl.sampling import (Availability, diurnal_trace, load_availability, per_round_count, sample_clients,
                                  select_round, write_trace)
 from commlab.runs.roster import fl_roster
+from commlab.runs.seeds import SeedTree
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = [f"client-{i}" for i in range(10)]
 
 
 def test_sampler_is_seeded_reproducible_and_order_free():
-    picks = [sample_clients(CLIENTS, 3, seed=7, rnd=r) for r in range(1, 21)]
-    assert picks == [sample_clients(list(reversed(CLIENTS)), 3, seed=7, rnd=r) for r in range(1, 21)]
+    picks = [sample_clients(CLIENTS, 3, SeedTree(7).sampling(r)) for r in range(1, 21)]
+    assert picks == [sample_clients(list(reversed(CLIENTS)), 3, SeedTree(7).sampling(r)) for r in range(1, 21)]
     assert all(len(p) == len(set(p)) == 3 and p == sorted(p) and set(p) <= set(CLIENTS) for p in picks)
     assert len({tuple(p) for p in picks}) > 10  # rounds differ
-    assert picks != [sample_clients(CLIENTS, 3, seed=8, rnd=r) for r in range(1, 21)]  # so do seeds
-    assert sample_clients(CLIENTS[:2], 3, seed=7, rnd=1) == CLIENTS[:2]
+    assert picks != [sample_clients(CLIENTS, 3, SeedTree(8).sampling(r)) for r in range(1, 21)]  # so do seeds
+    assert sample_clients(CLIENTS[:2], 3, SeedTree(7).sampling(1)) == CLIENTS[:2]
 
 
 def test_per_round_count_and_its_config_checks(tmp_path):
@@ -50,15 +51,15 @@ def test_unavailable_clients_are_never_selected():
                           "client-3": [(2, 10)]})  # client-4..9: no rows, never available
     for rnd in range(1, 12):
         on = {c for c, spans in trace.intervals.items() if any(a <= rnd <= b for a, b in spans)}
-        chosen = select_round(rnd, CLIENTS, 2, 0, trace, 1, [].append)
+        chosen = select_round(rnd, CLIENTS, 2, SeedTree(), trace, 1, [].append)
         assert set(chosen) <= on and len(chosen) == min(2, len(on))
 
 
 def test_too_few_available_is_one_line_and_uses_those():
     log: list[str] = []
     trace = Availability({"client-3": [(1, 1)]})
-    assert select_round(1, CLIENTS, 4, 0, trace, 2, log.append) == ["client-3"]
-    assert select_round(2, CLIENTS, 4, 0, trace, 2, log.append) == []
+    assert select_round(1, CLIENTS, 4, SeedTree(), trace, 2, log.append) == ["client-3"]
+    assert select_round(2, CLIENTS, 4, SeedTree(), trace, 2, log.append) == []
     assert log == ["round 1: only 1 client(s) available (client-3), fewer than min_clients=2: the round uses those",
                    "round 2: only 0 client(s) available (none), fewer than min_clients=2: the round uses those"]
 
@@ -100,9 +101,9 @@ def test_trace_command_writes_the_seeded_trace(tmp_path):
 
 
 def test_train_cmd_names_its_clients():
-    cmd = TrainCmd(round=1, epochs=1, lr=0.1, seed=0, subset_size=10, codec="fp32", clients="client-0;client-2")
+    cmd = TrainCmd(round=1, epochs=1, lr=0.1, subset_size=10, codec="fp32", clients="client-0;client-2")
     assert cmd.problem() is None and cmd.names("client-2") and not cmd.names("client-1")
-    assert TrainCmd(round=1, epochs=1, lr=0.1, seed=0, subset_size=10, codec="fp32").names("client-1")
+    assert TrainCmd(round=1, epochs=1, lr=0.1, subset_size=10, codec="fp32").names("client-1")
     for bad in ("client-0;client-0", "client-0;", ";", " client-1"):
         cmd.clients = bad
         assert "clients must be distinct" in cmd.problem()
@@ -127,7 +128,7 @@ def test_run_trains_only_the_sampled_clients(tmp_path, domain):
     with open(run_dir / "rounds.csv") as f:
         rows = list(csv.DictReader(f))
     ids = [f"client-{i}" for i in range(4)]
-    expected = [sample_clients(ids, 2, seed, rnd) for rnd in range(1, rounds + 1)]
+    expected = [sample_clients(ids, 2, SeedTree(seed).sampling(rnd)) for rnd in range(1, rounds + 1)]
     assert [r["participants"].split(";") for r in rows] == expected
     for i, name in enumerate(ids):  # a client trains (one row) exactly in the rounds it was sampled for
         with open(run_dir / f"clients-{i}.csv") as f:

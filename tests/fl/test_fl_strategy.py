@@ -5,12 +5,13 @@ import pytest
 from commlab.codecs import get_codec
 from commlab.fl.collect import RoundFailed, UpdateCollector
 from commlab.fl.local_training import round_subset
+from commlab.runs.seeds import SeedTree
 from commlab.fl.messages import ClientUpdate
 from commlab.fl.strategy import FedAvg, FitIns, FitRes
 
 
 def fedavg(weights, **kw):
-    return FedAvg(np.asarray(weights, np.float32), epochs=1, lr=0.1, batch_size=8, subset_size=10, seed=0, **kw)
+    return FedAvg(np.asarray(weights, np.float32), epochs=1, lr=0.1, batch_size=8, subset_size=10, **kw)
 
 
 def test_fedavg_weights_by_num_samples():
@@ -55,14 +56,13 @@ def test_fedavg_refuses_empty_round_and_wrong_shape():
         s.aggregate(1, [FitRes("a", 1, np.zeros(3, np.float32))], [])
 
 
-def test_round_seed_changes_per_round_and_subsets_are_reproducible():
-    s = fedavg([0.0])
-    assert s.configure_round(1).seed != s.configure_round(2).seed
-    part = np.arange(1000)
-    fit = FitIns(round=3, epochs=1, lr=0.1, batch_size=8, subset_size=100, seed=7)
-    a, b = round_subset(part, fit, 0), round_subset(part, fit, 0)
+def test_round_subsets_are_reproducible_and_differ_per_client_and_round():
+    part, tree = np.arange(1000), SeedTree(7)
+    fit = FitIns(round=3, epochs=1, lr=0.1, batch_size=8, subset_size=100)
+    a, b = round_subset(part, fit, tree.local(0, 3)), round_subset(part, fit, SeedTree(7).local(0, 3))
     np.testing.assert_array_equal(a, b)
-    assert len(a) == 100 and not np.array_equal(a, round_subset(part, fit, 1))
+    assert len(a) == 100 and not np.array_equal(a, round_subset(part, fit, tree.local(1, 3)))
+    assert not np.array_equal(a, round_subset(part, fit, tree.local(0, 4)))
 
 
 def collector(log):

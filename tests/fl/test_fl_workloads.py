@@ -55,7 +55,7 @@ def test_resnet20_on_cifar10_sends_its_batchnorm_statistics(tmp_path, data_dir, 
                                "--partition", "dirichlet", "--train-subset", "400", "--test-subset", "50")
     assert (manifest["model"], manifest["dataset"], manifest["config"]["batchnorm"]) == ("resnet20", "cifar10",
                                                                                        "aggregate")
-    data = build_dataset(DatasetSection("cifar10", root=str(data_dir), train_subset=400, test_subset=50))
+    data = build_dataset(DatasetSection("cifar10", root=str(data_dir), train_subset=400, test_subset=50), 0)
     expected = client_summary(data, partition_dataset(data, 2, "dirichlet", seed=0, alpha=0.5))
     assert manifest["client_data"] == dict(zip(["client-0", "client-1"], expected))
     assert sum(c["samples"] for c in expected) == 400 and len(expected[0]["label_histogram"]) == 10
@@ -69,7 +69,7 @@ def test_resnet20_on_cifar10_sends_its_batchnorm_statistics(tmp_path, data_dir, 
 def test_femnist_cnn_on_femnist_split_by_writer(tmp_path, data_dir, domain):
     _, manifest, _ = fl_run(tmp_path, data_dir, domain, "--model", "femnist_cnn", "--dataset", "femnist",
                                  "--partition", "natural")
-    data = build_dataset(DatasetSection("femnist", root=str(data_dir)))
+    data = build_dataset(DatasetSection("femnist", root=str(data_dir)), 0)
     parts = partition_dataset(data, 2, "natural", seed=0)
     assert manifest["client_data"] == dict(zip(["client-0", "client-1"], client_summary(data, parts)))
     assert [len(set(data.train_groups[p].tolist())) for p in parts] == [2, 2]  # two whole writers each

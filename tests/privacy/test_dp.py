@@ -18,7 +18,7 @@ from commlab.output.tables import COLUMNS
 dp_accounting = pytest.importorskip("dp_accounting")
 from dp_accounting import pld, rdp  # noqa: E402
 
-FEDAVG = dict(epochs=1, lr=0.1, batch_size=8, subset_size=10, seed=0)
+FEDAVG = dict(epochs=1, lr=0.1, batch_size=8, subset_size=10)
 
 
 def strategy(size: int = 50, **kw) -> DPFedAvg:

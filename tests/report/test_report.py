@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from commlab.report import build
 from commlab.report.__main__ import main
 from commlab.report.figures import ADAPTIVE_FIGURES, DDP_FIGURES, FL_FIGURES, adaptive_figures
 
@@ -34,6 +35,14 @@ def rows(run: str, pattern: str) -> list[dict]:
 
 def col(rs: list[dict], name: str) -> list[float]:
     return [float(r[name]) for r in rs]
+
+
+@pytest.fixture
+def text_only(monkeypatch) -> None:
+    """The report's tables and text without its per-group figures, for tests of groups, skips and
+    summaries: the figures are drawn and checked once, by test_every_figure_is_written_and_not_blank
+    here and by tests/report/test_figures.py."""
+    monkeypatch.setattr(build, "group_figures", lambda runs, settings, target: {})
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +166,7 @@ def test_broken_runs_are_skipped_with_reason(report, capsys):
     assert "manifest.json: missing manifest" in text
 
 
-def test_only_named_runs(tmp_path, capsys):
+def test_only_named_runs(tmp_path, capsys, text_only):
     run = "20250101-121000-ddp-dgc-302"
     assert main(["--results", str(FIXTURE), "--runs", run, "--out", str(tmp_path)]) == 0
     assert list(pd.read_csv(tmp_path / "summary.csv")["run_id"]) == [run]
@@ -178,7 +187,7 @@ def test_no_runs_prints_how_to_make_one(tmp_path, capsys):
     assert "No runs found" in capsys.readouterr().out
 
 
-def test_run_that_goes_bad_is_skipped_and_others_reported(tmp_path, capsys):
+def test_run_that_goes_bad_is_skipped_and_others_reported(tmp_path, capsys, text_only):
     results = tmp_path / "results"
     for run in ("20250101-100000-fl-fp32-101", "20250101-101000-fl-int8_sparse-102"):
         shutil.copytree(FIXTURE / run, results / run)
@@ -195,7 +204,7 @@ def test_run_that_goes_bad_is_skipped_and_others_reported(tmp_path, capsys):
     assert "Report on 1 run(s)" in capsys.readouterr().out
 
 
-def test_runs_differing_in_training_settings_are_separate_groups(tmp_path):
+def test_runs_differing_in_training_settings_are_separate_groups(tmp_path, text_only):
     # Same codec and link, only the learning rate differs: neither run may hide the other.
     results = tmp_path / "results"
     run = "20250101-100000-fl-fp32-101"
@@ -216,7 +225,7 @@ def test_runs_differing_in_training_settings_are_separate_groups(tmp_path):
     assert "training=lr=0.1 local_epochs=1" in (tmp_path / "out" / "report.md").read_text()
 
 
-def test_compressor_matrix_is_drawn_and_tabled(tmp_path):
+def test_compressor_matrix_is_drawn_and_tabled(tmp_path, text_only):
     results = tmp_path / "results"
     shutil.copytree(FIXTURE / "20250101-121000-ddp-dgc-302", results / "20250101-121000-ddp-dgc-302")
     bench = results / "bench"
@@ -237,7 +246,7 @@ def test_compressor_matrix_is_drawn_and_tabled(tmp_path):
     assert image.std() > 0.01  # something was drawn
 
 
-def test_a_matrix_written_before_x_of_fp32_is_named_not_drawn(tmp_path, capsys):
+def test_a_matrix_written_before_x_of_fp32_is_named_not_drawn(tmp_path, capsys, text_only):
     results = tmp_path / "results"
     shutil.copytree(FIXTURE / "20250101-121000-ddp-dgc-302", results / "20250101-121000-ddp-dgc-302")
     (results / "bench").mkdir()

@@ -15,7 +15,7 @@ from commlab.dds.messages import from_wire, to_wire
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 
 CASES = int(os.environ.get("COMMLAB_FUZZ_CASES", "1000"))  # make fuzz: 10,000
-VALID = [TrainCmd(round=2, epochs=1, lr=0.05, seed=7, subset_size=100, codec="int8", codec_params={"ratio": 0.1}),
+VALID = [TrainCmd(round=2, epochs=1, lr=0.05, subset_size=100, codec="int8", codec_params={"ratio": 0.1}),
          ClientUpdate(round=2, client_id="client-0", num_samples=100, payload=b"x"),
          ModelBlob(round=1, kind="delta", digest="ab" * 8, base_digest="cd" * 8, run_id="r", payload=b"y"),
          ModelRequest(run_id="r", client_id="client-1", have=""), Stop(run_id="r", last_round=3)]

@@ -39,7 +39,7 @@ with DdsNode(name, DdsSettings(domain_id=domain, keyring=ring)) as node:
     sys.stdin.readline()  # the test says when: the controller halted after round 1
     forged = get_codec("fp32").encode(np.full(1_663_370, -1e3, np.float32))
     pubs[ClientUpdate].publish(ClientUpdate(round=2, client_id="client-0", num_samples=10**9, payload=forged))
-    pubs[TrainCmd].publish(TrainCmd(round=2, epochs=0, lr=1.0, seed=0, subset_size=1, codec="fp32", run_id=run_id))
+    pubs[TrainCmd].publish(TrainCmd(round=2, epochs=0, lr=1.0, subset_size=1, codec="fp32", run_id=run_id))
     pubs[ModelBlob].publish(ModelBlob(round=1, kind="full", digest="0" * 16, run_id=run_id, payload=b"junk"))
     pubs[Stop].publish(Stop(run_id=run_id, last_round=1))
     print("forged", flush=True)

@@ -49,8 +49,8 @@ class Context:
     momentum: float = 0.0     # the optimizer's momentum (DGC's memory applies it instead)
     nesterov: bool = False
     world: int = 1            # ranks whose gradients are averaged (DGC's local clipping)
-    seed: int = 0             # this node's own: the FL client index, a DDP rank's seed
-    run_seed: int = 0         # the same on every node of the run (PowerSGD's first Qs must agree)
+    seed: int = 0             # this node's own (SeedTree.codec of the FL client, the DDP rank)
+    run_seed: int = 0         # the same on every node of the run (SeedTree.codec_shared: PowerSGD's first Qs must agree)
 
     def __post_init__(self) -> None:
         if self.setting not in SETTINGS:
@@ -189,14 +189,10 @@ class RandomCodec(Codec):
     codec rebuilt from it (a resumed run, a host swapping its logical clients) draws on where the
     old one stopped instead of repeating its draws."""
     rng: np.random.Generator
-    # Seeded by the node (Context.seed: the FL client index, the DDP rank) unless its params name
-    # a seed. qsgd: otherwise unseeded, so two runs of one seed drew differently. terngrad and
-    # randomk keep their seed 0 on every node, as the compressor matrix measured them.
-    seeded_by_node: ClassVar[bool] = False
-
     @classmethod
     def build(cls, params: dict[str, Any], context: Context) -> tuple[Codec, Memory, Schedule | None]:
-        return super().build({"seed": context.seed, **params} if cls.seeded_by_node else params, context)
+        """Seeded by the node (Context.seed, commlab.runs.seeds.SeedTree.codec) unless its params name a seed."""
+        return super().build({"seed": context.seed, **params}, context)
 
     def state_dict(self) -> dict:
         return {"rng": self.rng.bit_generator.state}

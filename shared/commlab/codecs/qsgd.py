@@ -36,7 +36,6 @@ class QSGD(RandomCodec):
     unbiased = True
     params_struct = struct.Struct("<BI")  # levels, bucket
     suffix_param = "levels"
-    seeded_by_node = True
 
     def __init__(
         self, levels: int = 16, bucket: int = 512, seed: int | np.random.Generator | None = None, **kw

@@ -22,7 +22,7 @@ compressor at 0.125x. randomk is the baseline that shows what choosing the coord
 Over the wire: the parameters carry a 64-bit seed and k, the payload only the k kept float32
 values, in increasing index order; no indices. The receiver regenerates the index set from the
 seed (``positions``; wire version 2: from an AES keystream, version 1 took numpy's PCG64 stream).
-The encoder draws a fresh seed per frame from its own Generator (constructor ``seed``, default 0),
+The encoder draws a fresh seed per frame from its own Generator (constructor ``seed``, default 0; a node's is its codec seed, commlab.runs.seeds),
 so successive frames keep different coordinates, and two codecs built with the same seed give the
 same frames for the same inputs in the same order.
 """

@@ -18,7 +18,7 @@ block, then two bitmaps of ceil(D/8) bytes each (bit order as in signsgd.py): b 
 values) and the signs of the non-zero values (a sign bit on a zero value is rejected, so every
 vector has one encoding): 4 ceil(D/B) + 2 ceil(D/8) bytes.
 
-The codec keeps its own numpy Generator (``seed``, default 0): successive encodes draw fresh
+The codec keeps its own numpy Generator (``seed``, default 0; a node's is its codec seed, commlab.runs.seeds): successive encodes draw fresh
 Bernoulli variables (b_i = u_i < |g_i| / s_b, with the uniforms of draws.py: a key per frame from
 the Generator), and two codecs built with the same seed give the same frames for the same inputs
 in the same order.

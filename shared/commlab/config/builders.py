@@ -11,12 +11,13 @@ from commlab.data import Dataset, dataset_spec, load_raw, subset_random, to_data
 from commlab.models import build_model, configure_threads, model_entry
 
 
-def build_dataset(section: DatasetSection) -> Dataset:
-    """The section's dataset, its random subsets cut before the images are normalised (the same
-    samples and values as cutting after, without a float copy of the whole set)."""
+def build_dataset(section: DatasetSection, subset_seed: int) -> Dataset:
+    """The section's dataset, its random subsets (drawn with `subset_seed`, SeedTree.subset) cut
+    before the images are normalised (the same samples and values as cutting after, without a
+    float copy of the whole set)."""
     raw = load_raw(section.name, section.root)
     if section.train_subset is not None or section.test_subset is not None:
-        raw = subset_random(raw, section.train_subset or len(raw.train_y), section.test_subset, seed=section.subset_seed)
+        raw = subset_random(raw, section.train_subset or len(raw.train_y), section.test_subset, seed=subset_seed)
     return to_dataset(dataset_spec(section.name), raw)
 
 

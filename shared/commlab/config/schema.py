@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from commlab.runs.seeds import SeedTree, check_seed
+
 T = TypeVar("T")
 
 
@@ -236,13 +238,28 @@ class ModelSection(NamedSection):
 
 
 @dataclass(frozen=True)
+class SeedSection:
+    """The run's two root seeds; every random stream of the run derives from them (commlab.runs.seeds)."""
+    run: int = 0                # model init, sampling, local training, codecs, batch orders
+    data: int | None = None     # the data subsets and how the training set is split; None: the run seed
+
+    def check(self, where: str) -> None:
+        problem = check_seed(where, "run", self.run) or check_seed(where, "data", self.data)
+        if problem:
+            raise ConfigError(problem)
+
+    @property
+    def tree(self) -> SeedTree:
+        return SeedTree(self.run, self.data)
+
+
+@dataclass(frozen=True)
 class DatasetSection:
     name: str = "mnist"
     root: str | None = None  # data directory (official files and the cache); None: COMMLAB_DATA_DIR, else ~/.cache/commlab
-    # Random subsets (seeded) for fast tests; None uses the whole split.
+    # Random subsets (seeded by the run's data seed, commlab.runs.seeds) for fast tests; None uses the whole split.
     train_subset: int | None = None
     test_subset: int | None = None
-    subset_seed: int = 0
 
     def check(self, where: str) -> None:
         existing(where, "root", self.root)
@@ -254,10 +271,11 @@ class DatasetSection:
 @dataclass(frozen=True, kw_only=True)
 class DdsNodeConfig:
     """What the config of every DDS node (FL controller and client, DDP worker) starts with: its run,
-    where results go, its DDS section, and the link, model and dataset of the run."""
+    where results go, its DDS section, and the link, model, dataset and seeds of the run."""
     run_id: str
     results_dir: str
     dds: DdsSection
     link_profile: str = "lan"  # recorded in the manifest; shaping is applied by the testbed
     model: ModelSection = ModelSection()
     dataset: DatasetSection = DatasetSection()
+    seeds: SeedSection = SeedSection()  # the run's seed tree (commlab.runs.seeds); FL clients hold the controller's

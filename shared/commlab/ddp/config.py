@@ -24,7 +24,6 @@ class TrainingSection:
     momentum: float = 0.9
     nesterov: bool = False
     weight_decay: float = 1e-4
-    seed: int = 0                   # model init, shards, batch order
     # Schedule of the dense allreduces (dense, PowerSGD's P and Q): "ring" sends 2(W-1)/W of the
     # payload per rank, "naive" (allgather and sum) (W-1)x unicast, 1x with data multicast; "auto":
     # naive with dds multicast "data", else ring (commlab.dds.collectives.Group.schedule).

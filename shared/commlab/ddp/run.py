@@ -52,7 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--test-subset", type=int, help="random test subset (default: all)")
     p.add_argument("--batch-size", type=int, default=32, help="per worker")
     p.add_argument("--lr", type=float, default=0.02)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the run seed: model init, batch orders, compressors "
+                   "(commlab.runs.seeds)")
+    p.add_argument("--data-seed", type=int, help="the data subsets and the ranks' shards (default: --seed)")
     p.add_argument("--train-step", default=DEFAULT_TRAIN_STEP, metavar="SPEC",
                    help="every worker's loss of one batch: package.module:function or path/to/file.py:function "
                    "(default %(default)s; docs/ddp.md)")
@@ -99,8 +101,9 @@ def build_config(a: argparse.Namespace) -> dict:
            "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"], "multicast": a.multicast},
            "model": {"name": a.model, "params": codec_params(a.model_param, "model parameter")},
            "dataset": {"name": a.dataset, "train_subset": a.train_subset or None, "test_subset": a.test_subset},
-           "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed,
+           "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
                         "collective": a.collective},
+           "seeds": {"run": a.seed, "data": a.data_seed},
            "collective_timeout_s": a.collective_timeout, "peer_return_s": a.peer_return, "summary_every": a.summary_every,
            "resume_from": str(Path(a.resume_from).resolve()) if a.resume_from else None,
            "train_step": resolve_spec_path(a.train_step)}

@@ -1,6 +1,6 @@
 """What every data-parallel trainer builds the same way (the DDS worker, the gloo peer, the
 centralized peer), so they compare at equal steps: the dataset, its IID shards, the steps per
-epoch and the model, all from the same seed."""
+epoch and the model, all from the same seed tree (commlab.runs.seeds)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,6 +12,7 @@ from commlab.config.builders import build_dataset, build_node_model
 from commlab.config.schema import ConfigError, DatasetSection, ModelSection
 from commlab.data import Dataset, partition
 from commlab.ddp.config import steps_per_epoch
+from commlab.runs.seeds import SeedTree
 
 
 @dataclass
@@ -22,14 +23,15 @@ class DataParallelSetup:
     model: torch.nn.Module
 
 
-def data_parallel_setup(dataset: DatasetSection, model: ModelSection, world: int, batch_size: int, seed: int,
+def data_parallel_setup(dataset: DatasetSection, model: ModelSection, world: int, batch_size: int, seeds: SeedTree,
                         threads: int) -> DataParallelSetup:
     """IID shards of the training set for `world` ranks; ConfigError if a batch exceeds a shard."""
-    data = build_dataset(dataset)
-    shards = partition(data.train_y, world, "iid", seed=seed)
+    data = build_dataset(dataset, seeds.subset)
+    shards = partition(data.train_y, world, "iid", seed=seeds.partition)
     steps = steps_per_epoch(len(data.train_y), world, batch_size)
     if steps == 0:
         raise ConfigError(f"training.batch_size: {batch_size} exceeds the smallest shard "
                           f"({min(len(s) for s in shards)} samples for {world} ranks)")
     # Built after the data, from the same seed on every rank: the same initial weights everywhere.
-    return DataParallelSetup(data, shards, steps, build_node_model(model, seed=seed, threads=threads, data=data))
+    return DataParallelSetup(data, shards, steps, build_node_model(model, seed=seeds.model_init, threads=threads,
+                                                                   data=data))

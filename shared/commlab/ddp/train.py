@@ -39,7 +39,8 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
     """Train to the end or raise (PeerLost, BarrierTimeout, FrameError...); results stay readable."""
     tr = cfg.training
     cfg.dds.check_host()
-    setup = data_parallel_setup(cfg.dataset, cfg.model, world, tr.batch_size, tr.seed, cfg.threads)
+    seeds = cfg.seeds.tree
+    setup = data_parallel_setup(cfg.dataset, cfg.model, world, tr.batch_size, seeds, cfg.threads)
     data, shards, steps_per_epoch, model = setup.data, setup.shards, setup.steps_per_epoch, setup.model
     step_fn = load_train_step(cfg.train_step)  # already checked with the config
     out = Path(cfg.results_dir) / cfg.run_id
@@ -50,8 +51,7 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
             "model": cfg.model.name, "dataset": cfg.dataset.name, "method": cfg.method,
             "multicast": dds_settings(cfg.dds).multicast, "link_profile": cfg.link_profile, "world": world,
             "epochs": tr.epochs, "config": to_dict(cfg),
-            "seeds": {"model": tr.seed, "shards": tr.seed, "batches": tr.seed, "compressor": tr.seed,
-                      "subset": cfg.dataset.subset_seed},
+            "seeds": seeds.manifest(world, ("batches", "codec")),
             "steps_per_epoch": steps_per_epoch, "status": "running"})
     out.mkdir(parents=True, exist_ok=True)
     steps = CsvTable(out / f"steps-rank{rank}.csv", COLUMNS["steps"])
@@ -77,7 +77,7 @@ def run_worker(cfg: WorkerConfig, world: int, rank: int) -> None:
         profile = StepProfile(steps, cfg.summary_every, (lambda s: log(rank, s)) if rank == 0 else None)
         for epoch in range(start_epoch, tr.epochs):
             t_epoch = time.perf_counter()
-            order = np.random.default_rng([tr.seed, epoch, rank]).permutation(shards[rank])
+            order = np.random.default_rng(seeds.batches(rank, epoch)).permutation(shards[rank])
             model.train()
             for b in range(steps_per_epoch):
                 profile.record(train_step(model, exchange, node, data, order[b * tr.batch_size:(b + 1) * tr.batch_size],
@@ -111,12 +111,12 @@ EXCHANGES: dict[str, type[Exchange]] = {ALLREDUCE: DenseAllreduce, LOWRANK: LowR
 
 def build_exchange(cfg: WorkerConfig, group: Group, model: torch.nn.Module, steps_per_epoch: int) -> Exchange:
     """The worker's one resolution of its method: the compressor with its DDP memory and schedule
-    (seeded by the rank, and by the run for what every rank must share), in the exchange it
+    (seeded by the rank's codec seed, and by the run's shared one for what every rank must share), in the exchange it
     declares (Codec.exchange)."""
     tr = cfg.training
     compression = build_compression(cfg.method, cfg.method_params, layout_of(model), setting="ddp",
                                     momentum=tr.momentum, nesterov=tr.nesterov, world=group.world,
-                                    seed=tr.seed * 1_000_003 + group.rank, run_seed=tr.seed)
+                                    seed=cfg.seeds.tree.codec(group.rank), run_seed=cfg.seeds.tree.codec_shared)
     return EXCHANGES[compression.codec.exchange](group, model, tr, compression, steps_per_epoch)
 
 

@@ -57,6 +57,7 @@ class Client:
     def __init__(self, cfg: ClientConfig, node: Any, model: torch.nn.Module, data: Dataset,
                  parts: dict[int, np.ndarray], log: Callable[[str], None] = print):
         self.cfg, self.node, self.model, self.data, self.log = cfg, node, model, data, log
+        self.seeds = cfg.seeds.tree  # the run's seed tree: this process's clients draw their own streams
         self.cmd_sub = node.subscriber(TrainCmd)
         self.blob_sub = node.subscriber(ModelBlob)
         self.update_pub = node.publisher(ClientUpdate)
@@ -210,7 +211,7 @@ class Client:
         """The compressor the command names (at this client's qsgd bits when the command allocates
         them), resolved once and kept while the command's codec stays the same: the clients'
         memories (error feedback, DGC's accumulation) go on across rounds. A host of many clients
-        builds each client's in turn (seeded by the client) and ClientMemory swaps its state in."""
+        builds each client's in turn (seeded by the client, SeedTree.codec) and ClientMemory swaps its state in."""
         params = self.adaptive.codec_params(cmd)
         key = (cmd.codec, tuple(sorted(params.items())))
         if key != self._codec_key:
@@ -218,7 +219,8 @@ class Client:
             self.memory.reset()  # another codec: every client starts afresh
         if self._held is None or self._held[0] != client.index:
             self._held = (client.index, build_compression(cmd.codec, params, layout_of(self.model, self.cfg.sends_buffers),
-                                                                 seed=client.index))
+                                                                 seed=self.seeds.codec(client.index),
+                                                                 run_seed=self.seeds.codec_shared))
         return self._held[1]
 
     def _already_sent(self, cmd: TrainCmd) -> list[HostedClient]:
@@ -261,7 +263,7 @@ class Client:
         if comm_s is None:
             return
         fit = FitIns(round=rnd, epochs=cmd.epochs, lr=cmd.lr, batch_size=cmd.batch_size,
-                     subset_size=cmd.subset_size, seed=cmd.seed)
+                     subset_size=cmd.subset_size)
         for client in todo:
             self._train(client, cmd, rnd, fit, comm_s)
             comm_s = 0.0  # the model was waited for once, before the first
@@ -269,11 +271,12 @@ class Client:
     def _train(self, client: HostedClient, cmd: TrainCmd, rnd: int, fit: FitIns, comm_s: float) -> None:
         """Train one client from the replica, encode through its memory, upload, one table row."""
         who = "" if self.cfg.procs is None else f"{client.name} "
-        indices = round_subset(client.part, fit, client.index)
+        seeds = self.seeds.local(client.index, rnd)
+        indices = round_subset(client.part, fit, seeds)
         self.log(f"{who}round {rnd}: training on {len(indices)} samples from model {weights_digest(self.replica.weights)} "
                  f"(round {self.replica.round})")
         start = time.perf_counter()
-        delta, loss = local_update(self.model, self.replica.weights, self.data, indices, fit,
+        delta, loss = local_update(self.model, self.replica.weights, self.data, indices, fit, seeds,
                                    momentum=self.cfg.optimizer.momentum, weight_decay=self.cfg.optimizer.weight_decay,
                                    buffers=self.cfg.sends_buffers, step=self.train_step)
         train_s = time.perf_counter() - start
@@ -320,10 +323,11 @@ def run_client(config_path: str) -> None:
     from commlab.dds import DdsNode
     cfg = load_client_config(config_path)
     cfg.dds.check_host()
-    data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
-    model = as_config_error("model", lambda: build_node_model(cfg.model, 0, cfg.threads, data))
+    seeds = cfg.seeds.tree
+    data = as_config_error("dataset", lambda: build_dataset(cfg.dataset, seeds.subset))
+    model = as_config_error("model", lambda: build_node_model(cfg.model, seeds.model_init, cfg.threads, data))
     p = cfg.partition
-    parts = as_config_error("partition", lambda: p.split(data, cfg.num_clients))
+    parts = as_config_error("partition", lambda: p.split(data, cfg.num_clients, seeds.partition))
     settings = as_config_error("dds", lambda: dds_settings(cfg.dds, flatten_params(model, cfg.sends_buffers).size))
     log = log_to(cfg.name)
     hosted = {i: parts[i] for i in cfg.hosted()}

@@ -44,7 +44,6 @@ class PartitionSection:
     alpha: float = 0.5            # dirichlet concentration
     labels_per_client: int = 2    # shards, label_quantity
     exponent: float = 1.0         # quantity: client shares follow k^-exponent
-    seed: int = 0
 
     def check(self, where: str) -> None:
         if self.scheme not in PARTITION_SCHEMES:
@@ -59,9 +58,10 @@ class PartitionSection:
         return scheme_params(self.scheme, alpha=self.alpha, labels_per_client=self.labels_per_client,
                              exponent=self.exponent)
 
-    def split(self, data: Dataset, num_clients: int) -> list[np.ndarray]:
-        """Every client's training sample indices (the same in every process)."""
-        return partition_dataset(data, num_clients, self.scheme, self.seed, **self.params())
+    def split(self, data: Dataset, num_clients: int, seed: int) -> list[np.ndarray]:
+        """Every client's training sample indices (the same in every process for the same seed,
+        SeedTree.partition)."""
+        return partition_dataset(data, num_clients, self.scheme, seed, **self.params())
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,6 @@ class TrainingSection:
     batch_size: int = 64
     lr: float = 0.05
     samples_per_round: int = 6000  # per client and round, drawn from its partition
-    seed: int = 0
 
     def check(self, where: str) -> None:
         positive(where, local_epochs=self.local_epochs, batch_size=self.batch_size, lr=self.lr,
@@ -151,7 +150,6 @@ class ControllerConfig(DdsNodeConfig):
     match_timeout_s: float = 120.0      # barrier before the first round
     init_path: str | None = None        # checkpoint file or directory to resume from
     keep_checkpoints: int = 1
-    seed: int = 0                       # model initialisation
     eval_batch_size: int = 1000
     threads: int = 1                    # torch intra-op threads (cores are shared)
     train_step: str = DEFAULT_TRAIN_STEP  # recorded only: each client runs the step of its own config
@@ -231,7 +229,8 @@ class ControllerConfig(DdsNodeConfig):
             return to_dict(self.fedbuff or FedBuffSection())
         if self.strategy.name == "fltrust":
             s = self.strategy
-            return {"reference": RootUpdate(self.model, self.dataset, samples=s.root_samples or 100, seed=self.seed,
+            return {"reference": RootUpdate(self.model, self.dataset, samples=s.root_samples or 100,
+                                            seeds=self.seeds.tree,
                                             momentum=0.9 if s.root_momentum is None else s.root_momentum,
                                             train_step=self.train_step, threads=self.threads,
                                             buffers=self.sends_buffers)}

@@ -72,7 +72,7 @@ class Controller:
         # fedbuff up to per_round clients at a time, each from the newest model version.
         self.per_round, self.availability = cfg.per_round(), cfg.availability_trace()
         self.dispatch = None if not isinstance(strategy, FedBuff) else Dispatch(
-            cfg.client_ids(), self.per_round, cfg.training.seed, self.availability)
+            cfg.client_ids(), self.per_round, cfg.seeds.tree, self.availability)
         self.open_round: OpenRound | None = None  # the synchronous round being collected
 
     def run(self) -> None:
@@ -114,7 +114,7 @@ class Controller:
         fit = self.strategy.configure_round(rnd)
         bits, rates = ({}, {}) if self.planner is None else self.planner.plan(rnd, fit.subset_size)
         named = "" if sorted(clients) == sorted(self.cfg.client_ids()) else ";".join(clients)
-        return TrainCmd(client_bits=bits, client_rates_Bps=rates, round=rnd, epochs=fit.epochs, lr=fit.lr, seed=fit.seed,
+        return TrainCmd(client_bits=bits, client_rates_Bps=rates, round=rnd, epochs=fit.epochs, lr=fit.lr,
                         subset_size=fit.subset_size, codec=self.cfg.codec.name, codec_params=dict(self.cfg.codec.params),
                         deadline_s=self.cfg.round_deadline_s, batch_size=fit.batch_size, run_id=self.cfg.run_id,
                         first_round=self.start_round, clients=named, newer_base_ok=newer_base_ok)
@@ -174,7 +174,7 @@ class Controller:
         cfg = self.cfg
         started = time.perf_counter()
         self.serve_model_requests()
-        sample = select_round(rnd, cfg.client_ids(), self.per_round, cfg.training.seed, self.availability,
+        sample = select_round(rnd, cfg.client_ids(), self.per_round, cfg.seeds.tree, self.availability,
                               cfg.min_clients, self.log)
         if not sample:  # nobody may train: the model stays, every replica still moves to round rnd
             self.finish_round(rnd, started, before, self.strategy.weights, RoundReplies(), 0.0)

@@ -25,11 +25,13 @@ def run_controller(config_path: str) -> None:
     """Parse and check everything, then build the node and run; ConfigError before any side effect."""
     cfg = load_controller_config(config_path)
     cfg.dds.check_host()
-    data = as_config_error("dataset", lambda: build_dataset(cfg.dataset))
-    parts = as_config_error("partition", lambda: cfg.partition.split(data, cfg.expected_clients))  # for the manifest
-    model = as_config_error("model", lambda: build_node_model(cfg.model, cfg.seed, cfg.threads, data))
+    seeds = cfg.seeds.tree
+    data = as_config_error("dataset", lambda: build_dataset(cfg.dataset, seeds.subset))
+    parts = as_config_error("partition", lambda: cfg.partition.split(data, cfg.expected_clients, seeds.partition))
+    model = as_config_error("model", lambda: build_node_model(cfg.model, seeds.model_init, cfg.threads, data))
     layout = layout_of(model, cfg.sends_buffers)
-    uplink, downlink = build_codec(cfg.codec, layout), build_codec(cfg.downlink, layout, "downlink")
+    uplink, downlink = build_codec(cfg.codec, layout), build_codec(cfg.downlink, layout, "downlink",
+                                                                    seeds.controller_codec)
     weights, start_round, strategy_state, progress = flatten_params(model, cfg.sends_buffers), 1, None, {}
     if cfg.init_path is not None:
         ckpt = as_config_error("init_path", lambda: load_checkpoint(Path(cfg.init_path), weights.size))
@@ -46,7 +48,9 @@ def run_controller(config_path: str) -> None:
         "dataset": cfg.dataset.name, "codec": cfg.codec.name, "downlink_codec": cfg.downlink.name,
         "multicast": settings.multicast, "link_profile": cfg.link_profile,
         "clients": cfg.expected_clients, "rounds": cfg.rounds, "config": to_dict(cfg),
-        "seeds": {"model_init": cfg.seed, "training": cfg.training.seed, "partition": cfg.partition.seed,
+        "seeds": {**seeds.manifest(cfg.expected_clients, ("local_training", "codec")),
+                  # DP noise: from the OS unless privacy.noise_seed names one (never from the run seed,
+                  # which is no secret), recorded so the run can be replayed
                   **({"dp_noise": strategy.noise_seed} if isinstance(strategy, DPFedAvg) else {})},
         "client_data": dict(zip(cfg.client_ids(), client_summary(data, parts))),
         "start_round": start_round, "status": "running"})

@@ -28,13 +28,14 @@ def as_config_error(what: str, build: Callable[[], T]) -> T:
         raise ConfigError(f"{what}: {e}") from None
 
 
-def build_codec(section: CodecSection, layout: list[tuple[str, tuple[int, ...]]], where: str = "codec") -> Codec:
+def build_codec(section: CodecSection, layout: list[tuple[str, tuple[int, ...]]], where: str = "codec",
+                seed: int = 0) -> Codec:
     """The controller's one resolution of a codec section: the codec as build_compression makes it
     for the model's `layout` (every parameter checked, memory and schedule ones included); a bad name or
     parameter is a ConfigError. The controller keeps no memory: the uplink codec only decodes,
     and the downlink's residual is `weights - replica` (broadcast.py)."""
     try:
-        return build_compression(section.name, section.params, layout).codec
+        return build_compression(section.name, section.params, layout, seed=seed).codec
     except CodecError as e:
         raise ConfigError(f"{where}: {e}") from None
 

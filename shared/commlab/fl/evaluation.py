@@ -1,8 +1,8 @@
 """The controller's evaluation of each round's global model on the test set.
 
 With batchnorm "local" the model vector holds no BatchNorm statistics: the controller recomputes
-them for the global weights from a fixed sample of training samples (seeded by the controller's
-seed) before every evaluation, as FedBN-style training leaves the server none of its own.
+them for the global weights from a fixed sample of training samples (the run's evaluation seed,
+commlab.runs.seeds) before every evaluation, as FedBN-style training leaves the server none of its own.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class GlobalEvaluation:
         self.buffers, self.batch_size = cfg.sends_buffers, cfg.eval_batch_size
         self.calibration: np.ndarray | None = None
         if not cfg.sends_buffers and has_batchnorm(model):
-            rng = np.random.default_rng(cfg.seed)
+            rng = np.random.default_rng(cfg.seeds.tree.evaluation)
             n = min(cfg.bn_calibration_samples, len(data.train_y))
             self.calibration = data.train_x[np.sort(rng.choice(len(data.train_y), size=n, replace=False))]
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from commlab.fl.sampling import Availability, sample_clients
+from commlab.runs.seeds import SeedTree
 
 
 @dataclass
 class Dispatch:
     clients: list[str]
     concurrency: int                       # clients training at the same time (clients_per_round)
-    seed: int
+    seeds: SeedTree
     availability: Availability | None = None
     busy: dict[str, int] = field(default_factory=dict)       # client -> version it was told to train from
     last_base: dict[str, int] = field(default_factory=dict)  # client -> version it last trained from
@@ -34,7 +35,8 @@ class Dispatch:
         free = self.concurrency - len(self.busy)
         if free <= 0:
             return []
-        chosen = sample_clients([c for c in self.candidates(version) if c in alive], free, self.seed, version + 1)
+        alive_candidates = [c for c in self.candidates(version) if c in alive]
+        chosen = sample_clients(alive_candidates, free, self.seeds.sampling(version + 1))
         self.busy.update({c: version for c in chosen})
         return chosen
 

@@ -1,4 +1,5 @@
-"""The client's training step: a seeded subset of its partition, local SGD, the model delta."""
+"""The client's training step: a seeded subset of its partition, local SGD, the model delta.
+Its seeds are the client's for the round (commlab.runs.seeds.SeedTree.local)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,19 +9,19 @@ from commlab.data import Dataset
 from commlab.fl.strategy import FitIns
 from commlab.models import flatten_params, load_params, train_epoch
 from commlab.models.train_step import TrainStep, cross_entropy_step
+from commlab.runs.seeds import TrainingSeeds
 
 
-def round_subset(part: np.ndarray, fit: FitIns, client_index: int) -> np.ndarray:
-    """fit.subset_size samples of the client's partition (all of it if smaller), fixed by
-    (round seed, client): reruns of a round after a controller restart pick the same samples."""
-    rng = np.random.default_rng([fit.seed, client_index])
+def round_subset(part: np.ndarray, fit: FitIns, seeds: TrainingSeeds) -> np.ndarray:
+    """fit.subset_size samples of the client's partition (all of it if smaller), fixed by the
+    client's seeds of the round: reruns of a round after a controller restart pick the same samples."""
     if len(part) <= fit.subset_size:
         return part
-    return np.sort(rng.choice(part, size=fit.subset_size, replace=False))
+    return np.sort(np.random.default_rng(seeds.subset).choice(part, size=fit.subset_size, replace=False))
 
 
 def local_update(model: torch.nn.Module, global_weights: np.ndarray, data: Dataset, indices: np.ndarray,
-                 fit: FitIns, *, momentum: float, weight_decay: float, buffers: bool = True,
+                 fit: FitIns, seeds: TrainingSeeds, *, momentum: float, weight_decay: float, buffers: bool = True,
                  step: TrainStep = cross_entropy_step) -> tuple[np.ndarray, float]:
     """Train from global_weights for fit.epochs over data[indices], each batch's loss from `step`
     (the client config's train_step); return (new - global, last epoch loss). `buffers`: the
@@ -31,10 +32,10 @@ def local_update(model: torch.nn.Module, global_weights: np.ndarray, data: Datas
     directions from a model the server has since replaced.
     """
     load_params(model, global_weights, buffers)
-    torch.manual_seed(fit.seed)
+    torch.manual_seed(seeds.torch)
     opt = torch.optim.SGD(model.parameters(), lr=fit.lr, momentum=momentum, weight_decay=weight_decay)
     loss = float("nan")
     for epoch in range(fit.epochs):
         loss = train_epoch(model, data.train_x, data.train_y, indices, batch_size=fit.batch_size,
-                           lr=fit.lr, seed=fit.seed * 1000 + epoch, optimizer=opt, step=step)
+                           lr=fit.lr, seed=seeds.shuffle(epoch), optimizer=opt, step=step)
     return flatten_params(model, buffers) - global_weights, loss

@@ -25,7 +25,6 @@ class TrainCmd:
     round: int
     epochs: int
     lr: float
-    seed: int
     subset_size: int
     codec: str
     codec_params: dict[str, Any] = field(default_factory=dict)

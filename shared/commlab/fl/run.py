@@ -49,7 +49,9 @@ def add_experiment_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the run seed: model init, sampling, local training, "
+                   "codecs (commlab.runs.seeds)")
+    p.add_argument("--data-seed", type=int, help="the data subsets and the clients' shares (default: --seed)")
     p.add_argument("--train-subset", type=int, help="use a random subset of the training set (fast checks)")
     p.add_argument("--test-subset", type=int)
     p.add_argument("--results-dir", default="results")
@@ -64,7 +66,8 @@ def experiment_sections(a: argparse.Namespace) -> dict:
     return {"model": {"name": a.model, "params": codec_params(a.model_param, "model parameter")},
             "dataset": {"name": a.dataset, "train_subset": a.train_subset, "test_subset": a.test_subset},
             "partition": {"scheme": a.partition, "alpha": a.alpha, "labels_per_client": a.labels_per_client,
-                          "exponent": a.exponent, "seed": a.seed}}
+                          "exponent": a.exponent},
+            "seeds": {"run": a.seed, "data": a.data_seed}}
 
 
 def per_round_arg(text: str) -> int | float:
@@ -172,14 +175,14 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
                   "codec": {"name": a.codec, "params": codec_params(a.codec_param)},
                   "downlink": {"name": a.downlink_codec, "params": codec_params(a.downlink_param)},
                   "training": {"local_epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
-                               "samples_per_round": a.samples_per_round, "seed": a.seed},
+                               "samples_per_round": a.samples_per_round},
                   "strategy": {"name": a.strategy, "trim_fraction": a.trim_fraction, "clip_norm": a.clip_norm,
                                "num_malicious": a.num_malicious, "keep": a.keep, "root_samples": a.root_samples,
                                # fltrust's server update trains like the clients
                                "root_momentum": a.momentum if a.strategy == "fltrust" else None,
                                "server_lr": a.server_lr, "server_momentum": a.server_momentum},
                   "round_deadline_s": a.deadline, "round_hard_limit_s": max(600.0, 2 * a.deadline),
-                  "init_path": a.init_path, "seed": a.seed}
+                  "init_path": a.init_path}
     # One process per client, or --procs processes hosting them all (logical clients, docs/scale.md).
     hosts = {} if a.procs is None else {"procs": a.procs}
     clients = [{**common, "client_id": i, "num_clients": a.clients, "optimizer": {"momentum": a.momentum}, **hosts}

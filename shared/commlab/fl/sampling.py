@@ -1,7 +1,7 @@
 """Which clients train in a round: availability traces and a seeded sampler (docs/scale.md).
 
 With hundreds of clients only a few train each round (`sampling.clients_per_round`). The choice
-is a pure function of (training seed, round, available clients), so a controller restarted from
+is a pure function of (the run's sampling seed of the round, available clients), so a controller restarted from
 a checkpoint picks the same clients for the same round. An availability trace (CSV, one row per
 interval: client_id,first_round,last_round, inclusive) says who may be picked at all: a client
 is available in the rounds its rows cover and in no other (no rows: never).
@@ -20,6 +20,7 @@ import numpy as np
 
 from commlab.config.schema import ConfigError
 from commlab.runs.roster import client_name
+from commlab.runs.seeds import SeedTree
 
 TRACE_COLUMNS = ["client_id", "first_round", "last_round"]
 
@@ -33,14 +34,14 @@ def per_round_count(spec: int | float | None, clients: int) -> int:
     return max(1, round(spec * clients))
 
 
-def sample_clients(candidates: list[str], k: int, seed: int, rnd: int) -> list[str]:
+def sample_clients(candidates: list[str], k: int, seed: int) -> list[str]:
     """k of `candidates` (all of them if fewer), sorted; the same inputs give the same clients.
-    Seeded by (seed, rnd) and drawn from the sorted candidates: list order and process history
-    do not matter, so a restarted controller repeats the choice."""
+    Seeded by the round's seed (SeedTree.sampling) and drawn from the sorted candidates: list
+    order and process history do not matter, so a restarted controller repeats the choice."""
     pool = sorted(candidates)
     if k >= len(pool):
         return pool
-    rng = np.random.default_rng([seed % 2**63, rnd])  # numpy seeds are non-negative; config seeds need not be
+    rng = np.random.default_rng(seed)
     return sorted(pool[i] for i in rng.choice(len(pool), size=k, replace=False))
 
 
@@ -118,7 +119,7 @@ def write_trace(path: Path, rows: list[list]) -> None:
         w.writerows(rows)
 
 
-def select_round(rnd: int, clients: list[str], per_round: int, seed: int, availability: Availability | None,
+def select_round(rnd: int, clients: list[str], per_round: int, seeds: SeedTree, availability: Availability | None,
                  min_clients: int, log: Callable[[str], None]) -> list[str]:
     """The clients that train round `rnd`: a seeded sample of the available ones. Fewer available
     than min_clients: one log line, and the round uses those available (an empty list: nobody can
@@ -127,7 +128,7 @@ def select_round(rnd: int, clients: list[str], per_round: int, seed: int, availa
     if len(pool) < min_clients:
         log(f"round {rnd}: only {len(pool)} client(s) available ({', '.join(pool) or 'none'}), "
             f"fewer than min_clients={min_clients}: the round uses those")
-    return sample_clients(pool, per_round, seed, rnd)
+    return sample_clients(pool, per_round, seeds.sampling(rnd))
 
 
 def main(argv: list[str] | None = None) -> int:

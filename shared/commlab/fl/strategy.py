@@ -27,7 +27,6 @@ class FitIns:
     lr: float
     batch_size: int
     subset_size: int
-    seed: int
 
 
 @dataclass(frozen=True)
@@ -66,17 +65,16 @@ class FedAvg(Strategy):
     momentum (FedAvgM): m = beta*m + mean_delta; w += server_lr * m. beta=0, lr=1 is plain FedAvg."""
 
     def __init__(self, weights: np.ndarray, *, epochs: int, lr: float, batch_size: int,
-                 subset_size: int, seed: int, server_lr: float = 1.0, server_momentum: float = 0.0):
+                 subset_size: int, server_lr: float = 1.0, server_momentum: float = 0.0):
         self.weights = np.array(weights, dtype=np.float32)  # own copy: never alias a caller's buffer
         self.momentum = np.zeros_like(self.weights)
         self.epochs, self.lr, self.batch_size = epochs, lr, batch_size
-        self.subset_size, self.seed = subset_size, seed
+        self.subset_size = subset_size
         self.server_lr, self.server_momentum = server_lr, server_momentum
 
     def configure_round(self, rnd: int) -> FitIns:
-        # The per-round seed makes each round's client subsets reproducible and distinct.
         return FitIns(round=rnd, epochs=self.epochs, lr=self.lr, batch_size=self.batch_size,
-                      subset_size=self.subset_size, seed=self.seed * 100_003 + rnd)
+                      subset_size=self.subset_size)
 
     def aggregate(self, rnd: int, results: list[FitRes], failures: list[tuple[str, str]]) -> np.ndarray:
         if not results:

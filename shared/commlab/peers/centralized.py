@@ -27,13 +27,14 @@ from commlab.peers.manifest import peer_manifest
 def run_centralized(cfg: PeerConfig) -> float:
     """Train to the end; the final test accuracy."""
     tr, world = cfg.training, cfg.world
-    data = build_dataset(cfg.dataset)
-    union = np.sort(np.concatenate(partition(data.train_y, world, "iid", seed=tr.seed)))
+    seeds = cfg.seeds.tree
+    data = build_dataset(cfg.dataset, seeds.subset)
+    union = np.sort(np.concatenate(partition(data.train_y, world, "iid", seed=seeds.partition)))
     steps_per_epoch = epoch_steps(len(data.train_y), world, tr.batch_size)
     if steps_per_epoch == 0:
         raise ConfigError(f"training.batch_size: {tr.batch_size} x world {world} exceeds the training set")
     batch_size = world * tr.batch_size
-    model = build_node_model(cfg.model, seed=tr.seed, threads=cfg.threads, data=data)
+    model = build_node_model(cfg.model, seed=seeds.model_init, threads=cfg.threads, data=data)
     step_fn = load_train_step(cfg.train_step)
     optimizer = torch.optim.SGD(model.parameters(), lr=tr.lr, momentum=tr.momentum, nesterov=tr.nesterov,
                                 weight_decay=tr.weight_decay)
@@ -48,7 +49,7 @@ def run_centralized(cfg: PeerConfig) -> float:
     try:
         for epoch in range(tr.epochs):
             t_epoch = time.perf_counter()
-            order = np.random.default_rng([tr.seed, epoch]).permutation(union)
+            order = np.random.default_rng(seeds.batches(0, epoch)).permutation(union)  # one rank: rank 0's stream
             model.train()
             for b in range(steps_per_epoch):
                 if cfg.max_steps and step >= cfg.max_steps:  # a sample budget ends inside an epoch

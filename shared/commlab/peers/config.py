@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commlab.config.schema import ConfigError, DatasetSection, ModelSection, load_config, positive
+from commlab.config.schema import ConfigError, DatasetSection, ModelSection, SeedSection, load_config, positive
 from commlab.ddp.config import TrainingSection
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
@@ -41,6 +41,7 @@ class PeerConfig:
     model: ModelSection = ModelSection()
     dataset: DatasetSection = DatasetSection()
     training: TrainingSection = TrainingSection()
+    seeds: SeedSection = SeedSection()  # as the DDS worker's (commlab.runs.seeds)
     timeout_s: float = 300.0           # gloo process group timeout: a lost rank fails the others
     eval_batch_size: int = 1000
     threads: int = 1

@@ -1,8 +1,8 @@
 """Flower FedAvg as a peer of the DDS FL run (docs/peers.md): one server and N clients over
 Flower's transports, training exactly what `make fl-fp32` trains.
 
-Same model init (`build_node_model(model, seed, threads, data)`), same Dirichlet partitions (`commlab.data.partition`),
-same per-round seed, subset and local SGD (`commlab.fl.strategy.FedAvg.configure_round`,
+Same seed tree (`commlab.runs.seeds`: model init, Dirichlet partitions, each client's round subset and
+batch orders), same round plan and local SGD (`commlab.fl.strategy.FedAvg.configure_round`,
 `commlab.fl.local_training.round_subset` / `local_update`), FedAvg weighted by samples, the
 controller's test-set evaluation after every round. Flower (`flwr`) is an optional extra: this
 module is imported only by Flower nodes. What goes over the wire is Flower's own: the whole model
@@ -31,7 +31,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from commlab.config.schema import (  # noqa: E402
-    ConfigError, DatasetSection, ModelSection, load_config, positive, to_dict)
+    ConfigError, DatasetSection, ModelSection, SeedSection, load_config, positive, to_dict)
 from commlab.fl.config import OptimizerSection, PartitionSection, TrainingSection  # noqa: E402
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step  # noqa: E402
 from commlab.runs.roster import Node  # noqa: E402
@@ -59,7 +59,7 @@ class FlowerConfig:
     partition: PartitionSection = PartitionSection()
     training: TrainingSection = TrainingSection()
     optimizer: OptimizerSection = OptimizerSection()
-    seed: int = 0                            # model initialisation (the DDS controller's `seed`)
+    seeds: SeedSection = SeedSection()       # the DDS controller's (commlab.runs.seeds)
     round_timeout_s: float = 600.0           # Flower's round timeout: a lost client is a failure
     eval_batch_size: int = 1000
     threads: int = 1
@@ -90,11 +90,11 @@ def roster(clients: int) -> list[FlowerNode]:
 
 
 def _plan(cfg: FlowerConfig, weights: np.ndarray):
-    """The DDS controller's round plan (per-round seed, subset size, lr...): its FedAvg, not a copy."""
+    """The DDS controller's round plan (epochs, subset size, lr...): its FedAvg, not a copy."""
     from commlab.fl.strategy import FedAvg
     t = cfg.training
     return FedAvg(weights, epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size,
-                  subset_size=t.samples_per_round, seed=t.seed)
+                  subset_size=t.samples_per_round)
 
 
 def server_parts(cfg: FlowerConfig):
@@ -111,17 +111,17 @@ def server_parts(cfg: FlowerConfig):
     from commlab.output.tables import COLUMNS
     from commlab.peers.iface import IfaceCounters
 
-    data = build_dataset(cfg.dataset)
-    model = build_node_model(cfg.model, cfg.seed, cfg.threads, data)
+    seeds = cfg.seeds.tree
+    data = build_dataset(cfg.dataset, seeds.subset)
+    model = build_node_model(cfg.model, seeds.model_init, cfg.threads, data)
     weights = flatten_params(model, buffers=True)  # batchnorm "aggregate", the DDS run's default
     plan, iface = _plan(cfg, weights), IfaceCounters(cfg.interface)
-    t = cfg.training
     writer = RunWriter(cfg.results_dir, cfg.run_id, {
         "kind": "fl", "peer": "flower", "flwr_version": fl.__version__, "transport": f"flower {cfg.transport}",
         "backend": os.environ.get("COMMLAB_BACKEND", "local"), "model": cfg.model.name,
         "dataset": cfg.dataset.name, "codec": METHOD, "downlink_codec": "fp32", "link_profile": cfg.link_profile,
         "clients": cfg.clients, "rounds": cfg.rounds, "config": to_dict(cfg),
-        "seeds": {"model_init": cfg.seed, "training": t.seed, "partition": cfg.partition.seed},
+        "seeds": seeds.manifest(cfg.clients, ("local_training",)),
         "bytes_measured": f"/sys/class/net/{cfg.interface}/statistics tx_bytes/rx_bytes"
                           + (" (loopback: shared by every process of the host, an upper bound)"
                              if cfg.interface == "lo" else ""),
@@ -228,9 +228,11 @@ class ClientTrainer:
                               [c for c in COLUMNS["clients"] if c not in NOT_SEPARATED])
         if train:
             from commlab.config.builders import build_dataset, build_node_model
-            self.data = build_dataset(cfg.dataset)
-            self.model = build_node_model(cfg.model, 0, cfg.threads, self.data)  # weights come from the server, as in DDS
-            self.part = cfg.partition.split(self.data, cfg.clients)[index]
+            seeds = cfg.seeds.tree
+            self.data = build_dataset(cfg.dataset, seeds.subset)
+            # weights come from the server, as in DDS
+            self.model = build_node_model(cfg.model, seeds.model_init, cfg.threads, self.data)
+            self.part = cfg.partition.split(self.data, cfg.clients, seeds.partition)[index]
             self.step = load_train_step(cfg.train_step, "train_step")
 
     def flush_row(self, pending: dict) -> None:
@@ -250,9 +252,10 @@ class ClientTrainer:
         self.flush_row(pending)
         pending["counters"] = list(self.iface.read())
         fit = FitIns(**{k: config[k] for k in FitIns.__dataclass_fields__})
-        indices = round_subset(self.part, fit, self.index)
+        seeds = self.cfg.seeds.tree.local(self.index, fit.round)
+        indices = round_subset(self.part, fit, seeds)
         start = time.perf_counter()
-        _, loss = local_update(self.model, parameters[0], self.data, indices, fit, momentum=self.cfg.optimizer.momentum,
+        _, loss = local_update(self.model, parameters[0], self.data, indices, fit, seeds, momentum=self.cfg.optimizer.momentum,
                                weight_decay=self.cfg.optimizer.weight_decay, step=self.step)
         train_s = time.perf_counter() - start
         print(f"[client-{self.index}] round {fit.round}: {len(indices)} samples, loss {loss:.4f}, "

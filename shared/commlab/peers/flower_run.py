@@ -66,8 +66,8 @@ def build_config(a: argparse.Namespace) -> dict:
            "transport": a.transport,
            "link_profile": a.profile, **experiment_sections(a),
            "training": {"local_epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
-                        "samples_per_round": a.samples_per_round, "seed": a.seed},
-           "optimizer": {"momentum": a.momentum}, "seed": a.seed, "round_timeout_s": a.deadline,
+                        "samples_per_round": a.samples_per_round},
+           "optimizer": {"momentum": a.momentum}, "round_timeout_s": a.deadline,
            "train_step": resolve_spec_path(a.train_step)}
     return to_dict(from_dict(FlowerConfig, cfg))
 

@@ -41,7 +41,7 @@ def register_hook(ddp: DistributedDataParallel, cfg: PeerConfig):
         ddp.register_comm_hook(state=None, hook=default_hooks.fp16_compress_hook)
     elif cfg.hook == "powersgd":
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=cfg.powersgd_rank,
-                                            start_powerSGD_iter=cfg.start_iter, random_seed=cfg.training.seed)
+                                            start_powerSGD_iter=cfg.start_iter, random_seed=cfg.seeds.tree.codec_shared)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
         return state
     return None
@@ -91,7 +91,8 @@ def run_gloo(cfg: PeerConfig, rank: int) -> None:
     """Train to the end or raise (RuntimeError from gloo when a peer is lost); tables stay readable."""
     world, tr = cfg.world, cfg.training
     counters = IfaceCounters(cfg.interface)
-    setup = data_parallel_setup(cfg.dataset, cfg.model, world, tr.batch_size, tr.seed, cfg.threads)
+    seeds = cfg.seeds.tree
+    setup = data_parallel_setup(cfg.dataset, cfg.model, world, tr.batch_size, seeds, cfg.threads)
     data, shards, steps_per_epoch, model = setup.data, setup.shards, setup.steps_per_epoch, setup.model
     step_fn = load_train_step(cfg.train_step)
     out = Path(cfg.results_dir) / cfg.run_id
@@ -116,7 +117,7 @@ def run_gloo(cfg: PeerConfig, rank: int) -> None:
         step = 0
         for epoch in range(tr.epochs):
             t_epoch = time.perf_counter()
-            order = np.random.default_rng([tr.seed, epoch, rank]).permutation(shards[rank])
+            order = np.random.default_rng(seeds.batches(rank, epoch)).permutation(shards[rank])
             model.train()
             for b in range(steps_per_epoch):
                 batch = order[b * tr.batch_size:(b + 1) * tr.batch_size]

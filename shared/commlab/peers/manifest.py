@@ -21,5 +21,5 @@ def peer_manifest(cfg: PeerConfig, steps_per_epoch: int) -> RunWriter:
         "link_profile": cfg.link_profile, "world": cfg.world,
         "processes": 1 if cfg.kind == "centralized" else cfg.world,
         "epochs": tr.epochs, "config": to_dict(cfg), "bytes_measured": bytes_from,
-        "seeds": {"model": tr.seed, "shards": tr.seed, "batches": tr.seed, "subset": cfg.dataset.subset_seed},
+        "seeds": cfg.seeds.tree.manifest(cfg.world, ("batches", "codec")),
         "steps_per_epoch": steps_per_epoch, "status": "running"})

@@ -49,7 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=0,
                    help="centralized: a sample budget instead of --epochs (e.g. an FL run's rounds x clients x "
                    "samples per round): ceil(N / (world x batch)) steps, ending inside an epoch if need be")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the run seed, as the DDS worker's (commlab.runs.seeds)")
+    p.add_argument("--data-seed", type=int, help="the data subsets and shards (default: --seed)")
     p.add_argument("--powersgd-rank", type=int, default=2)
     p.add_argument("--start-iter", type=int, default=2, help="dense steps before PowerSGD (torch needs >= 2)")
     p.add_argument("--train-step", default=DEFAULT_TRAIN_STEP, metavar="SPEC")
@@ -71,7 +72,8 @@ def build_config(a: argparse.Namespace) -> dict:
            "master_port": hold("port"), "timeout_s": a.timeout, "train_step": resolve_spec_path(a.train_step),
            "dataset": {"name": "mnist", "train_subset": a.train_subset or None, "test_subset": a.test_subset},
            "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "momentum": a.momentum,
-                        "weight_decay": a.weight_decay, "seed": a.seed}}
+                        "weight_decay": a.weight_decay},
+           "seeds": {"run": a.seed, "data": a.data_seed}}
     if a.kind == "gloo" and a.hook not in HOOKS:  # before anything else: one line naming the choices
         raise ConfigError(f"--hook: must be one of {', '.join(HOOKS)}, got {a.hook!r}")
     if a.samples:
