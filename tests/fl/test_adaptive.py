@@ -433,10 +433,10 @@ def test_client_side_codec_and_reports(monkeypatch):
     assert side.codec_params(cmd(client_bits={"client-0": True})) == {} and side.bits is None
     side.before_upload(cmd(client_rates_Bps={"client-0": 1e5}))
     assert "NOT applied" in logs[-1]
-    import commlab.fl.adaptive
+    import commlab.fl.adaptive.shaping
     slept: list[float] = []
     with monkeypatch.context() as patched:  # the sleep it asks for, not a measured one (load-independent)
-        patched.setattr(commlab.fl.adaptive.time, "sleep", slept.append)
+        patched.setattr(commlab.fl.adaptive.shaping.time, "sleep", slept.append)
         side.stretch(0.05)
     assert slept == [pytest.approx(0.05)]                           # speed 0.5: as long again
 
