@@ -18,6 +18,7 @@ from commlab.config.schema import DatasetSection
 from commlab.data import load_raw, partition_dataset
 from commlab.data.partition import client_summary
 from commlab.models import build_model, flatten_params
+from commlab.runs.seeds import SeedTree
 from fixtures.official_formats import write_cifar, write_leaf
 
 WRITERS = {"f0100_11": 40, "f0101_22": 24, "f0102_33": 32, "f0103_44": 16}
@@ -55,8 +56,9 @@ def test_resnet20_on_cifar10_sends_its_batchnorm_statistics(tmp_path, data_dir, 
                                "--partition", "dirichlet", "--train-subset", "400", "--test-subset", "50")
     assert (manifest["model"], manifest["dataset"], manifest["config"]["batchnorm"]) == ("resnet20", "cifar10",
                                                                                        "aggregate")
-    data = build_dataset(DatasetSection("cifar10", root=str(data_dir), train_subset=400, test_subset=50), 0)
-    expected = client_summary(data, partition_dataset(data, 2, "dirichlet", seed=0, alpha=0.5))
+    data = build_dataset(DatasetSection("cifar10", root=str(data_dir), train_subset=400, test_subset=50),
+                         SeedTree().subset)  # the launcher's default seed
+    expected = client_summary(data, partition_dataset(data, 2, "dirichlet", seed=SeedTree().partition, alpha=0.5))
     assert manifest["client_data"] == dict(zip(["client-0", "client-1"], expected))
     assert sum(c["samples"] for c in expected) == 400 and len(expected[0]["label_histogram"]) == 10
     vector = 4 * flatten_params(build_model("resnet20"), buffers=True).size  # fp32: parameters and statistics
@@ -69,8 +71,8 @@ def test_resnet20_on_cifar10_sends_its_batchnorm_statistics(tmp_path, data_dir, 
 def test_femnist_cnn_on_femnist_split_by_writer(tmp_path, data_dir, domain):
     _, manifest, _ = fl_run(tmp_path, data_dir, domain, "--model", "femnist_cnn", "--dataset", "femnist",
                                  "--partition", "natural")
-    data = build_dataset(DatasetSection("femnist", root=str(data_dir)), 0)
-    parts = partition_dataset(data, 2, "natural", seed=0)
+    data = build_dataset(DatasetSection("femnist", root=str(data_dir)), SeedTree().subset)
+    parts = partition_dataset(data, 2, "natural", seed=SeedTree().partition)
     assert manifest["client_data"] == dict(zip(["client-0", "client-1"], client_summary(data, parts)))
     assert [len(set(data.train_groups[p].tolist())) for p in parts] == [2, 2]  # two whole writers each
     assert all(len(c["label_histogram"]) == 62 for c in manifest["client_data"].values())
