@@ -16,6 +16,7 @@ min and max; accuracy is the median, bytes and comm time the mean. The per-run r
     python benchmarks/bench_matrix.py --only dgc --modes ddp --seeds 0 1 2 --name matrix-seeds [settings]
     python benchmarks/bench_matrix.py --only int8 dgc --modes ddp --ddp-epochs 2 --ddp-train-subset 20000
     python benchmarks/bench_matrix.py --update --only minmax2 [same settings]   # re-run rows of the last matrix
+    python benchmarks/bench_matrix.py --dataset fashion_mnist --seeds 0 1 2 --name matrix-fashion_mnist
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ SEED_COLUMNS = {"seeds": "seeds", "delta_min_pp": "delta min (pp)", "delta_max_p
 MEASURED = ["bytes_per_node", "comm_time_s", "test_accuracy"]
 CENTRALIZED = "centralized"  # the peer's row: no compressor, no link
 # The settings every row of one matrix must share (--update checks them against the last matrix's).
-SETTINGS = ("clients", "fl_rounds", "fl_samples", "world", "ddp_epochs", "ddp_train_subset", "dgc_warmup")
+SETTINGS = ("dataset", "clients", "fl_rounds", "fl_samples", "world", "ddp_epochs", "ddp_train_subset", "dgc_warmup")
 
 # One concrete name per registered family: "minmax<bits>" -> minmax2/4/8 and so on.
 FAMILIES = {"minmax": ["minmax2", "minmax4", "minmax8"], "qsgd": ["qsgd4", "qsgd16"], "powersgd": ["powersgd2"]}
@@ -59,7 +60,7 @@ def compressors() -> list[str]:
 def run_argv(mode: str, name: str, a: argparse.Namespace, seed: int, run_id: str) -> list[str]:
     """The launcher command of one row's run: FL or DDP with compressor ``name`` (fp32: dense DDP),
     or the centralized peer at that mode's budget."""
-    where = ["--seed", str(seed), "--results-dir", str(a.results_dir), "--run-id", run_id]
+    where = ["--dataset", a.dataset, "--seed", str(seed), "--results-dir", str(a.results_dir), "--run-id", run_id]
     if name == CENTRALIZED:
         budget = (centralized_fl_argv(a.clients, a.fl_rounds, a.fl_samples) if mode == "fl" else
                   [sys.executable, "-m", "commlab.peers.run", "--kind", "centralized", "--world", str(a.world),
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                                         "ddp_train_subset": 1920}, seeds=[0])
     p.add_argument("--only", nargs="*", help="compressors to run (default: every registered one); fp32 and the "
                    "centralized peer always run")
+    p.add_argument("--dataset", default="mnist", help="an image dataset of MNIST's shape (mnist_cnn reads it): "
+                   "mnist, fashion_mnist, synthetic:mnist")
     p.add_argument("--modes", nargs="*", default=["fl", "ddp"], choices=["fl", "ddp"])
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--fl-rounds", type=int, default=3)
@@ -138,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         runs_csv, meta = (a.tables.with_name(a.tables.name + suffix) for suffix in ("-runs.csv", ".json"))
         if not runs_csv.exists():
             p.error(f"--update needs {runs_csv} (the per-run rows of a matrix run with --name {a.name})")
-        if json.loads(meta.read_text())["argv"] != settings_now:
-            p.error(f"--update needs the settings of the last matrix: {json.loads(meta.read_text())['argv']}")
+        last = {"dataset": "mnist", **json.loads(meta.read_text())["argv"]}  # matrices before --dataset: MNIST
+        if last != settings_now:
+            p.error(f"--update needs the settings of the last matrix: {last}")
         previous = pd.read_csv(runs_csv)
     # fp32/dense is every row's reference and centralized its ceiling: always run, except by --update,
     # which re-runs them only when named.
@@ -171,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         all_seeds = sorted(int(x) for x in runs["seed"].unique())
         seeds = [f"seeds {', '.join(map(str, all_seeds))}: delta = median of the per-seed deltas"] if len(all_seeds) > 1 else []
         s.write(table, {**COLUMNS, **(SEED_COLUMNS if len(all_seeds) > 1 else {})},
-                "Every compressor in FL and DDP against fp32 / dense",
+                f"Every compressor in FL and DDP against fp32 / dense on {a.dataset}",
                 notes=["\n".join(settings[m] for m in ("fl", "ddp") if (table["mode"] == m).any()), *seeds])
         s.path(".json").write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": settings_now}, indent=2))
     return 0 if all(r["status"] == "ok" for r in rows) else 1

@@ -1,7 +1,7 @@
 # Result tables under docs/results/, each headed by its command, commit, date, machine and wall
 # time (commlab.report.results_doc). QUICK=1: small settings, minutes; without: the published
 # settings. Namespaces for the 10 Mbit/s rows need root; as a plain user those rows are skipped.
-RESULTS ?= codecs auth transport chaos
+RESULTS ?= codecs auth transport chaos matrix-fashion_mnist
 .PHONY: results
-results: $(STAMP) ## rerun the self-contained benchmarks (RESULTS: codecs auth transport chaos) into docs/results/*.md (QUICK=1: minutes)
+results: $(STAMP) ## rerun the self-contained benchmarks (RESULTS: codecs auth transport chaos matrix-fashion_mnist) into docs/results/*.md (QUICK=1: minutes)
 	$(PYTHON) -m commlab.report.results_doc $(if $(QUICK),--quick) $(RESULTS)
