@@ -31,7 +31,7 @@ from commlab.fl.entry import as_config_error, log_to
 from commlab.fl.local_training import local_update, round_subset
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.strategy import FitIns
-from commlab.metrics import CsvTable, write_transport_totals
+from commlab.metrics import CsvTable, MemoryWatch, write_transport_totals
 from commlab.models import flatten_params, layout_of, weights_digest
 from commlab.roster import CONTROLLER, client_name
 from commlab.tables import COLUMNS
@@ -55,8 +55,9 @@ class HostedClient:
 
 class Client:
     def __init__(self, cfg: ClientConfig, node: Any, model: torch.nn.Module, data: Dataset,
-                 parts: dict[int, np.ndarray], log: Callable[[str], None] = print):
+                 parts: dict[int, np.ndarray], log: Callable[[str], None] = print, watch: MemoryWatch | None = None):
         self.cfg, self.node, self.model, self.data, self.log = cfg, node, model, data, log
+        self.watch = watch or MemoryWatch()  # resident memory: idle, training, the exchange
         self.cmd_sub = node.subscriber(TrainCmd)
         self.blob_sub = node.subscriber(ModelBlob)
         self.update_pub = node.publisher(ClientUpdate)
@@ -281,9 +282,10 @@ class Client:
         self.log(f"{who}round {rnd}: training on {len(indices)} samples from model {weights_digest(self.weights)} "
                  f"(round {self.weights_round})")
         start = time.perf_counter()
-        delta, loss = local_update(self.model, self.weights, self.data, indices, fit,
-                                   momentum=self.cfg.optimizer.momentum, weight_decay=self.cfg.optimizer.weight_decay,
-                                   buffers=self.cfg.sends_buffers, step=self.train_step)
+        with self.watch.phase("train"):
+            delta, loss = local_update(self.model, self.weights, self.data, indices, fit, momentum=self.cfg.optimizer.momentum,
+                                       weight_decay=self.cfg.optimizer.weight_decay, buffers=self.cfg.sends_buffers,
+                                       step=self.train_step)
         train_s = time.perf_counter() - start
         stretch_s = self.adaptive.stretch(train_s)
         if self.cfg.attack is not None:  # test only (config `attack`): a forged update under a valid identity
@@ -344,8 +346,9 @@ def run_client(config_path: str) -> None:
         log(f"partition {p.scheme}: hosting {len(hosted)} clients ({client_name(min(hosted))} ... "
             f"{client_name(max(hosted))}), {min(sizes)}-{max(sizes)} samples each")
     node = DdsNode(cfg.name, settings)
+    watch = MemoryWatch()
     try:
-        Client(cfg, node, model, data, hosted, log).run()
+        Client(cfg, node, model, data, hosted, log, watch).run()
     finally:
-        write_transport_totals(cfg.results_dir, cfg.run_id, cfg.name, node.stats.snapshot())
+        write_transport_totals(cfg.results_dir, cfg.run_id, cfg.name, node.stats.snapshot(), watch)
         node.close()

@@ -36,7 +36,7 @@ from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, Tra
 from commlab.fl.fedbuff import Dispatch
 from commlab.fl.sampling import select_round
 from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES, FedBuff, Strategy
-from commlab.metrics import RunWriter, backend_name, write_transport_totals
+from commlab.metrics import MemoryWatch, RunWriter, backend_name, write_transport_totals
 from commlab.models import flatten_params, layout_of, weights_digest
 from commlab.roster import CONTROLLER
 from commlab.tables import COLUMNS
@@ -60,10 +60,12 @@ class OpenRound:
 class Controller:
     def __init__(self, cfg: ControllerConfig, node: Any, strategy: Strategy, start_round: int,
                  model: torch.nn.Module, data: Dataset, writer: RunWriter, uplink: Codec, downlink: Codec,
-                 log: Callable[[str], None] = print, progress: dict[str, float] | None = None):
+                 log: Callable[[str], None] = print, progress: dict[str, float] | None = None,
+                 watch: MemoryWatch | None = None):
         """`uplink`, `downlink`: the codecs of the config's codec and downlink sections, built once
         (run_controller)."""
         self.cfg, self.node, self.strategy, self.start_round = cfg, node, strategy, start_round
+        self.watch = watch or MemoryWatch()  # resident memory: idle, evaluating, the exchange
         self.writer, self.log = writer, log
         # Decoders read every parameter from the frame: the uplink codec decodes any client's.
         self.codec = uplink
@@ -298,7 +300,8 @@ class Controller:
         # fedbuff's next row counts from here: its uploads keep arriving while this one is evaluated.
         self.row_end = self.node.stats.snapshot()
         comm = delta(before, self.row_end)
-        accuracy, loss = self.evaluate(weights)
+        with self.watch.phase("evaluate"):
+            accuracy, loss = self.evaluate(weights)
         self.last_accuracy, self.round_time_sum_s = accuracy, self.round_time_sum_s + round_time
         progress = {"round_time_sum_s": self.round_time_sum_s, "last_accuracy": accuracy}
         save_checkpoint(Path(cfg.checkpoint_dir), Checkpoint(rnd, weights, self.strategy.state_dict(), to_dict(cfg),
@@ -357,12 +360,13 @@ def run_controller(config_path: str) -> None:
         "client_data": dict(zip(cfg.client_ids(), client_summary(data, parts))),
         "start_round": start_round, "status": "running"})
     node = DdsNode(CONTROLLER, settings)
+    watch = MemoryWatch()
     try:
-        Controller(cfg, node, strategy, start_round, model, data, writer, uplink, downlink, log, progress).run()
+        Controller(cfg, node, strategy, start_round, model, data, writer, uplink, downlink, log, progress, watch).run()
         writer.close("completed")
     except BaseException as e:
         writer.close(f"failed: {type(e).__name__}: {e}")
         raise
     finally:
-        write_transport_totals(cfg.results_dir, cfg.run_id, CONTROLLER, node.stats.snapshot())
+        write_transport_totals(cfg.results_dir, cfg.run_id, CONTROLLER, node.stats.snapshot(), watch)
         node.close()
