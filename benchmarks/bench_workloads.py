@@ -109,7 +109,7 @@ def shown(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = BenchParser(__doc__, "workloads", {"workloads": ["mnist_cnn", "resnet20", "char_lstm"],
+    p = BenchParser(__doc__, "workloads", {"workloads": ["mnist_cnn", "resnet20"],
                                            "compressors": ["fp32", "int8_sparse"], "rounds": 2,
                                            "samples_per_round": 256, "test_subset": 500}, seeds=0)
     p.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
