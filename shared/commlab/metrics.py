@@ -91,7 +91,9 @@ class MemoryWatch:
     def __init__(self) -> None:
         self.idle, self.overall = status_bytes("VmRSS"), status_bytes("VmHWM")
         self.peaks: dict[str, int] = {}
+        self.rises: dict[str, int] = {}  # a phase's peak above the RSS it started from
         self.resettable = self._reset()
+        self.start = self.idle
 
     def _reset(self) -> bool:
         try:
@@ -105,7 +107,9 @@ class MemoryWatch:
         self.overall = max(self.overall, hwm)
         if self.resettable:
             self.peaks[name] = max(self.peaks.get(name, 0), hwm)
+            self.rises[name] = max(self.rises.get(name, 0), hwm - self.start)
             self._reset()
+            self.start = status_bytes("VmRSS")
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -116,9 +120,12 @@ class MemoryWatch:
             self._close(name)
 
     def record(self) -> dict[str, Any]:
-        """What transport-<node>.json keeps: idle, the overall peak, and each phase's peak."""
+        """What transport-<node>.json keeps: idle, the overall peak, each phase's peak, and its rise
+    above the resident memory it started from (memory freed by an earlier phase, e.g. training's
+    activations kept by the allocator, stays resident: the rise is what the phase itself added)."""
         self._close(self.OUTSIDE)
-        return {"idle_rss_bytes": self.idle, "peak_rss_bytes": self.overall, "phase_peak_rss_bytes": self.peaks}
+        return {"idle_rss_bytes": self.idle, "peak_rss_bytes": self.overall, "phase_peak_rss_bytes": self.peaks,
+                "phase_rise_rss_bytes": self.rises}
 
 
 def write_transport_totals(results_dir: Path | str, run_id: str, node: str, totals: Mapping[str, Any],
@@ -145,7 +152,9 @@ def peak_memory_line(run_dir: Path) -> str | None:
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a node that died before writing it, or a run from before this field
         if "idle_rss_bytes" in doc:  # a MemoryWatch: idle and each phase's peak
-            phases = "".join(f", {k} {v / 2**20:.0f}" for k, v in sorted(doc.get("phase_peak_rss_bytes", {}).items()))
+            rises = doc.get("phase_rise_rss_bytes", {})
+            phases = "".join(f", {k} {v / 2**20:.0f} (+{rises.get(k, 0) / 2**20:.0f})"
+                             for k, v in sorted(doc.get("phase_peak_rss_bytes", {}).items()))
             detail[name] = f" (idle {doc['idle_rss_bytes'] / 2**20:.0f}{phases})"
     if not peaks:
         return None

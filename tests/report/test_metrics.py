@@ -79,4 +79,5 @@ def test_memory_watch_tells_a_phase_peak_from_the_rest(tmp_path):
     assert train >= doc["idle_rss_bytes"] + 60 * 2**20
     assert exchange <= train - 48 * 2**20  # the block was gone before the phase outside began
     assert doc["peak_rss_bytes"] >= train
+    assert doc["phase_rise_rss_bytes"]["train"] >= 60 * 2**20 and doc["phase_rise_rss_bytes"]["exchange"] < 16 * 2**20
     assert " MiB (idle " in peak_memory_line(tmp_path / "r1") and ", train " in peak_memory_line(tmp_path / "r1")
