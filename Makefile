@@ -12,7 +12,7 @@ help:
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(PYTHON) -m pip install -q -e '.[test]'
+	$(PYTHON) -m pip install -q -e '.[test,tracking,privacy]'
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv and install the project
@@ -43,12 +43,12 @@ bench-chaos: $(STAMP) ## chaos table: FL/DDP runs with nodes paused 2/10/60 s, k
 chaos: $(STAMP) ## FL nodes and DDP ranks paused past their lease (PAUSES s), killed and restarted; rogue and flooding processes on the domain; N (20) runs each
 	COMMLAB_PAUSES=$(PAUSES) $(PYTHON) -m pytest -q -ra --repeat $(N) tests/fl/test_fl_pause.py tests/ddp/test_ddp_pause.py tests/fl/test_fl_faults.py tests/security/test_rogue_nodes.py tests/security/test_rogue_flood.py
 
-# Every surface that reads untrusted bytes (codec frames, message fields, configs, checkpoints,
+# Every surface that reads untrusted bytes (codec frames, message fields, configs, checkpoints, SecAgg+ frames,
 # chunk reassembly) with CASES generated inputs per test; `make test` runs the same tests with 1,000.
 CASES ?= 10000
 .PHONY: fuzz
 fuzz: $(STAMP) ## fuzz every decoder, message field, config, checkpoint and reassembly with CASES (10,000) inputs per test
-	COMMLAB_FUZZ_CASES=$(CASES) $(PYTHON) -m pytest -q -ra -p no:randomly tests/codecs/test_malformed_frames.py tests/security/test_message_fields.py tests/security/test_fuzz_inputs.py
+	COMMLAB_FUZZ_CASES=$(CASES) $(PYTHON) -m pytest -q -ra -p no:randomly tests/codecs/test_malformed_frames.py tests/security/test_message_fields.py tests/security/test_fuzz_inputs.py tests/privacy/test_secagg.py
 
 # Every bench-* target (commlab.bench): QUICK=1 runs its small settings, a check of the pipeline in
 # minutes, into results/bench/<name>-quick.{csv,md}; the full run writes results/bench/<name>.{csv,md},

@@ -5,7 +5,7 @@
                                          [--datagram-frames K] [--send-window BYTES]
 
 Runs WORLD processes once on loopback and (as root) once in network namespaces on a private
-bridge, every uplink shaped by the link profile (commlab.testbed.netns, commlab.netem), and in
+bridge, every uplink shaped by the link profile (commlab.links.netns, commlab.links.profiles), and in
 each does `reps` allreduces of a numel-float vector (default: the MNIST CNN's gradient) with each
 schedule. Prints, per schedule: bytes each rank sent per allreduce over the payload (CommStats
 wire estimate, IP level; on the shaped links also the interface's counters, Ethernet headers and
@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from commlab.bench import BenchParser, Session
-from commlab.claims import hold
+from commlab.runs.claims import hold
 
 COLLECTIVES = ("naive", "ring")
 
@@ -69,8 +69,8 @@ def loopback(s: Session, spec: dict, domain: int) -> list[dict]:
 
 
 def shaped(s: Session, spec: dict, profile: str, net: int, transport: dict) -> list[dict]:
-    from commlab.netem import link_for
-    from commlab.testbed.netns import NetnsLab
+    from commlab.links.netns import NetnsLab
+    from commlab.links.profiles import link_for
     names = [f"worker-{r}" for r in range(spec["world"])]
     with NetnsLab(names, net=net) as lab:
         for n in names:
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world", type=int, default=3)
     p.add_argument("--numel", type=int, default=1_663_370)
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--domain", type=int, help="loopback DDS domain (default: a claimed one, commlab.claims)")
+    p.add_argument("--domain", type=int, help="loopback DDS domain (default: a claimed one, commlab.runs.claims)")
     p.add_argument("--net", type=int, default=247, help="namespace bridge 198.19.<net>.0/24")
     p.add_argument("--no-netns", action="store_true", help="loopback only")
     p.add_argument("--chunk-bytes", type=int, help="dds.chunk_bytes on the shaped links (default 64 KiB)")

@@ -26,7 +26,7 @@ from typing import Callable
 import pandas as pd
 
 from commlab.bench import BenchParser, Session
-from commlab.launch import NODES_DIR
+from commlab.runs.launch import NODES_DIR
 from commlab.testbed.node_procs import NodeProcess, start_ddp, start_fl
 
 LEASE_S = 2.0

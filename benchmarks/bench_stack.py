@@ -13,7 +13,7 @@ import sys
 import pandas as pd
 
 from commlab.bench import BenchParser, Session
-from commlab.metrics import new_run_id
+from commlab.output.run_folder import new_run_id
 from commlab.report.runs import load_run
 
 BACKENDS = ("docker", "swarm")

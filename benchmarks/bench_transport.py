@@ -25,9 +25,9 @@ from pathlib import Path
 import pandas as pd
 
 from commlab.bench import BenchParser, Session
-from commlab.claims import hold
-from commlab.dds.netns import NetnsUnavailable, veth_pair
 from commlab.dds.probe import parse_sizes
+from commlab.links.netns import NetnsUnavailable, veth_pair
+from commlab.runs.claims import hold
 
 HERE = Path(__file__).resolve()
 LOOPBACK_SIZES = "65536x100,1700000x20,10000000x5"
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("role", nargs="?", default="bench", choices=["bench", "tcp-send", "tcp-recv"])
     p.add_argument("--addr", default="127.0.0.1")
     p.add_argument("--sizes", default=None)
-    p.add_argument("--port", type=int, help="TCP port (default: a claimed one, commlab.claims)")
+    p.add_argument("--port", type=int, help="TCP port (default: a claimed one, commlab.runs.claims)")
     p.add_argument("--repeat", type=int, default=3, help="loopback repetitions (the shaped link runs once)")
     a = p.parse_args(argv)
     if a.role == "tcp-send":

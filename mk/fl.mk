@@ -61,3 +61,9 @@ bench-adaptive: $(STAMP) ## adaptive (qsgd bits and rates; int8_sparse's rates) 
 
 test-adaptive: $(STAMP) ## the allocation against brute force, budget, monotonicity, fairness; estimates; the rate change applied (root)
 	$(PYTHON) -m pytest -q tests/fl/test_adaptive.py tests/benchmarks/test_bench_adaptive.py
+
+# Accuracy against epsilon: DP-FedAvg at three noise multipliers and without privacy, 100 logical
+# clients, 10 per round (docs/privacy.md).
+.PHONY: bench-privacy
+bench-privacy: $(STAMP) ## DP-FedAvg accuracy vs epsilon, MNIST, 100 clients 10 per round, z 0.5/1/2 and none, fp32 and qsgd8 (PRIVACY_ARGS) -> results/bench/privacy.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_privacy.py $(BENCH_QUICK) $(PRIVACY_ARGS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from commlab.config_schema import ConfigError, load_from_argv
+from commlab.config.schema import ConfigError, load_from_argv
 from commlab.peers.config import PeerConfig, load_peer_config
 
 

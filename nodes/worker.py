@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from commlab.config_schema import ConfigError, load_from_argv
+from commlab.config.schema import ConfigError, load_from_argv
 from commlab.ddp.config import load_worker_config, world_and_rank
 
 

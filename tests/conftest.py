@@ -1,6 +1,6 @@
 """What every test area shares: one hypothesis profile, the plugins (`--repeat`, the unit-test
 guard) and the claims fixtures that give a test its own DDS domain ids, ports, namespace lab tags
-and compose project numbers (commlab.claims)."""
+and compose project numbers (commlab.runs.claims)."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -8,7 +8,7 @@ from typing import Iterator
 import pytest
 from hypothesis import settings
 
-from commlab.claims import Claims
+from commlab.runs.claims import Claims
 
 pytest_plugins = ["repeat_runs", "unit_guard"]
 

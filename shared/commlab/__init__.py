@@ -1,1 +1,1 @@
-"""commlab: codecs, DGC, DDS transport, collectives, data, models and metrics shared by every node."""
+"""commlab: codecs, DDS transport, FL and DDP, data, models, runs, links and run output shared by every node."""

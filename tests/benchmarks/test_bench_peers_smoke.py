@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from commlab.tables import COLUMNS
+from commlab.output.tables import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]
 DDP_CASES = ["dds-dense-ring", "dds-dense-naive", "dds-int8", "dds-dgc", "dds-powersgd2",

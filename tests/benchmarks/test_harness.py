@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from commlab.bench import ROOT, BenchParser, run_logged
+from commlab.output.tables import COLUMNS
 from commlab.report.provenance import HEADER_FIELDS
 from commlab.report.runs import Run, RunError, read_table
-from commlab.tables import COLUMNS
 
 TINY = '''"""Tiny benchmark: one child run, one table."""
 import sys

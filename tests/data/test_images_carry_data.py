@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from commlab.roster import ROLES
+from commlab.runs.roster import ROLES
 from commlab.testbed.engine import bootstrap_as_root
 from commlab.testbed.images import build_images, engine_missing, images_current, node_image
 

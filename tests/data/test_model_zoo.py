@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from commlab.builders import build_node_model
-from commlab.config_schema import ModelSection
+from commlab.config.builders import build_node_model
+from commlab.config.schema import ModelSection
 from commlab.data import Dataset
 from commlab.models import (MODELS, build_model, evaluate, flatten_buffers, flatten_params, has_batchnorm, layout_of,
                             load_buffers, load_params, num_params, recompute_batchnorm, train_epoch)
-from commlab.train_step import cross_entropy_step
+from commlab.models.train_step import cross_entropy_step
 
 LSTM_GATES = 4
 

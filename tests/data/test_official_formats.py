@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from commlab.builders import build_dataset
-from commlab.config_schema import DatasetSection
+from commlab.config.builders import build_dataset
+from commlab.config.schema import DatasetSection
 from commlab.data import (DatasetError, dataset_spec, load_dataset, load_raw, partition_dataset, subset_first,
                           subset_random, to_dataset)
 from commlab.data.cifar import CIFAR10, CIFAR100, reader

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from commlab.config_schema import ConfigError, from_dict
+from commlab.config.schema import ConfigError, from_dict
 from commlab.data import label_histogram, partition
 from commlab.fl.config import PartitionSection
 

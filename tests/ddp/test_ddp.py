@@ -13,10 +13,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from commlab.config_schema import ConfigError
+from commlab.config.schema import ConfigError
 from commlab.ddp.checkpoint import load_checkpoint
 from commlab.ddp.config import load_worker_config, world_and_rank
-from commlab.fault_points import HALT_ENV
+from commlab.runs.fault_points import HALT_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "nodes" / "worker.py"
@@ -132,7 +132,7 @@ def test_two_rank_smoke(tmp_path, method, domain):
 
 @pytest.mark.slow
 def test_killed_worker_makes_the_others_fail_naming_it(tmp_path, domain):
-    # Rank 2 halts after backward of step 5 (commlab.fault_points) and is killed there: the others
+    # Rank 2 halts after backward of step 5 (commlab.runs.fault_points) and is killed there: the others
     # are in (or entering) that step's collective. The collective timeout is far above the 2 s
     # lease and the 10 s return window, so the death is reported as PeerLost ("not back within
     # 10s") however slowly the test reacts.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from commlab import metrics
-from commlab.config_schema import ConfigError
+from commlab.config.schema import ConfigError
 from commlab.ddp import checkpoint as ck
+from commlab.output import run_folder
 
 
 class Exchange:
@@ -105,7 +105,7 @@ def test_failed_write_keeps_the_previous_checkpoints(tmp_path, monkeypatch, wher
     path = tmp_path / "checkpoint-rank0.pt"
     save(path, 0)
     save(path, 1)
-    real_fsync, calls = metrics.os.fsync, []
+    real_fsync, calls = run_folder.os.fsync, []
 
     def half_then_fail(obj, f):
         f.write(b"PK\x03\x04half")
@@ -119,7 +119,7 @@ def test_failed_write_keeps_the_previous_checkpoints(tmp_path, monkeypatch, wher
     if where == "serialising":
         monkeypatch.setattr(ck.torch, "save", half_then_fail)
     else:
-        monkeypatch.setattr(metrics.os, "fsync", fsync)
+        monkeypatch.setattr(run_folder.os, "fsync", fsync)
     with pytest.raises(OSError, match="disk full"):
         save(path, 2)
     monkeypatch.undo()

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from commlab.claims import Claims
+from commlab.runs.claims import Claims
 from commlab.testbed.node_procs import NodeProcess, start_ddp
 
 pytestmark = pytest.mark.slow

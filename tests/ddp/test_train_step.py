@@ -1,4 +1,4 @@
-"""The local training step chosen by config (`train_step: "module:function"`, commlab.train_step):
+"""The local training step chosen by config (`train_step: "module:function"`, commlab.models.train_step):
 the default is the plain cross-entropy, a step from a file outside the library is loaded by path,
 bad specs are one ConfigError line naming `train_step`, and a real 2-rank DDP run records it."""
 from __future__ import annotations
@@ -15,13 +15,13 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from commlab.config_schema import ConfigError, from_dict
+from commlab.config.schema import ConfigError, from_dict
 from commlab.ddp.config import load_worker_config
 from commlab.fl.config import ClientConfig, load_client_config, load_controller_config
 from commlab.fl.local_training import local_update
 from commlab.fl.strategy import FitIns
 from commlab.models import build_model, flatten_params
-from commlab.train_step import DEFAULT_TRAIN_STEP, batch_loss, cross_entropy_step, load_train_step
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, batch_loss, cross_entropy_step, load_train_step
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "label_smoothing_step.py"
@@ -55,18 +55,18 @@ def test_step_from_a_file_outside_the_library_gives_another_loss(batch, monkeypa
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("commlab.train_step", "train_step: expected 'package.module:function' or 'path/to/file.py:function', "
-                           "got 'commlab.train_step'"),
-    ("commlab.train_step:", "train_step: expected 'package.module:function'"),
+    ("commlab.models.train_step", "train_step: expected 'package.module:function' or 'path/to/file.py:function', "
+                           "got 'commlab.models.train_step'"),
+    ("commlab.models.train_step:", "train_step: expected 'package.module:function'"),
     ("no_such_module_xyz:step", "train_step: module not found: no_such_module_xyz"),
     ("commlab.no_such_module:step", "train_step: module not found: commlab.no_such_module"),
     ("tests/fixtures/no_such_step.py:step", "train_step: file not found: "),
     ("/no/such/dir/step.py:step", "train_step: file not found: /no/such/dir/step.py"),
-    ("commlab.train_step:no_such_function", "train_step: commlab.train_step has no function 'no_such_function'"),
+    ("commlab.models.train_step:no_such_function", "train_step: commlab.models.train_step has no function 'no_such_function'"),
     (f"{FIXTURE}:no_such_function", f"train_step: {FIXTURE} has no function 'no_such_function'"),
     (f"{FIXTURE}:NOT_A_FUNCTION", f"train_step: {FIXTURE}:NOT_A_FUNCTION is not callable: it is int 3"),
-    ("commlab.train_step:DEFAULT_TRAIN_STEP", "train_step: commlab.train_step:DEFAULT_TRAIN_STEP is not callable"),
-    ("commlab.train_step:batch_loss", "train_step: commlab.train_step:batch_loss must take (model, x, y)"),
+    ("commlab.models.train_step:DEFAULT_TRAIN_STEP", "train_step: commlab.models.train_step:DEFAULT_TRAIN_STEP is not callable"),
+    ("commlab.models.train_step:batch_loss", "train_step: commlab.models.train_step:batch_loss must take (model, x, y)"),
     ("my-steps:step", "train_step: 'my-steps' is neither a module name nor a .py file"),
 ])
 def test_bad_specs_are_one_config_error_line(spec, message):
@@ -183,8 +183,8 @@ def test_ddp_run_with_a_step_from_a_file_records_and_uses_it(tmp_path, domain):
     assert json.loads((run / "configs" / "worker.json").read_text())["train_step"] == SMOOTHING
 
     # Rank 0's first batch, as ddp/train.py draws it, through the initial model.
-    from commlab.builders import build_dataset
-    from commlab.config_schema import DatasetSection
+    from commlab.config.builders import build_dataset
+    from commlab.config.schema import DatasetSection
     from commlab.data import partition
     data = build_dataset(DatasetSection(train_subset=640, test_subset=200))
     first = np.random.default_rng([0, 0, 0]).permutation(partition(data.train_y, 2, "iid", seed=0)[0])[:32]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from commlab.dds.netns import NetnsUnavailable, tx_bytes, veth_pair
+from commlab.links.netns import NetnsUnavailable, tx_bytes, veth_pair
 
 pytestmark = pytest.mark.slow
 SIZE = 1_700_000

@@ -245,7 +245,7 @@ def test_efficiency_scales_the_payload():
 
 # --- config, controller planner, client side ---------------------------------------------------
 
-from commlab.config_schema import ConfigError, from_dict  # noqa: E402
+from commlab.config.schema import ConfigError, from_dict  # noqa: E402
 from commlab.fl.adaptive import ClientSide, Planner  # noqa: E402
 from commlab.fl.config import ClientConfig, ControllerConfig  # noqa: E402
 from commlab.fl.messages import ClientUpdate, TrainCmd  # noqa: E402
@@ -456,9 +456,9 @@ def test_client_side_codec_and_reports():
 def test_allocated_rate_holds_for_the_upload_only(monkeypatch):
     """The uplink is shaped to the allocated rate for the upload, then back to the client's own
     link, so the next broadcast's acknowledgements do not queue behind an upload's share of B."""
-    import commlab.netem
+    import commlab.links.profiles
     applied = []
-    monkeypatch.setattr(commlab.netem, "set_rate", lambda bps: applied.append(bps))
+    monkeypatch.setattr(commlab.links.profiles, "set_rate", lambda bps: applied.append(bps))
     side = ClientSide("client-0", "hetero4", "lo", log=lambda s: None)
     side.can_shape, side.rate_bps = True, side.link_bps                  # as in its own namespace
 
@@ -484,7 +484,7 @@ def test_rate_change_is_really_applied(claims):
     import subprocess
     import time
 
-    from commlab.netem import LinkSpec, apply_link, set_rate
+    from commlab.links.profiles import LinkSpec, apply_link, set_rate
     tag = claims.take("lab")
     a, b = f"cl{tag}-a", f"cl{tag}-b"
     ns = lambda n, *cmd: ["ip", "netns", "exec", n, *cmd]  # noqa: E731

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from commlab.config_schema import ConfigError, from_dict
+from commlab.config.schema import ConfigError, from_dict
 from commlab.data import Dataset
 from commlab.fl.config import ClientConfig, ControllerConfig
 from commlab.fl.evaluation import GlobalEvaluation

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from commlab.checksummed import seal
-from commlab.config_schema import ConfigError
+from commlab.config.schema import ConfigError
 from commlab.fl import checkpoint as ck
 from commlab.fl.run import build_configs, parse_args
+from commlab.output.checksummed import seal
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from commlab.config_schema import from_dict
+from commlab.config.schema import from_dict
 from commlab.dds import CommStats
 from commlab.fl.client import Client
 from commlab.fl.config import ClientConfig

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from commlab.config_schema import ConfigError, DdsSection, from_dict, to_dict
+from commlab.config.schema import ConfigError, DdsSection, from_dict, to_dict
 from commlab.fl.config import ClientConfig, ControllerConfig, load_client_config, load_controller_config
 from commlab.fl.run import build_configs, parse_args
 

@@ -1,7 +1,7 @@
 """FL fault tolerance with real node processes over DDS on loopback (small data, short deadlines):
 a client killed mid-round, a controller killed and resumed from its checkpoint, malformed updates.
 
-Every kill lands at a defined point of the node's protocol (commlab.fault_points: the node halts
+Every kill lands at a defined point of the node's protocol (commlab.runs.fault_points: the node halts
 there and says so), never after a guessed delay."""
 import csv
 import json
@@ -15,7 +15,7 @@ import pytest
 
 from commlab.fl.checkpoint import load_checkpoint
 from commlab.models import weights_digest
-from commlab.launch import NODES_DIR
+from commlab.runs.launch import NODES_DIR
 from commlab.testbed.node_procs import NodeProcess, start_fl
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from commlab.config_schema import ConfigError, from_dict
+from commlab.config.schema import ConfigError, from_dict
 from commlab.fl.config import ControllerConfig
 from commlab.fl.fedbuff import Dispatch
 from commlab.fl.run import build_configs, parse_args

@@ -14,8 +14,8 @@ import pytest
 
 from commlab.fl.checkpoint import load_checkpoint
 from commlab.fl.sampling import sample_clients
-from commlab.roster import client_name
-from commlab.launch import NODES_DIR
+from commlab.runs.launch import NODES_DIR
+from commlab.runs.roster import client_name
 from commlab.testbed.node_procs import NodeProcess, start_fl
 from test_fl_faults import rounds_rows
 

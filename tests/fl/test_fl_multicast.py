@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from commlab.config_schema import PRIVATE_MULTICAST_NET, ConfigError, DdsSection
+from commlab.config.schema import PRIVATE_MULTICAST_NET, ConfigError, DdsSection
 from commlab.dds import DdsSettings
 from commlab.fl.checkpoint import load_checkpoint
 from commlab.fl.run import build_configs, parse_args
@@ -72,7 +72,7 @@ def test_multicast_sends_the_model_once_for_all_clients(runs):
 
 @pytest.mark.parametrize("interface", ["lo", *[n for _, n in socket.if_nameindex() if n != "lo"][:1]])
 def test_multicast_is_refused_outside_the_private_range(interface):
-    from commlab.config_schema import interface_ipv4
+    from commlab.config.schema import interface_ipv4
     address = interface_ipv4(interface)
     if address is not None and address in PRIVATE_MULTICAST_NET:
         pytest.skip(f"{interface} is inside {PRIVATE_MULTICAST_NET}")

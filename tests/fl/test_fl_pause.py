@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from commlab.claims import Claims
+from commlab.runs.claims import Claims
 from commlab.testbed.node_procs import start_fl
 
 pytestmark = pytest.mark.slow

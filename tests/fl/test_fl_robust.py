@@ -7,14 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commlab.config_schema import ConfigError, DatasetSection, ModelSection, from_dict
+from commlab.config.schema import ConfigError, DatasetSection, ModelSection, from_dict
 from commlab.fl import checkpoint as ck
 from commlab.fl.config import AttackSection, ClientConfig, ControllerConfig
-from commlab.fl.run import build_configs, parse_args
 from commlab.fl.root_update import RootUpdate
+from commlab.fl.run import build_configs, parse_args
 from commlab.fl.strategy import STRATEGIES, FedAvg, FitIns, FitRes, Krum, Median, NormClip, TrimmedMean
 from commlab.models import build_model, flatten_params
-from commlab.train_step import DEFAULT_TRAIN_STEP
+from commlab.models.train_step import DEFAULT_TRAIN_STEP
 
 COMMON = dict(epochs=1, lr=0.1, batch_size=8, subset_size=10, seed=0)
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from commlab.config_schema import ConfigError, from_dict
-from commlab.fault_points import HALT_ENV
+from commlab.config.schema import ConfigError, from_dict
 from commlab.fl.config import ControllerConfig
 from commlab.fl.messages import TrainCmd
 from commlab.fl.run import build_configs, parse_args
+from commlab.runs.fault_points import HALT_ENV
 from commlab.fl.sampling import (Availability, diurnal_trace, load_availability, per_round_count, sample_clients,
                                  select_round, write_trace)
-from commlab.roster import fl_roster
+from commlab.runs.roster import fl_roster
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = [f"client-{i}" for i in range(10)]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from commlab.builders import build_dataset
-from commlab.config_schema import DatasetSection
+from commlab.config.builders import build_dataset
+from commlab.config.schema import DatasetSection
 from commlab.data import load_raw, partition_dataset
 from commlab.data.partition import client_summary
 from commlab.models import build_model, flatten_params

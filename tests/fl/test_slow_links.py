@@ -14,7 +14,7 @@ from commlab.dds.stats import CommStats, Progress
 from commlab.fl.collect import RoundFailed, UpdateCollector
 from commlab.fl.messages import ClientUpdate
 from commlab.fl.run import build_configs, parse_args
-from commlab.roster import fl_roster
+from commlab.runs.roster import fl_roster
 
 CLIENTS = ["client-0", "client-1"]
 
@@ -127,7 +127,7 @@ def test_answered_clients_count_even_after_they_leave():
 def test_controller_fails_with_one_line_when_every_client_is_gone(tmp_path, domain):
     """Both clients killed before their upload: the controller ends on its own, long before the
     hard limit, with one error line and a failed manifest."""
-    from commlab.launch import NODES_DIR
+    from commlab.runs.launch import NODES_DIR
     from commlab.testbed.node_procs import NodeProcess
     ctl_cfg, client_cfgs = build_configs(parse_args([
         "--codec", "int8_sparse", "--clients", "2", "--rounds", "2", "--deadline", "30",

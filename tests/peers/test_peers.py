@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from commlab.config_schema import ConfigError, from_dict
+from commlab.config.schema import ConfigError, from_dict
 from commlab.peers.config import PeerConfig
 from commlab.peers.run import build_config, parse_args
 

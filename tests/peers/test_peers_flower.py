@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from commlab.config_schema import ConfigError, from_dict
+from commlab.config.schema import ConfigError, from_dict
+from commlab.output.tables import COLUMNS
 from commlab.report.runs import load_run
-from commlab.tables import COLUMNS
 
 pytest.importorskip("flwr", reason="flwr not installed (pyproject.toml [test]: pip install -e '.[test]')",
                     exc_type=ImportError)

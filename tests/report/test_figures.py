@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 from matplotlib.text import Text
 
-from commlab.metrics import RunWriter
+from commlab.output.run_folder import RunWriter
+from commlab.output.tables import COLUMNS, OPTIONAL, TEXT
 from commlab.report.build import group_figures
 from commlab.report.figures import ADAPTIVE_FIGURES, DDP_FIGURES, FL_FIGURES, matrix_figure
 from commlab.report.frames import latest_per_series
 from commlab.report.runs import load_runs
-from commlab.tables import COLUMNS, OPTIONAL, TEXT
 
 NUMEL = 110_890
 UP = {"fp32": 4 * NUMEL, "int8_sparse": NUMEL // 5, "qsgd15": NUMEL // 2}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from commlab.metrics import MemoryWatch, RunWriter, peak_memory_line, write_atomic, write_transport_totals
+from commlab.output.run_folder import MemoryWatch, RunWriter, peak_memory_line, write_atomic, write_transport_totals
 
 
 def test_rows_are_on_disk_before_close_and_manifest_records_links(tmp_path, monkeypatch):

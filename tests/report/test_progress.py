@@ -1,4 +1,4 @@
-"""commlab.progress: plain lines off a terminal, a bar redrawn in place on one, ETA arithmetic, and
+"""commlab.output.progress: plain lines off a terminal, a bar redrawn in place on one, ETA arithmetic, and
 following a CSV file that another process appends to. No real time: the clock is injected."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from commlab import progress as progress_module
-from commlab.progress import CsvProgress, Progress, echo, format_duration
+from commlab.output import progress as progress_module
+from commlab.output.progress import CsvProgress, Progress, echo, format_duration
 
 
 class FakeClock:

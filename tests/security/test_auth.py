@@ -1,11 +1,14 @@
-"""Message authentication (commlab.dds.auth): per-pair keys, envelopes, replays, key files."""
+"""Message protection (commlab.dds.auth, envelope, seal, opener): per-pair keys, envelopes, replays,
+key files, encrypted payloads."""
 import json
 import os
 
 import pytest
 
-from commlab.dds.auth import (GMAC_RECIPIENTS_MAX, WINDOW, AuthError, KeyFileError, Opener, Sealer, make_keyrings, read_keyring,
-                              write_keyring)
+from commlab.dds.auth import KeyFileError, make_keyrings, read_keyring, write_keyring
+from commlab.dds.envelope import GMAC_RECIPIENTS_MAX, WINDOW, AuthError
+from commlab.dds.opener import Opener
+from commlab.dds.seal import Sealer
 
 NODES = ["controller", "client-0", "client-1"]
 
@@ -17,10 +20,10 @@ def rings():
 
 def deliver(sealer: Sealer, opener: Opener, payload=b"weights", topic="ModelBlob", meta='{"round": 1}',
             incarnation=None):
-    envelope = sealer.seal(topic, meta, payload)
+    envelope, sent = sealer.seal(topic, meta, payload)
     opened = opener.open(topic, sealer.ring.node, sealer.incarnation if incarnation is None else incarnation,
                          len(payload), envelope)
-    opened.update(payload)
+    opened.update(bytearray(sent))
     opened.finish()
     return opened.meta
 
@@ -53,40 +56,45 @@ def test_no_key_another_run_and_altered_payloads_are_refused(rings):
     with pytest.raises(AuthError, match="unauthenticated"):
         Opener(rings["client-0"]).open("ModelBlob", "controller", 1, 3, '{"round": 1}')  # a plain, unsealed meta
     sealer, opener = Sealer(rings["controller"], 1), Opener(rings["client-0"])
-    opened = opener.open("ModelBlob", "controller", 1, 7, sealer.seal("ModelBlob", "{}", b"weights"))
-    opened.update(b"WEIGHTS")
+    opened = opener.open("ModelBlob", "controller", 1, 7, sealer.seal("ModelBlob", "{}", b"weights")[0])
+    opened.update(bytearray(b"WEIGHTS"))
     with pytest.raises(AuthError, match="altered"):
         opened.finish()
 
 
-@pytest.mark.parametrize("clients", [2, GMAC_RECIPIENTS_MAX + 1])  # GMAC per recipient, then one BLAKE3 digest
-def test_a_chunked_message_is_authenticated_by_its_last_chunk(clients):
+@pytest.mark.parametrize("clients,encrypt,mac", [(2, False, "gmac"), (GMAC_RECIPIENTS_MAX + 1, False, "blake3"),
+                                                (2, True, "gcm"), (GMAC_RECIPIENTS_MAX + 1, True, "gcm")])
+def test_a_chunked_message_is_authenticated_by_its_last_chunk(clients, encrypt, mac):
     # Equals (all hold the run key, as DDP ranks do): tags only, no signatures.
     nodes = ["controller"] + [f"client-{i}" for i in range(clients)]
     rings = make_keyrings("run-a", nodes, trusted=set(nodes))
-    sealer, opener = Sealer(rings["controller"], 1), Opener(rings["client-0"])
-    assert sealer.mac == ("gmac" if clients <= GMAC_RECIPIENTS_MAX else "blake3")
+    sealer, opener = Sealer(rings["controller"], 1, encrypt), Opener(rings["client-0"])
+    assert sealer.mac == mac
     sealing = sealer.begin("ModelBlob", '{"round": 3}', 12)
     opened = opener.open("ModelBlob", "controller", 1, 12, sealing.envelope)  # before any payload
+    sent = b""
     for part in (b"abcd", b"efgh", b"ijkl"):
-        sealing.update(part)
-        opened.update(part)
+        piece = bytearray(sealing.update(part))
+        assert (bytes(piece) != part) == encrypt
+        sent += piece
+        opened.update(piece)
+        assert piece == part  # decrypted in place
     trailer = sealing.last_meta("")
     opened.finish(trailer)
     assert opened.meta == '{"round": 3}'
     forged = Opener(rings["client-0"]).open("ModelBlob", "controller", 1, 12, sealer.begin("ModelBlob", "{}", 12).envelope)
-    forged.update(b"abcdefghijkl")
+    forged.update(bytearray(sent))
     with pytest.raises(AuthError, match="wrong_key|altered"):  # a trailer of another message
         forged.finish(trailer)
     altered = Opener(rings["client-1"]).open("ModelBlob", "controller", 1, 12, sealing.envelope)
-    altered.update(b"abcdefghijkL")
+    altered.update(bytearray(sent[:-1] + bytes([sent[-1] ^ 1])))
     with pytest.raises(AuthError, match="altered"):
         altered.finish(trailer)
 
 
 def test_the_envelope_must_match_its_chunk(rings):
     sealer, opener = Sealer(rings["controller"], 7), Opener(rings["client-0"])
-    envelope = sealer.seal("TrainCmd", "{}", b"")
+    envelope, _ = sealer.seal("TrainCmd", "{}", b"")
     with pytest.raises(AuthError, match="does not match its chunk"):
         opener.open("Stop", "controller", 7, 0, envelope)  # moved to another topic
     doc = json.loads(envelope)
@@ -97,19 +105,19 @@ def test_the_envelope_must_match_its_chunk(rings):
 
 def test_replays_and_old_incarnations_are_refused(rings):
     sealer, opener = Sealer(rings["client-0"], 100), Opener(rings["controller"])
-    envelope = sealer.seal("ClientUpdate", "{}", b"")
+    envelope, _ = sealer.seal("ClientUpdate", "{}", b"")
     opener.open("ClientUpdate", "client-0", 100, 0, envelope)
     with pytest.raises(AuthError, match="replayed"):
         opener.open("ClientUpdate", "client-0", 100, 0, envelope)
     restarted = Sealer(rings["client-0"], 200)
     deliver(restarted, opener, topic="ClientUpdate")
     with pytest.raises(AuthError, match="replayed"):  # the old process's traffic, recorded and sent again
-        opener.open("ClientUpdate", "client-0", 100, 0, sealer.seal("ClientUpdate", "{}", b""))
+        opener.open("ClientUpdate", "client-0", 100, 0, sealer.seal("ClientUpdate", "{}", b"")[0])
 
 
 def test_out_of_order_within_the_window_is_fine_behind_it_is_not(rings):
     sealer, opener = Sealer(rings["controller"], 1), Opener(rings["client-0"])
-    envelopes = [sealer.seal("TrainCmd", "{}", b"") for _ in range(WINDOW + 3)]
+    envelopes = [sealer.seal("TrainCmd", "{}", b"")[0] for _ in range(WINDOW + 3)]
     opener.open("TrainCmd", "controller", 1, 0, envelopes[2])
     opener.open("TrainCmd", "controller", 1, 0, envelopes[1])  # late, inside the window
     opener.open("TrainCmd", "controller", 1, 0, envelopes[-1])

@@ -10,7 +10,7 @@ from commlab.dds.auth import make_keyrings
 from commlab.fl import update_identity
 from commlab.fl.collect import UpdateCollector
 from commlab.fl.messages import ClientUpdate
-from commlab.roster import fl_identities
+from commlab.runs.roster import fl_identities
 
 
 @pytest.fixture

@@ -11,12 +11,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commlab.config_schema import ConfigError
+from commlab.config.schema import ConfigError
+from commlab.config.schema import load_config
 from commlab.ddp import checkpoint as ddp_checkpoint
 from commlab.ddp.config import WorkerConfig
 from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from commlab.fl.config import load_client_config, load_controller_config
-from commlab.config_schema import load_config
 from commlab.fl.run import build_configs, parse_args
 
 CASES = int(os.environ.get("COMMLAB_FUZZ_CASES", "1000"))  # make fuzz: 10,000
@@ -141,7 +141,8 @@ def chunk_heads():
 def test_reassembly_of_any_chunk_sequence(chunks, authenticated):
     """Whatever arrives: no exception, nothing held beyond the caps, only whole messages delivered."""
     import ctypes
-    from commlab.dds.auth import Opener, make_keyrings
+    from commlab.dds.auth import make_keyrings
+    from commlab.dds.opener import Opener
     from commlab.dds.cdr import address_of
     from commlab.dds.chunk import decode_head, encode
     from commlab.dds.errors import MessageError

@@ -12,7 +12,10 @@ from types import SimpleNamespace
 import pytest
 
 from commlab.dds.announce import Announce, PeerDirectory
-from commlab.dds.auth import AuthError, Keyring, Opener, Sealer, make_keyrings
+from commlab.dds.auth import Keyring, make_keyrings
+from commlab.dds.envelope import AuthError
+from commlab.dds.opener import Opener
+from commlab.dds.seal import Sealer
 from commlab.dds.cdr import address_of
 from commlab.dds.chunk import Chunk, decode_head, encode, split
 from commlab.dds.reassembly import Reassembler
@@ -32,7 +35,7 @@ def sealed(sealer: Sealer, topic: str, payload: bytes, chunk: int = 100) -> list
     sealing = sealer.begin(topic, '{"round": 1}', len(payload))
     chunks = list(split(sealer.ring.node, sealer.incarnation, sealer.seq, sealing.envelope, payload, chunk))
     for c in chunks:
-        sealing.update(bytes(c.payload))
+        c.payload = bytes(sealing.update(bytes(c.payload)))
         if c.index == c.count - 1:
             c.meta = sealing.last_meta(c.meta)
     return chunks
@@ -87,10 +90,10 @@ def test_fresh_incarnations_under_a_stolen_key_replace_one_window_per_sender(rin
     opener = Opener(rings["controller"], lambda: replaced.append(1))
     for incarnation in range(1, 2001):
         thief = Sealer(rings["client-1"], incarnation)  # the stolen key, a new "process" each time
-        opener.open("ClientUpdate", "client-1", incarnation, 0, thief.seal("ClientUpdate", "{}", b""))
+        opener.open("ClientUpdate", "client-1", incarnation, 0, thief.seal("ClientUpdate", "{}", b"")[0])
     assert len(opener._windows) == 1 and len(replaced) == 1999
     with pytest.raises(AuthError, match="replayed"):  # the older incarnations stay refused
-        opener.open("ClientUpdate", "client-1", 5, 0, Sealer(rings["client-1"], 5).seal("ClientUpdate", "{}", b""))
+        opener.open("ClientUpdate", "client-1", 5, 0, Sealer(rings["client-1"], 5).seal("ClientUpdate", "{}", b"")[0])
 
 
 def test_a_client_key_cannot_make_that_client_obey_a_forged_controller_message(rings):
@@ -98,22 +101,22 @@ def test_a_client_key_cannot_make_that_client_obey_a_forged_controller_message(r
     # Everything client-1's key file holds, used to speak as the controller towards client-1.
     forged = Sealer(Keyring(stolen.run_id, "controller", ("client-1",),
                             pair_keys={"client-1": stolen.pair_keys["controller"]}), 9)
-    envelope = forged.seal("Stop", '{"last_round": 2}', b"")
+    envelope, _ = forged.seal("Stop", '{"last_round": 2}', b"")
     with pytest.raises(AuthError) as e:
         Opener(stolen).open_whole("Stop", "controller", 9, envelope, b"")
     assert e.value.reason in ("unauthenticated", "wrong_key")
     # Tampering with a real signed message fails too, in the envelope and in the payload.
     real = Sealer(rings["controller"], 9)
-    doc = json.loads(real.seal("Stop", '{"last_round": 5}', b""))
+    doc = json.loads(real.seal("Stop", '{"last_round": 5}', b"")[0])
     doc["meta"] = '{"last_round": 2}'
     with pytest.raises(AuthError, match="wrong_key"):
         Opener(stolen).open_whole("Stop", "controller", 9, json.dumps(doc), b"")
-    blob = real.seal("ModelBlob", "{}", b"weights")
+    blob, _ = real.seal("ModelBlob", "{}", b"weights")
     opened = Opener(stolen).open("ModelBlob", "controller", 9, 7, blob)
-    opened.update(b"WEIGHTS")
+    opened.update(bytearray(b"WEIGHTS"))
     with pytest.raises(AuthError, match="altered"):
         opened.finish()
-    assert Opener(stolen).open_whole("Stop", "controller", 9, real.seal("Stop", "{}", b""), b"") == "{}"
+    assert Opener(stolen).open_whole("Stop", "controller", 9, real.seal("Stop", "{}", b"")[0], b"") == ("{}", b"")
 
 
 def test_key_files_carry_the_signing_key_to_the_controller_only(tmp_path, rings):
@@ -142,7 +145,7 @@ def announce(directory: PeerDirectory, a: Announce, writer: int) -> None:
 def test_a_peer_that_comes_back_with_its_durable_announcement_is_accepted_again(rings):
     seen = directory_with(rings["client-0"], {1: "P-ctl", 2: "P-ctl", 3: "P-rogue"})
     sealer = Sealer(rings["controller"], 5)
-    first = Announce("controller", "P-ctl", 5, sealer.seal("commlab_announce", json.dumps({"groups": {}}), b""))
+    first = Announce("controller", "P-ctl", 5, sealer.seal("commlab_announce", json.dumps({"groups": {}}), b"")[0])
     announce(seen, first, writer=1)
     assert seen.alive()["controller"].returns == 0
     seen.on_matched(set())  # its lease expired: the writer is gone
@@ -153,7 +156,7 @@ def test_a_peer_that_comes_back_with_its_durable_announcement_is_accepted_again(
     peer = seen.alive()["controller"]
     assert peer.returns == 1 and peer.writer == 2 and seen.returned
     # A real replay (a fresh sample with an old sequence number) is still refused.
-    again = Announce("controller", "P-ctl", 5, sealer.seal("commlab_announce", json.dumps({"x": 1}), b""))
+    again = Announce("controller", "P-ctl", 5, sealer.seal("commlab_announce", json.dumps({"x": 1}), b"")[0])
     announce(seen, again, writer=2)
     assert seen.alive()["controller"].info == {"x": 1}
     announce(seen, first, writer=2)  # the old announcement, now superseded: replayed

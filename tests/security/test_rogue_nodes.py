@@ -15,7 +15,7 @@ import pytest
 
 from commlab.dds.auth import make_keyrings, write_keyring
 from commlab.fl.run import build_configs, parse_args
-from commlab.roster import fl_identities, fl_roster
+from commlab.runs.roster import fl_identities, fl_roster
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,9 +181,9 @@ def test_rogue_nodes_change_nothing_and_are_counted(tmp_path, claims):
 INJECT = r"""
 import json, secrets, sys, time
 import numpy as np
-from commlab.codecs import get_codec
 from commlab.dds import DdsNode, DdsSettings
 from commlab.dds.auth import Keyring
+from commlab.codecs import get_codec
 from commlab.dds.endpoints import ChunkWriter
 domain, keyed = int(sys.argv[1]), sys.argv[2] == "keyed"
 ring = Keyring("another-run", "worker-1", ("worker-0",), run_key=secrets.token_bytes(32)) if keyed else None

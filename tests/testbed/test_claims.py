@@ -1,4 +1,4 @@
-"""commlab.claims: a number claimed by one process (a run, a test suite) is held by no other until
+"""commlab.runs.claims: a number claimed by one process (a run, a test suite) is held by no other until
 released or until the holder ends, even by SIGKILL; each claim of a process starts its search
 after the last, bound ports are passed over, and a full pool is one error naming it."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from commlab import claims as claims_module
-from commlab.claims import ClaimError, Claims, claim
+from commlab.runs import claims as claims_module
+from commlab.runs.claims import ClaimError, Claims, claim
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +51,7 @@ def test_unknown_kind_is_one_line():
 
 HOLDER = """
 import sys, time
-from commlab.claims import hold
+from commlab.runs.claims import hold
 print(hold("domain", [int(sys.argv[1])]), flush=True)
 time.sleep(60)
 """

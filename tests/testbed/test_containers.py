@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from commlab.config.builders import dds_settings
+from commlab.config.schema import DdsSection
+from commlab.runs.roster import ddp_roster, fl_roster
 from commlab.testbed.backend import choose_backend
-from commlab.roster import ddp_roster, fl_roster
 from commlab.testbed.compose_file import addresses, compose_spec, container_config
 from commlab.testbed.docker_run import NETS as COMPOSE_NETS
 from commlab.testbed.engine import REPO, free_net, bootstrap_as_root, compose_answers, compose_missing, engine_answers
 from commlab.testbed.entrypoint import PeersUnresolved, resolved_config
-from commlab.builders import dds_settings
-from commlab.config_schema import DdsSection
 from commlab.testbed.swarm import (ADDRESS_POOL, ADVERTISE_ADDRESS, NETS, OVERLAY_MTU, leave_swarm, stack_config,
                                    stack_spec, swarm_state)
 

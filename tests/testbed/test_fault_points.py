@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from commlab.fault_points import HALT_ENV, halt_at
+from commlab.runs.fault_points import HALT_ENV, halt_at
 
-PROGRAM = ("from commlab.fault_points import halt_at\n"
+PROGRAM = ("from commlab.runs.fault_points import halt_at\n"
            "halt_at('before_upload', 1)\nprint('round 1 uploaded', flush=True)\n"
            "halt_at('before_upload', 2)\nprint('round 2 uploaded', flush=True)\n")
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from commlab.netem import LinkError, LinkSpec, describe, link_for, load_profiles, netem_args, tbf_args
+from commlab.links.profiles import LinkError, LinkSpec, describe, link_for, load_profiles, netem_args, tbf_args
 
 
 def test_every_profile_resolves_for_every_role():
@@ -83,7 +83,7 @@ def transfer_mbit_per_s(lab, src: str, dst: str, nbytes: int) -> float:
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")
 def test_shaping_between_namespaces_limits_the_rate_and_reports_what_applied():
-    from commlab.testbed.netns import NetnsLab
+    from commlab.links.netns import NetnsLab
 
     with NetnsLab(["a", "b"]) as lab:
         namespaces = list(lab.namespaces.values())
@@ -109,7 +109,7 @@ def test_namespace_lab_comes_up_on_a_machine_without_iptables(tmp_path, monkeypa
     with FileNotFoundError there (`make fl-* PROFILE=10mbit BACKEND=local` as root)."""
     import shutil
 
-    from commlab.testbed.netns import NetnsLab
+    from commlab.links.netns import NetnsLab
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from commlab.roster import ddp_roster, fl_roster
+from commlab.links.netns import NetnsError
+from commlab.runs.roster import ddp_roster, fl_roster
 from commlab.testbed import backend
 from commlab.testbed.backend import RunFailed, run_nodes
-from commlab.testbed.netns import NetnsError
 
 
 def _never() -> Path:

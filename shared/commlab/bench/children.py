@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from commlab.progress import echo
+from commlab.output.progress import echo
 
 END_GRACE_S = 15.0  # how long a child may take to exit after SIGTERM (a launcher ends its nodes first)
 

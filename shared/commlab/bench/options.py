@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from commlab.netem import profile_names
+from commlab.links.profiles import profile_names
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: benchmarks/, results/ and docs/ are here
 QUICK_SUFFIX = "-quick"
@@ -56,7 +56,7 @@ class BenchParser(argparse.ArgumentParser):
             self.add_argument("--seeds", type=int, nargs="+", default=list(seeds), help="one run per seed")
         if profile is not None:
             self.add_argument("--profile", default=profile, choices=profile_names(), metavar="PROFILE",
-                              help=f"link profile (commlab.netem: {', '.join(profile_names())}; default {profile})")
+                              help=f"link profile (commlab.links.profiles: {', '.join(profile_names())}; default {profile})")
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:
         argv = list(sys.argv[1:] if args is None else args)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commlab.progress import Progress, echo
+from commlab.output.progress import Progress, echo
 from commlab.report.markdown import table as markdown_table
 from commlab.report.provenance import git_commit, header, machine
 

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from commlab.metrics import write_atomic
+from commlab.output.run_folder import write_atomic
 
 
 class DatasetError(RuntimeError):

@@ -2,7 +2,7 @@
 holds each rank's own residuals, so every rank saves its own file).
 
 checkpoint-rank<r>.pt is written atomically with the SHA-256 of its content in a header line
-(commlab.checksummed); before it is replaced, the current one is verified and copied to
+(commlab.output.checksummed); before it is replaced, the current one is verified and copied to
 checkpoint-rank<r>.prev.pt, so a crash or failed write at any point leaves the last good checkpoint
 in one of the two. Loading checks the hash BEFORE torch.load: a missing, empty, truncated or
 altered file, or one that does not fit the model, is one ConfigError line naming the file.
@@ -18,8 +18,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from commlab.checksummed import read_checksummed, write_checksummed
-from commlab.config_schema import ConfigError
+from commlab.config.schema import ConfigError
+from commlab.output.checksummed import read_checksummed, write_checksummed
 
 NO_RESUME = (-1, 0)     # the point of a rank starting afresh (no resume_from)
 UNUSABLE = (-2, -1)     # the point of a rank whose checkpoint could not be loaded

@@ -9,9 +9,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, existing, load_config,
+from commlab.config.schema import (ConfigError, DatasetSection, DdsSection, ModelSection, existing, load_config,
                                    positive)
-from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
 DENSE = "dense"  # the allreduce reference (the fp32 codec's other name); every method is a registered codec
 COLLECTIVES = ("auto", "ring", "naive")  # as commlab.dds.collectives.COLLECTIVES (validation needs no DDS)

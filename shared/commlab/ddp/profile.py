@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from commlab.metrics import CsvTable
-from commlab.tables import COLUMNS
+from commlab.output.run_folder import CsvTable
+from commlab.output.tables import COLUMNS
 
 SUMMED = tuple(c for c in COLUMNS["steps"] if c not in ("step", "epoch", "rank"))  # averaged in the summary
 

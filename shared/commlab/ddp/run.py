@@ -10,22 +10,22 @@ import argparse
 import sys
 from pathlib import Path
 
-from commlab.claims import hold
 from commlab.codecs import CodecError
 from commlab.codecs.base import codec_class
-from commlab.config_schema import ConfigError, from_dict, to_dict
+from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec, load_raw
 from commlab.ddp.config import WorkerConfig, steps_per_epoch
-from commlab.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
+from commlab.runs.claims import hold
+from commlab.runs.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
                             write_node_config)
-from commlab.metrics import new_run_id, peak_memory_line
-from commlab.progress import watch_csv
-from commlab.roster import ddp_roster
-from commlab.run_keys import run_keys, with_key_file
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
+from commlab.output.progress import watch_csv
+from commlab.output.run_folder import new_run_id, peak_memory_line
+from commlab.runs.keys import run_keys, with_key_file
+from commlab.runs.roster import ddp_roster
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_ddp
 from commlab.testbed.netns_run import run_ddp_netns
-from commlab.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 
 GRACE_S = 15.0  # after a worker fails, the others get their timeouts + this to notice and exit
 
@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--multicast", choices=("off", "discovery", "data"),
                    help="what DDS may multicast (default: data on the private networks of namespaces and "
                    "containers, off on loopback, where multicast is refused)")
-    p.add_argument("--profile", default="lan", help="link profile (commlab.netem): applied in containers, or "
+    p.add_argument("--profile", default="lan", help="link profile (commlab.links.profiles): applied in containers, or "
                    "with --backend local in network namespaces (root; without root the run is unshaped)")
     p.add_argument("--model", default="mnist_cnn", help="a model by name (docs/workloads.md), sized for the dataset")
     p.add_argument("--model-param", action="append", default=[], metavar="KEY=JSON",
@@ -75,7 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--resume-from", help="run folder whose per-rank checkpoints to continue from")
     p.add_argument("--results-dir", default="results")
     p.add_argument("--run-id")
-    p.add_argument("--domain-id", type=int, help="DDS domain (default: one that no other run or test on this machine holds, commlab.claims)")
+    p.add_argument("--domain-id", type=int, help="DDS domain (default: one that no other run or test on this machine holds, commlab.runs.claims)")
     return p.parse_args(argv)
 
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from commlab.builders import build_dataset, build_node_model
-from commlab.config_schema import ConfigError, DatasetSection, ModelSection
+from commlab.config.builders import build_dataset, build_node_model
+from commlab.config.schema import ConfigError, DatasetSection, ModelSection
 from commlab.data import Dataset, partition
 from commlab.ddp.config import steps_per_epoch
 

@@ -8,11 +8,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from commlab.builders import dds_settings
 from commlab.codecs import build_compression
 from commlab.codecs.base import ALLGATHER, ALLREDUCE, LOWRANK
-from commlab.config_schema import ConfigError, to_dict
-from commlab.dds import DdsNode, Group
+from commlab.config.builders import dds_settings
+from commlab.config.schema import ConfigError, to_dict
 from commlab.ddp.checkpoint import NO_RESUME, UNUSABLE, agree_on_resume_point, restore_checkpoint, save_checkpoint
 from commlab.ddp.config import WorkerConfig
 from commlab.ddp.dense import DenseAllreduce
@@ -21,12 +20,13 @@ from commlab.ddp.frame_allgather import FrameAllgather
 from commlab.ddp.lowrank import LowRankAllreduce
 from commlab.ddp.profile import StepProfile
 from commlab.ddp.setup import data_parallel_setup
-from commlab.fault_points import halt_at
-from commlab.metrics import CsvTable, RunWriter, backend_name, write_transport_totals
+from commlab.dds import DdsNode, Group
 from commlab.models import flatten_params, layout_of, num_params, weights_digest
-from commlab.roster import worker_name
-from commlab.tables import COLUMNS
-from commlab.train_step import TrainStep, batch_loss, load_train_step
+from commlab.models.train_step import TrainStep, batch_loss, load_train_step
+from commlab.output.run_folder import CsvTable, RunWriter, backend_name, write_transport_totals
+from commlab.output.tables import COLUMNS
+from commlab.runs.fault_points import halt_at
+from commlab.runs.roster import worker_name
 
 GROUP = "ddp"
 

@@ -31,7 +31,9 @@ from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 
-from .auth import AuthError, Opener, Sealer
+from .envelope import AuthError
+from .opener import Opener
+from .seal import Sealer
 from .cdr import SampleInfo, serdata_bytes
 from .qos import announcement
 from .reading import ReaderLoop, matched_handles, wait_for_acks
@@ -137,7 +139,7 @@ class PeerDirectory:
             if self.opener is not None and redelivered:
                 text = json.loads(a.info)["meta"]  # authenticated when it was first accepted
             elif self.opener is not None:
-                text = self.opener.open_whole(ANNOUNCE_TOPIC, a.name, a.incarnation, a.info, b"")
+                text, _ = self.opener.open_whole(ANNOUNCE_TOPIC, a.name, a.incarnation, a.info, b"")
             info = json.loads(text)
             if not isinstance(info, dict):
                 raise ValueError("not a JSON object")
@@ -233,7 +235,7 @@ class Announcer:
             self.announced = True
             info = json.dumps(self.info)
             if self.sealer is not None:
-                info = self.sealer.seal(ANNOUNCE_TOPIC, info, b"")
+                info, _ = self.sealer.seal(ANNOUNCE_TOPIC, info, b"")
         self._writer.write(Announce(self.name, self.participant_id, self.incarnation, info))
 
     def _update(self, change: Callable[[dict], bool]) -> None:

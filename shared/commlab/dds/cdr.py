@@ -136,6 +136,12 @@ def unfilled_bytes(n: int) -> bytes:
     return _new_bytes(None, n)
 
 
+def writable_view(buf: bytes, offset: int, n: int) -> memoryview:
+    """n bytes of `buf` from offset, writable: for a buffer from unfilled_bytes that is still
+    being filled (decrypted in place) before anyone else sees it."""
+    return memoryview((ct.c_char * n).from_address(address_of(buf) + offset)).cast("B")
+
+
 def address_of(buf) -> int:
     """Address of the first byte of a contiguous buffer, read-only ones (bytes) included."""
     if type(buf) is bytes:  # the common case, three times faster than through numpy

@@ -124,18 +124,20 @@ class ChunkWriter:
         view = memoryview(payload).cast("B")
         base = address_of(view) if len(view) else 0
         try:
-            # Authenticated: an envelope in the first chunk, the payload's digest in the last.
+            # Protected: an envelope in the first chunk, the payload's tag or digest in the last.
             sealing = None if self.node.sealer is None else self.node.sealer.begin(self.name, meta, len(view))
             for chunk in split(self.node.name, self.node.incarnation, msg_id,
                                meta if sealing is None else sealing.envelope, view, s.chunk_bytes):
                 n = len(chunk.payload)
+                at = base + chunk.index * s.chunk_bytes
                 if sealing is not None:
-                    sealing.update(chunk.payload)
+                    sent_payload = sealing.update(chunk.payload)  # encrypted into a buffer write_iov copies from
+                    at = address_of(sent_payload) if n else 0
                     if chunk.index == chunk.count - 1:
                         chunk.meta = sealing.last_meta(chunk.meta)
                 head = encode_head(chunk, n)
                 pad = len(padding(len(head), n))
-                pieces = [(address_of(head), len(head)), (base + chunk.index * s.chunk_bytes, n), (ZEROS_ADDRESS, pad)]
+                pieces = [(address_of(head), len(head)), (at, n), (ZEROS_ADDRESS, pad)]
                 start = time.perf_counter()
                 ret = write_iov(self.writer._ref, self._sertype, [p for p in pieces if p[1]])
                 waited += time.perf_counter() - start

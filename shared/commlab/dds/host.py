@@ -14,7 +14,8 @@ from cyclonedds.domain import Domain, DomainParticipant
 from cyclonedds.topic import Topic
 
 from .announce import Announcer
-from .auth import Opener, Sealer
+from .opener import Opener
+from .seal import Sealer
 from .memory import keep_freed_blocks
 from .settings import DdsSettings
 from .stats import CommStats
@@ -33,7 +34,7 @@ class EndpointHost:
         keep_freed_blocks()  # large chunks would otherwise page-fault on every allocation (memory.py)
         # Distinguishes this run of `name` from an earlier one (a restarted process may reuse its
         # name); ordered by start time (microseconds, 12 random low bits), so receivers can refuse
-        # an older incarnation that speaks again (a replay, commlab.dds.auth).
+        # an older incarnation that speaks again (a replay, commlab.dds.opener).
         self.incarnation = (time.time_ns() // 1000) << 12 | random.getrandbits(12)
         # The domain is created with our XML before the participant, so no default config
         # (multicast on eth0) is ever used.
@@ -44,7 +45,7 @@ class EndpointHost:
         self._closables: list[Any] = []
         self.writers: list[Writer] = []  # the barrier waits until each has matched its readers
         ring = settings.keyring.for_node(name) if settings.keyring is not None else None
-        self.sealer = Sealer(ring, self.incarnation) if ring is not None else None
+        self.sealer = Sealer(ring, self.incarnation, settings.encrypt) if ring is not None else None
         self.opener = None if ring is None else Opener(ring, lambda: self.stats.add(auth_windows_replaced=1))
         self.announcer = Announcer(self.participant, name, self.incarnation, settings.write_timeout_s,
                                    self.sealer, self.opener, self.stats)

@@ -31,8 +31,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .cdr import unfilled_bytes
-from .auth import AuthError, Opened, Opener
+from .cdr import unfilled_bytes, writable_view
+from .envelope import AuthError
+from .opener import Opened, Opener
 from .chunk import ChunkHead
 from .stats import CommStats
 from .throttle import ThrottledWarning
@@ -147,8 +148,8 @@ class Reassembler:
             return None
         if h.payload_len:
             copy_payload(p.buffer, offset)
-            if p.opened is not None:  # authenticated while the chunk is still in cache
-                p.opened.update(memoryview(p.buffer)[offset:offset + h.payload_len])
+            if p.opened is not None:  # authenticated and decrypted in place while the chunk is still in cache
+                p.opened.update(writable_view(p.buffer, offset, h.payload_len))
         p.received.add(h.index)
         self.stats.add(chunks_accepted=1)
         if h.index == 0:

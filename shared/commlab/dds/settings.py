@@ -89,6 +89,9 @@ class DdsSettings:
     datagram_frames: int = DATAGRAM_FRAMES  # shaped links: IP frames per DDS datagram
     send_window_bytes: int = SEND_WINDOW  # shaped links: a writer's unacknowledged bytes at most
     keyring: Keyring | None = field(default=None, compare=False, repr=False)  # set: messages are authenticated
+    # With a keyring: payloads encrypted too (AES-256-GCM), not only authenticated. None: where it
+    # costs little, on shaped links (a network); not on loopback, where it costs most (docs/security.md).
+    encrypt: bool | None = None
     extra_xml: str = field(default="", compare=False)  # appended inside <Domain>, e.g. loss injection in tests
 
     def __post_init__(self) -> None:
@@ -114,6 +117,10 @@ class DdsSettings:
             raise ValueError(f"dds.link_mtu must be in 1280..9000, got {self.link_mtu}")
         if not 1 <= self.datagram_frames <= 44:  # 44 frames of 1480 bytes: a UDP datagram's 64 KiB
             raise ValueError(f"dds.datagram_frames must be in 1..44, got {self.datagram_frames}")
+        if self.encrypt is None:
+            object.__setattr__(self, "encrypt", not self.loopback_tuned)
+        if not isinstance(self.encrypt, bool):
+            raise ValueError(f"dds.encrypt must be true or false, got {self.encrypt!r}")
         if not 4096 <= self.send_window_bytes <= 1 << 24:
             raise ValueError(f"dds.send_window_bytes must be in 4096..16777216, got {self.send_window_bytes}")
 

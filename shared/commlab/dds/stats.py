@@ -67,7 +67,7 @@ class CommStats:
     expired_messages: int = 0    # incomplete messages that received no chunk for reassembly_timeout_s
     evicted_messages: int = 0    # incomplete messages dropped to keep within the reassembly caps
     evicted_bytes: int = 0
-    # Messages dropped by authentication (commlab.dds.auth.REASONS), before anything was reserved.
+    # Messages dropped by authentication (commlab.dds.envelope.REASONS), before anything was reserved.
     auth_unauthenticated: int = 0
     auth_wrong_run: int = 0
     auth_wrong_key: int = 0

@@ -351,7 +351,7 @@ class AdaptiveSection:
     min_bits: int = 1
 
     def check(self, where: str) -> None:
-        from commlab.config_schema import ConfigError, positive
+        from commlab.config.schema import ConfigError, positive
         if self.policy not in POLICIES:
             raise ConfigError(f"{where}policy: unknown policy {self.policy!r} (known: {', '.join(POLICIES)})")
         positive(where, total_uplink_mbit=self.total_uplink_mbit, smoothing=self.smoothing)
@@ -458,7 +458,7 @@ class ClientSide:
     reports (payload goodput of each upload, until every reader acknowledged it)."""
 
     def __init__(self, name: str, link_profile: str, interface: str, speed_factor: float = 1.0, log=print):
-        from commlab.netem import LinkError, link_for
+        from commlab.links.profiles import LinkError, link_for
         self.name, self.speed_factor, self.log = name, speed_factor, log
         try:
             self.link_bps = link_for(link_profile, name).rate_bps
@@ -512,7 +512,7 @@ class ClientSide:
 
     def _shape(self, cmd, target_bps: float) -> None:
         if target_bps != self.rate_bps:
-            from commlab.netem import LinkError, set_rate
+            from commlab.links.profiles import LinkError, set_rate
             try:
                 set_rate(target_bps)
                 self.rate_bps = target_bps
@@ -565,7 +565,7 @@ def speed_factors(text: str | None, clients: int) -> list[float]:
     try:
         values = [float(x) for x in text.split(",")]
     except ValueError:
-        from commlab.config_schema import ConfigError
+        from commlab.config.schema import ConfigError
         raise ConfigError(f"--speed-factors: expected numbers separated by commas, got {text!r}") from None
     return [values[i % len(values)] for i in range(clients)]
 
@@ -575,7 +575,7 @@ def record_heterogeneity(run_dir, speeds: dict[int, float], link_profile: str) -
     import json
     from pathlib import Path
 
-    from commlab.metrics import write_json_atomic
+    from commlab.output.run_folder import write_json_atomic
     path = Path(run_dir) / "manifest.json"
     if not path.exists():
         return

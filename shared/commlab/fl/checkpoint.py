@@ -1,7 +1,7 @@
 """Atomic per-round checkpoints: weights, round, strategy state, the early stop's progress and config
 in one .npz file.
 
-Written atomically with the SHA-256 of the archive in a header line (commlab.checksummed), so a
+Written atomically with the SHA-256 of the archive in a header line (commlab.output.checksummed), so a
 crash at any moment leaves either the previous checkpoint or the new one, never half a file; older
 checkpoints are deleted only once the new one reads back intact. Loading checks the hash before
 parsing: an empty, truncated, altered or header-less file is one ConfigError naming the file.
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from commlab.checksummed import read_checksummed, write_checksummed
-from commlab.config_schema import ConfigError
+from commlab.config.schema import ConfigError
+from commlab.output.checksummed import read_checksummed, write_checksummed
 
 _NAME = re.compile(r"^round-(\d{6})\.npz$")
 _STRATEGY = "strategy."

@@ -15,13 +15,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import CodecError, Compression, build_compression
+from commlab.config.builders import build_dataset, build_node_model, dds_settings
 from commlab.data import Dataset
 from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress
-from commlab.fault_points import halt_at
 from commlab.fl import update_identity
 from commlab.fl.adaptive import ClientSide
 from commlab.fl.broadcast import ModelReplica
@@ -31,11 +30,12 @@ from commlab.fl.entry import as_config_error, log_to
 from commlab.fl.local_training import local_update, round_subset
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.strategy import FitIns
-from commlab.metrics import CsvTable, MemoryWatch, write_transport_totals
 from commlab.models import flatten_params, layout_of, weights_digest
-from commlab.roster import CONTROLLER, client_name
-from commlab.tables import COLUMNS
-from commlab.train_step import load_train_step
+from commlab.models.train_step import load_train_step
+from commlab.output.run_folder import CsvTable, MemoryWatch, write_transport_totals
+from commlab.output.tables import COLUMNS
+from commlab.runs.fault_points import halt_at
+from commlab.runs.roster import CONTROLLER, client_name
 
 POLL_S = 0.1
 

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from commlab.checksummed import read_checksummed, write_checksummed
 from commlab.codecs.compression import Compression
-from commlab.config_schema import ConfigError
+from commlab.config.schema import ConfigError
+from commlab.output.checksummed import read_checksummed, write_checksummed
 
 
 @dataclass

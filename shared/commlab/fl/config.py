@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from commlab.config_schema import (ConfigError, DatasetSection, DdsSection, ModelSection, NamedSection, existing,
+from commlab.config.schema import (ConfigError, DatasetSection, DdsSection, ModelSection, NamedSection, existing,
                                    load_config, positive, to_dict)
 from commlab.data import Dataset, partition_dataset
 from commlab.data.partition import SCHEMES as PARTITION_SCHEMES, scheme_params
@@ -21,8 +21,9 @@ from commlab.fl.adaptive import AdaptiveSection, takes_bits
 from commlab.fl.root_update import RootUpdate
 from commlab.fl.sampling import Availability, load_availability, per_round_count
 from commlab.fl.strategy_config import StrategySection
-from commlab.roster import client_host_name, client_name, client_node, fl_roster, hosted_clients
-from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.privacy.config import PrivacySection
+from commlab.runs.roster import client_host_name, client_name, client_node, fl_roster, hosted_clients
 
 # BatchNorm's running statistics (docs/workloads.md): "aggregate" sends them with the weights and
 # the strategy averages them like any weight (the evaluated model is the average of what the
@@ -168,6 +169,7 @@ class ControllerConfig:
     procs: int | None = None
     batchnorm: str = "aggregate"  # BATCHNORM; every client of the run has the same
     bn_calibration_samples: int = 1000  # batchnorm "local": training samples the statistics are recomputed from
+    privacy: PrivacySection | None = None  # client-level DP: the run is DP-FedAvg (docs/privacy.md)
 
     def check(self, where: str) -> None:
         load_train_step(self.train_step, f"{where}train_step")
@@ -192,7 +194,12 @@ class ControllerConfig:
                               f"{self.codec.name!r} (fixed_bits null: only the rates, for any codec)")
         if self.fedbuff is not None and self.strategy.name != "fedbuff":
             raise ConfigError(f"{where}fedbuff: only for strategy fedbuff, not {self.strategy.name}")
+        if self.privacy is not None and self.strategy.name != "fedavg":
+            raise ConfigError(f"{where}privacy: DP-FedAvg replaces the strategy; needs strategy fedavg, "
+                              f"not {self.strategy.name}")
         self._check_sampling(f"{where}sampling.")
+        if self.privacy is not None:
+            self.privacy.check_run(f"{where}privacy.", self.expected_clients, self.per_round())
 
     def _check_sampling(self, where: str) -> None:
         """Sampling against the run's clients; the availability trace is read here, so a bad row

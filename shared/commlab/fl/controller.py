@@ -16,30 +16,30 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from commlab.builders import build_dataset, build_node_model, dds_settings
 from commlab.codecs import Codec
-from commlab.fl import update_identity
-from commlab.fl.adaptive import Planner
-from commlab.fl.broadcast import ModelSender
-from commlab.config_schema import to_dict
+from commlab.config.builders import build_dataset, build_node_model, dds_settings
+from commlab.config.schema import to_dict
 from commlab.data import Dataset
 from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress, delta
-from commlab.fault_points import halt_at
+from commlab.fl import update_identity
+from commlab.fl.adaptive import Planner
+from commlab.fl.broadcast import ModelSender
 from commlab.fl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from commlab.fl.collect import RoundFailed, RoundReplies, UpdateCollector
 from commlab.fl.config import ControllerConfig, load_controller_config
 from commlab.fl.entry import as_config_error, build_codec, log_to
 from commlab.fl.evaluation import GlobalEvaluation
-from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.fedbuff import Dispatch
+from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.sampling import select_round
-from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES, FedBuff, Strategy
-from commlab.metrics import MemoryWatch, RunWriter, backend_name, write_transport_totals
 from commlab.models import flatten_params, layout_of, weights_digest
-from commlab.roster import CONTROLLER
-from commlab.tables import COLUMNS
+from commlab.output.run_folder import MemoryWatch, RunWriter, backend_name, write_transport_totals
+from commlab.output.tables import COLUMNS
+from commlab.privacy.dp import DPFedAvg
+from commlab.runs.fault_points import halt_at
+from commlab.runs.roster import CONTROLLER
 
 
 @dataclass
@@ -307,18 +307,18 @@ class Controller:
         save_checkpoint(Path(cfg.checkpoint_dir), Checkpoint(rnd, weights, self.strategy.state_dict(), to_dict(cfg),
                                                              progress), cfg.keep_checkpoints)
         participants = sorted(r.client_id for r in replies.results)  # fedbuff: a client may appear twice
+        spent = self.strategy.epsilon()
         self.rounds_table.append({
             "round": rnd, "round_time_s": round(round_time, 4), "participants": ";".join(participants),
             "n_participants": len(participants), "bytes_up": int(comm["bytes_received"]),
             "bytes_down": int(comm["bytes_sent"]), "aggregate_time_s": round(aggregate_s, 4),
             "decode_time_s": round(replies.decode_s, 4), "test_accuracy": accuracy, "test_loss": loss,
             "rejected_updates": replies.rejected, "broadcast_time_s": round(broadcast_s, 4),
-            "downlink_encode_time_s": round(self.sender.encode_s, 4),
-            "bytes_down_multicast": int(comm["multicast_bytes_sent"]),
+            "downlink_encode_time_s": round(self.sender.encode_s, 4), "bytes_down_multicast": int(comm["multicast_bytes_sent"]),
             "iface_bytes_up": comm.get("iface_bytes_received"), "iface_bytes_down": comm.get("iface_bytes_sent"),
-            "resyncs": self.resyncs, "wall_time_s": round(broadcast_end - self.t0, 4)})
+            "resyncs": self.resyncs, "wall_time_s": round(broadcast_end - self.t0, 4), "epsilon": spent})
         self.sender.encode_s, self.resyncs = 0.0, 0
-        self.log(f"round {rnd}/{cfg.rounds} acc {accuracy:.4f} loss {loss:.4f} "
+        self.log(f"round {rnd}/{cfg.rounds} acc {accuracy:.4f} loss {loss:.4f}{'' if spent is None else f' epsilon {spent:.3f}'} "
                  f"up {comm['bytes_received'] / 1e6:.2f}MB down {comm['bytes_sent'] / 1e6:.2f}MB "
                  f"time {round_time:.1f}s participants {';'.join(participants)} rejected {replies.rejected} "
                  f"model {weights_digest(weights)} replica {self.sender.digest}")
@@ -341,10 +341,7 @@ def run_controller(config_path: str) -> None:
         ckpt = as_config_error("init_path", lambda: load_checkpoint(Path(cfg.init_path), weights.size))
         weights, start_round, strategy_state, progress = ckpt.weights, ckpt.round + 1, ckpt.strategy_state, ckpt.progress
     t = cfg.training
-    strategy = {**STRATEGIES, **ASYNC_STRATEGIES}[cfg.strategy.name](
-        weights, epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size, subset_size=t.samples_per_round,
-        seed=t.seed, server_lr=cfg.strategy.server_lr, server_momentum=cfg.strategy.server_momentum,
-        **cfg.strategy_params())
+    strategy = build_strategy(cfg, weights)
     if strategy_state is not None:
         as_config_error("init_path", lambda: strategy.load_state_dict(strategy_state))
     settings = as_config_error("dds", lambda: dds_settings(cfg.dds, weights.size, cfg.expected_clients))
@@ -356,7 +353,8 @@ def run_controller(config_path: str) -> None:
         "dataset": cfg.dataset.name, "codec": cfg.codec.name, "downlink_codec": cfg.downlink.name,
         "multicast": settings.multicast, "link_profile": cfg.link_profile,
         "clients": cfg.expected_clients, "rounds": cfg.rounds, "config": to_dict(cfg),
-        "seeds": {"model_init": cfg.seed, "training": t.seed, "partition": cfg.partition.seed},
+        "seeds": {"model_init": cfg.seed, "training": t.seed, "partition": cfg.partition.seed,
+                  **({"dp_noise": strategy.noise_seed} if isinstance(strategy, DPFedAvg) else {})},
         "client_data": dict(zip(cfg.client_ids(), client_summary(data, parts))),
         "start_round": start_round, "status": "running"})
     node = DdsNode(CONTROLLER, settings)

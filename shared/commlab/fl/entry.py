@@ -11,7 +11,7 @@ import traceback
 from typing import Callable, TypeVar
 
 from commlab.codecs import Codec, CodecError, build_compression
-from commlab.config_schema import ConfigError
+from commlab.config.schema import ConfigError
 from commlab.fl.config import CodecSection
 
 T = TypeVar("T")

@@ -7,7 +7,7 @@ import torch
 from commlab.data import Dataset
 from commlab.fl.strategy import FitIns
 from commlab.models import flatten_params, load_params, train_epoch
-from commlab.train_step import TrainStep, cross_entropy_step
+from commlab.models.train_step import TrainStep, cross_entropy_step
 
 
 def round_subset(part: np.ndarray, fit: FitIns, client_index: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """The FL protocol between the controller and its clients. Each message is a plain dataclass the
 DDS transport carries on the topic of its class name (commlab.dds.messages: the fields travel as
 JSON meta, `payload` as chunked bytes). Controller and clients both import this module (and the
-controller's node name from commlab.roster), never each other.
+controller's node name from commlab.runs.roster), never each other.
 
 Round r: TrainCmd(r) -> one ClientUpdate(r) per client -> ModelBlob(r), the aggregated model.
 With sampling, TrainCmd names the clients that train; with fedbuff, round r is server model

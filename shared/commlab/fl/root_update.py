@@ -11,12 +11,12 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from commlab.builders import build_dataset, build_node_model
-from commlab.config_schema import DatasetSection, ModelSection
+from commlab.config.builders import build_dataset, build_node_model
+from commlab.config.schema import DatasetSection, ModelSection
 from commlab.data import Dataset
 from commlab.fl.local_training import local_update
 from commlab.fl.strategy import FitIns
-from commlab.train_step import TrainStep, load_train_step
+from commlab.models.train_step import TrainStep, load_train_step
 
 
 class RootUpdate:

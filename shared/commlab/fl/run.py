@@ -11,21 +11,21 @@ import csv
 import sys
 from pathlib import Path
 
-from commlab.claims import hold
-from commlab.config_schema import ConfigError, from_dict, to_dict
+from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.data.partition import SCHEMES
 from commlab.fl.config import BATCHNORM, ClientConfig, ControllerConfig
-from commlab.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
+from commlab.runs.claims import hold
+from commlab.runs.launch import (NodeProcesses, announce, codec_params, config_or_report, end_nodes_on_sigterm,
                             write_node_config)
 from commlab.fl.adaptive import record_heterogeneity, speed_factors
-from commlab.metrics import new_run_id, peak_memory_line
-from commlab.progress import watch_csv
-from commlab.roster import CONTROLLER, fl_identities_of, fl_roster_of
-from commlab.run_keys import run_keys, with_key_file
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
+from commlab.output.progress import watch_csv
+from commlab.output.run_folder import new_run_id, peak_memory_line
+from commlab.runs.keys import run_keys, with_key_file
+from commlab.runs.roster import CONTROLLER, fl_identities_of, fl_roster_of
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_fl
 from commlab.testbed.netns_run import run_fl_netns
-from commlab.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 
 CLIENT_GRACE_S = 60.0  # how long clients may take to exit after the controller finished
 
@@ -102,7 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="BatchNorm running statistics: sent and averaged with the weights (aggregate), or kept on "
                    "the clients, the controller recomputing them to evaluate (local) (docs/workloads.md)")
     p.add_argument("--backend", choices=("local", "docker", "swarm", "auto"), default="local")
-    p.add_argument("--profile", default="lan", help="link profile (commlab.netem): applied in containers, or "
+    p.add_argument("--profile", default="lan", help="link profile (commlab.links.profiles): applied in containers, or "
                    "with --backend local in network namespaces (root; without root the run is unshaped)")
     p.add_argument("--strategy", default="fedavg", help="aggregation: fedavg, median, trimmed_mean, norm_clip, krum, "
                    "fltrust (docs/security.md), or fedbuff: asynchronous, buffered (docs/scale.md)")
@@ -130,7 +130,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--min-clients", type=int, default=1)
     p.add_argument("--deadline", type=float, default=300.0, help="round deadline in seconds")
     p.add_argument("--init-path", help="checkpoint file or directory to resume from")
-    p.add_argument("--domain-id", type=int, help="DDS domain (default: one that no other run or test on this machine holds, commlab.claims)")
+    p.add_argument("--domain-id", type=int, help="DDS domain (default: one that no other run or test on this machine holds, commlab.runs.claims)")
     p.add_argument("--adaptive", choices=("joint", "equal"), help="per-client qsgd bits and uplink rates "
                    "(docs/adaptive.md): the joint allocation, or the baseline equal (--fixed-bits, B/M each); "
                    "needs --codec qsgd<levels> unless --fixed-bits codec (rates only)")
@@ -145,6 +145,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="end the run once a round's test accuracy reaches this (e.g. 0.97)")
     p.add_argument("--round-time-budget", type=float, metavar="SECONDS",
                    help="end the run once the summed round times reach this")
+    p.add_argument("--dp-noise", type=float, metavar="Z", help="client-level DP (DP-FedAvg, docs/privacy.md): "
+                   "noise multiplier z, the noise std on the sum of clipped updates over --dp-clip")
+    p.add_argument("--dp-clip", type=float, default=1.0, help="DP: L2 bound of a client update (adaptive: its start)")
+    p.add_argument("--dp-delta", type=float, default=1e-5, help="DP: epsilon is reported at this delta")
+    p.add_argument("--dp-adaptive", action="store_true", help="DP: clip at the median update norm, tracked "
+                   "privately (Andrew et al. 2021)")
+    p.add_argument("--dp-count-stddev", type=float, help="DP adaptive: noise on the count of unclipped updates "
+                   "(default: clients per round / 20)")
     p.add_argument("--speed-factors", help="compute heterogeneity: speed per client, cycling, e.g. 1,1,0.5,0.25 "
                    "(training stretched by a measured sleep to 1/speed of its time)")
     return p.parse_args(argv)
@@ -184,6 +192,9 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
     controller["stop"] = {"accuracy": a.stop_accuracy, "round_time_budget_s": a.round_time_budget}
     if a.strategy == "fedbuff":
         controller["fedbuff"] = {"buffer_size": a.buffer_size, "max_staleness": a.max_staleness}
+    if a.dp_noise is not None:
+        controller["privacy"] = {"noise_multiplier": a.dp_noise, "clip_norm": a.dp_clip, "delta": a.dp_delta,
+                                 "adaptive_clipping": a.dp_adaptive, "clipped_count_stddev": a.dp_count_stddev}
     if a.adaptive is not None:
         controller["adaptive"] = {"policy": a.adaptive, "total_uplink_mbit": a.total_uplink_mbit,
                                   "probe_bits": a.probe_bits, "fixed_bits": a.fixed_bits, "beta": a.beta,

@@ -18,8 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from commlab.config_schema import ConfigError
-from commlab.roster import client_name
+from commlab.config.schema import ConfigError
+from commlab.runs.roster import client_name
 
 TRACE_COLUMNS = ["client_id", "first_round", "last_round"]
 

@@ -56,6 +56,10 @@ class Strategy(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
 
+    def epsilon(self) -> float | None:
+        """Privacy spent so far: epsilon at the strategy's delta (commlab.privacy.dp); None: no promise."""
+        return None
+
 
 class FedAvg(Strategy):
     """FedAvg (McMahan et al. 2017) on deltas, weighted by num_samples, with optional server

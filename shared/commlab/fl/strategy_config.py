@@ -3,10 +3,16 @@ the server step (server lr and momentum) every rule shares (commlab.fl.strategy)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from commlab.config_schema import ConfigError, positive
-from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES
+import numpy as np
+
+from commlab.config.schema import ConfigError, positive
+from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES, FedAvg
+from commlab.privacy.dp import DPFedAvg
+
+if TYPE_CHECKING:
+    from commlab.fl.config import ControllerConfig
 
 # Strategy keys that only one strategy reads: key -> that strategy.
 STRATEGY_OWN_KEYS = {"trim_fraction": "trimmed_mean", "clip_norm": "norm_clip", "num_malicious": "krum",
@@ -51,3 +57,16 @@ class StrategySection:
                 "norm_clip": {"clip_norm": self.clip_norm},
                 "krum": {"num_malicious": 1 if self.num_malicious is None else self.num_malicious,
                          "keep": self.keep or 1}}.get(self.name, {})
+
+
+def build_strategy(cfg: ControllerConfig, weights: np.ndarray) -> FedAvg:
+    """The run's strategy from the model's `weights`: the config's rule, or DP-FedAvg when the
+    config has a privacy section (its noise seed drawn here when the config names none)."""
+    t = cfg.training
+    common: dict[str, Any] = dict(epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size,
+                                  subset_size=t.samples_per_round, seed=t.seed, server_lr=cfg.strategy.server_lr,
+                                  server_momentum=cfg.strategy.server_momentum)
+    if cfg.privacy is not None:
+        return DPFedAvg(weights, **common, **cfg.privacy.params(cfg.expected_clients, cfg.per_round(),
+                                                                cfg.privacy.seed()))
+    return {**STRATEGIES, **ASYNC_STRATEGIES}[cfg.strategy.name](weights, **common, **cfg.strategy_params())

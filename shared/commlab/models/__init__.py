@@ -20,7 +20,7 @@ from torch.nn import functional as F
 from commlab.models.cnn import MnistCnn, femnist_cnn
 from commlab.models.lstm import CharLstm, LstmLm
 from commlab.models.resnet import resnet18, resnet20
-from commlab.train_step import TrainStep, batch_loss, cross_entropy_step, flat_targets
+from commlab.models.train_step import TrainStep, batch_loss, cross_entropy_step, flat_targets
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def train_epoch(model: nn.Module, x: np.ndarray, y: np.ndarray, indices: np.ndar
                 step: TrainStep = cross_entropy_step) -> float:
     """One pass of minibatch SGD over x[indices] in an order fixed by seed; returns the mean loss.
     Pass an optimizer to keep its state (momentum) across epochs; default is plain SGD(lr).
-    `step` gives each batch's loss (commlab.train_step); default: cross-entropy."""
+    `step` gives each batch's loss (commlab.models.train_step); default: cross-entropy."""
     if len(indices) == 0:
         raise ValueError("train_epoch got no samples")
     opt = optimizer if optimizer is not None else torch.optim.SGD(model.parameters(), lr=lr)

@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from commlab.builders import build_dataset, build_node_model
-from commlab.config_schema import ConfigError
+from commlab.config.builders import build_dataset, build_node_model
+from commlab.config.schema import ConfigError
 from commlab.data import partition
 from commlab.ddp.config import steps_per_epoch as epoch_steps
-from commlab.metrics import CsvTable
 from commlab.models import evaluate
+from commlab.models.train_step import batch_loss, load_train_step
+from commlab.output.run_folder import CsvTable
+from commlab.output.tables import COLUMNS
 from commlab.peers.config import PeerConfig
 from commlab.peers.manifest import peer_manifest
-from commlab.tables import COLUMNS
-from commlab.train_step import batch_loss, load_train_step
 
 
 def run_centralized(cfg: PeerConfig) -> float:

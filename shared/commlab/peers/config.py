@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commlab.config_schema import ConfigError, DatasetSection, ModelSection, load_config, positive
+from commlab.config.schema import ConfigError, DatasetSection, ModelSection, load_config, positive
 from commlab.ddp.config import TrainingSection
-from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
 
 KINDS = ("gloo", "centralized")
 HOOKS = ("none", "fp16", "powersgd")  # torch ddp_comm_hooks: none (allreduce), fp16_compress_hook, powerSGD_hook

@@ -30,14 +30,14 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from commlab.config_schema import (  # noqa: E402
+from commlab.config.schema import (  # noqa: E402
     ConfigError, DatasetSection, ModelSection, load_config, positive, to_dict)
 from commlab.fl.config import OptimizerSection, PartitionSection, TrainingSection  # noqa: E402
-from commlab.roster import Node  # noqa: E402
-from commlab.train_step import DEFAULT_TRAIN_STEP, load_train_step  # noqa: E402
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step  # noqa: E402
+from commlab.runs.roster import Node  # noqa: E402
 
 METHOD = "flower-fedavg"  # the manifest's codec: the series name beside the DDS codecs in the report
-# Columns of commlab.tables a Flower node cannot measure (Flower's transport has no hooks for them):
+# Columns of commlab.output.tables a Flower node cannot measure (Flower's transport has no hooks for them):
 # left out, which the report reads as empty (tables.ADDED).
 NOT_SEPARATED = ("broadcast_time_s", "upload_s", "goodput_Bps", "bits", "rate_bps")
 TRANSPORTS = ("grpc-bidi", "deployment")  # start_server/start_client | SuperLink + SuperNodes + flwr run
@@ -105,11 +105,11 @@ def server_parts(cfg: FlowerConfig):
     import flwr as fl
     from flwr.common import ndarrays_to_parameters
 
-    from commlab.builders import build_dataset, build_node_model
-    from commlab.metrics import RunWriter
+    from commlab.config.builders import build_dataset, build_node_model
     from commlab.models import evaluate, flatten_params, load_params, weights_digest
+    from commlab.output.run_folder import RunWriter
+    from commlab.output.tables import COLUMNS
     from commlab.peers.iface import IfaceCounters
-    from commlab.tables import COLUMNS
 
     data = build_dataset(cfg.dataset)
     model = build_node_model(cfg.model, cfg.seed, cfg.threads, data)
@@ -218,16 +218,16 @@ class ClientTrainer:
     `train=False`: only the table and counters (to write the last row)."""
 
     def __init__(self, cfg: FlowerConfig, index: int, train: bool = True):
-        from commlab.metrics import CsvTable
+        from commlab.output.run_folder import CsvTable
+        from commlab.output.tables import COLUMNS
         from commlab.peers.iface import IfaceCounters
-        from commlab.tables import COLUMNS
 
         self.cfg, self.index = cfg, index
         self.iface = IfaceCounters(cfg.interface)
         self.table = CsvTable(Path(cfg.results_dir) / cfg.run_id / f"clients-{index}.csv",
                               [c for c in COLUMNS["clients"] if c not in NOT_SEPARATED])
         if train:
-            from commlab.builders import build_dataset, build_node_model
+            from commlab.config.builders import build_dataset, build_node_model
             self.data = build_dataset(cfg.dataset)
             self.model = build_node_model(cfg.model, 0, cfg.threads, self.data)  # weights come from the server, as in DDS
             self.part = cfg.partition.split(self.data, cfg.clients)[index]

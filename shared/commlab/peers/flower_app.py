@@ -24,7 +24,7 @@ from flwr.clientapp import ClientApp
 from flwr.server import Grid
 from flwr.serverapp import ServerApp
 
-from commlab.config_schema import load_config
+from commlab.config.schema import load_config
 from commlab.peers.flower import ClientTrainer, FlowerConfig, server_parts
 
 CONFIG_KEY = "config"        # run config: the path of the run's flower.json

@@ -27,16 +27,16 @@ import sys
 import time
 from pathlib import Path
 
-from commlab.claims import hold
-from commlab.config_schema import from_dict, to_dict
+from commlab.config.schema import from_dict, to_dict
 from commlab.fl.run import add_experiment_args, experiment_sections
-from commlab.launch import END_GRACE_S, NodeProcesses, announce, config_or_report, write_node_config
-from commlab.metrics import new_run_id
+from commlab.models.train_step import resolve_spec_path
+from commlab.output.progress import echo, watch_csv
+from commlab.output.run_folder import new_run_id
 from commlab.peers.flower import METHOD, TRANSPORTS, FlowerConfig, roster
 from commlab.peers.run import GRACE_S
-from commlab.progress import echo, watch_csv
+from commlab.runs.claims import hold
+from commlab.runs.launch import END_GRACE_S, NodeProcesses, announce, config_or_report, write_node_config
 from commlab.testbed.backend import RunFailed, run_nodes
-from commlab.train_step import resolve_spec_path
 
 NET = 254            # 198.19.254.0/24 (FL namespaces 251, DDS workers 252, gloo 253)
 NETNS_PORT = 8080    # the server has its own namespace: a fixed port is free

@@ -22,13 +22,13 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.nn.parallel import DistributedDataParallel
 
 from commlab.ddp.setup import data_parallel_setup
-from commlab.metrics import CsvTable
 from commlab.models import evaluate
+from commlab.models.train_step import batch_loss, load_train_step
+from commlab.output.run_folder import CsvTable
+from commlab.output.tables import COLUMNS
 from commlab.peers.config import PeerConfig
 from commlab.peers.iface import IfaceCounters
 from commlab.peers.manifest import peer_manifest
-from commlab.tables import COLUMNS
-from commlab.train_step import batch_loss, load_train_step
 
 
 def log(rank: int, text: str) -> None:

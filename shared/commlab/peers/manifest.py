@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from commlab.config_schema import to_dict
-from commlab.metrics import RunWriter
+from commlab.config.schema import to_dict
+from commlab.output.run_folder import RunWriter
 from commlab.peers.config import PeerConfig
 
 

@@ -15,17 +15,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from commlab.claims import hold
-from commlab.config_schema import ConfigError, from_dict, to_dict
+from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec
 from commlab.ddp.config import steps_per_epoch
-from commlab.launch import NodeProcesses, announce, config_or_report, end_nodes_on_sigterm, write_node_config
-from commlab.metrics import new_run_id
+from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
+from commlab.output.progress import watch_csv
+from commlab.output.run_folder import new_run_id
 from commlab.peers.config import HOOKS, KINDS, PeerConfig
-from commlab.progress import watch_csv
-from commlab.roster import Node, worker_name
+from commlab.runs.claims import hold
+from commlab.runs.launch import NodeProcesses, announce, config_or_report, end_nodes_on_sigterm, write_node_config
+from commlab.runs.roster import Node, worker_name
 from commlab.testbed.backend import choose_backend, run_nodes
-from commlab.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 
 NET = 253            # 198.19.253.0/24 (FL namespaces use 251, DDS workers 252)
 GRACE_S = 15.0       # after a rank failed, the others get this long before they are ended
@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="gloo ranks; centralized: the world whose data and budget it matches")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--profile", default="lan",
-                   help="link profile (commlab.netem), applied in network namespaces (root)")
+                   help="link profile (commlab.links.profiles), applied in network namespaces (root)")
     p.add_argument("--dataset", default="mnist", help="a dataset by name or synthetic:<name> (docs/workloads.md)")
     p.add_argument("--train-subset", type=int, default=20000, help="random training subset (0: all)")
     p.add_argument("--test-subset", type=int, help="random test subset (default: all)")
@@ -159,8 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     stop_progress = watch_csv(run_dir / "steps-rank0.csv", total_steps(cfg), "step", numbered_from=0,
                               note_column="train_loss", note_label="loss")
     try:
-        if cfg["kind"] == "centralized":  # one process, no link to shape
-            return run_local(cfg)
+        if cfg["kind"] == "centralized":  # one process, no link to shape (run_nodes follows the others)
+            from commlab.report.tracking import live_tensorboard
+            with live_tensorboard(run_dir):
+                return run_local(cfg)
         try:
             backend = choose_backend(a.backend)
         except RuntimeError as e:  # docker asked for, and no engine answers: one line, no traceback

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from commlab.tables import COLUMNS, TEXT
+from commlab.output.tables import COLUMNS, TEXT
 
 from .runs import Run
 

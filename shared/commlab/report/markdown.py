@@ -13,7 +13,7 @@ TABLE = {  # summary column -> heading in report.md
     "series": "codec/method", "run_id": "run", "status": "status",
     "bytes_up_per_unit": "bytes up per {unit}, incl. warm-up", "bytes_up_x_of_fp32": "x of fp32",
     "comm_time_mean_s": "comm mean (s)", "comm_time_max_s": "comm max (s)", "unit_time_mean_s": "{unit} time (s)",
-    "final_accuracy": "final acc", "time_to_target_s": "time to {target:g} (s)", "target_reached_at": "at {length}",
+    "final_accuracy": "final acc", "final_epsilon": "epsilon", "time_to_target_s": "time to {target:g} (s)", "target_reached_at": "at {length}",
 }
 # DDP only, after the whole-run ratio: the steady state once the DGC warm-up is over.
 LAST_EPOCH = {"bytes_up_per_unit_last_epoch": "bytes up per {unit}, last epoch only",
@@ -28,6 +28,8 @@ MEANING = {  # kind -> summary columns -> what their cells are
                                                  "and maximum over clients and rounds",
         ("unit_time_mean_s",): "mean round time, controller wall clock",
         ("final_accuracy",): "test accuracy after the last evaluated round",
+        ("final_epsilon",): "privacy spent by the run's rounds, epsilon at its delta (DP-FedAvg, "
+                            "docs/privacy.md); - for a run without differential privacy",
         ("time_to_target_s", "target_reached_at"): "sum of the round times up to the first round at or above "
                                                    "the target, and that round",
     },
@@ -52,7 +54,7 @@ MEANING = {  # kind -> summary columns -> what their cells are
 def _columns(kind: str) -> dict[str, str]:
     if kind == "fl":
         return TABLE
-    cols = list(TABLE.items())
+    cols = [(c, h) for c, h in TABLE.items() if c != "final_epsilon"]  # FL only
     at = list(TABLE).index("bytes_up_x_of_fp32") + 1
     return dict(cols[:at] + list(LAST_EPOCH.items()) + cols[at:])
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commlab.tables import ADDED, COLUMNS, OPTIONAL, TEXT  # columns a table must have (extra ones are kept)
+from commlab.output.tables import ADDED, COLUMNS, OPTIONAL, TEXT  # columns a table must have (extra ones are kept)
 
 # Per kind: the settings that define a comparable experiment, the series field, the tables.
 KINDS = {

@@ -20,7 +20,7 @@ COLUMNS = ["group", "kind", "series", "run_id", "shown", "status", "backend", "m
            "link_profile", "size", "length", "training", "unit", "units", "bytes_up_per_unit",
            "bytes_down_per_unit", "bytes_up_x_of_fp32", "bytes_up_per_unit_last_epoch",
            "bytes_up_x_of_fp32_last_epoch", "comm_time_mean_s", "comm_time_max_s",
-           "unit_time_mean_s", "total_time_s", "final_accuracy", "target_accuracy",
+           "unit_time_mean_s", "total_time_s", "final_accuracy", "final_epsilon", "target_accuracy",
            "time_to_target_s", "target_reached_at"]
 
 
@@ -36,7 +36,7 @@ def _to_target(acc: pd.Series, elapsed: pd.Series, at: pd.Series, target: float)
 def _fl_row(run_id: str, f: dict[str, pd.DataFrame], target: float) -> dict:
     r = f["rounds"][f["rounds"]["run_id"] == run_id]
     c = f["clients"][f["clients"]["run_id"] == run_id]
-    acc = r["test_accuracy"].dropna()
+    acc, spent = r["test_accuracy"].dropna(), r["epsilon"].dropna()
     time_to, at = _to_target(r["test_accuracy"], r["elapsed_s"], r["round"], target)
     return {"unit": "round", "units": len(r), "bytes_up_per_unit": r["bytes_up"].mean(),
             "bytes_down_per_unit": r["bytes_down"].mean(),
@@ -44,6 +44,7 @@ def _fl_row(run_id: str, f: dict[str, pd.DataFrame], target: float) -> dict:
             "comm_time_max_s": c["comm_time_s"].max() if len(c) else np.nan,
             "unit_time_mean_s": r["round_time_s"].mean(), "total_time_s": r["round_time_s"].sum(),
             "final_accuracy": acc.iloc[-1] if len(acc) else np.nan,
+            "final_epsilon": spent.iloc[-1] if len(spent) else np.nan,
             "time_to_target_s": time_to, "target_reached_at": at}
 
 

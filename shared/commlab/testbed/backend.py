@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..metrics import git_commit, write_json_atomic
-from ..progress import echo
+from ..output.progress import echo
+from ..output.run_folder import git_commit, write_json_atomic
 from .engine import BOOTSTRAP, compose_answers, engine_answers
 from .images import build_images, images_current
 
@@ -50,9 +50,17 @@ def choose_backend(requested: str) -> str:
 def run_nodes(prog: str, backend: str, profile: str, run_dir: Path, nodes: list[str], *,
               local: Callable[[], int], netns: Callable[[], Path], docker: Callable[[], Path]) -> int:
     """Run the nodes on `backend` (see the module doc); 0 when all succeeded, else 1 after one line
-    naming what failed (the nodes' own output has been streamed already)."""
-    from ..netem import LinkError
-    from .netns import NetnsError
+    naming what failed (the nodes' own output has been streamed already). Meanwhile the run's CSVs
+    are followed into TensorBoard events (commlab.report.tracking), whichever backend writes them."""
+    from ..report.tracking import live_tensorboard
+    with live_tensorboard(run_dir):
+        return _run_on_backend(prog, backend, profile, run_dir, nodes, local=local, netns=netns, docker=docker)
+
+
+def _run_on_backend(prog: str, backend: str, profile: str, run_dir: Path, nodes: list[str], *,
+                    local: Callable[[], int], netns: Callable[[], Path], docker: Callable[[], Path]) -> int:
+    from ..links.netns import NetnsError
+    from ..links.profiles import LinkError
     try:
         if backend in ("docker", "swarm"):
             docker()

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..roster import Node
+from ..runs.roster import Node
 from .images import node_image
 
 CONTAINER_RESULTS = "/results"

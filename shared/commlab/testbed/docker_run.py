@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..metrics import write_json_atomic
-from ..progress import echo
-from ..roster import Node, ddp_roster, fl_roster_of
+from ..output.progress import echo
+from ..output.run_folder import write_json_atomic
+from ..runs.roster import Node, ddp_roster, fl_roster_of
 from .backend import RunFailed, log_tail, prepare_container_run, record_container_links, write_container_spec
 from .compose_file import CONTAINER_RESULTS, addresses, compose_spec, container_config, project_name
 from .engine import free_net

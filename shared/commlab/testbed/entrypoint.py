@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..metrics import write_json_atomic
-from ..netem import LinkError, apply_link, describe, link_for
+from ..links.profiles import LinkError, apply_link, describe, link_for
+from ..output.run_folder import write_json_atomic
 
 
 def shape(config_path: str) -> None:

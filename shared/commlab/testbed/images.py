@@ -20,7 +20,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from ..roster import ROLES
+from ..runs.roster import ROLES
 from .engine import FIX, REPO, EngineError, compose_missing, docker, engine_answers, image_exists
 
 REGISTRY_BASE = "python:3.11-slim"

@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ..launch import NodeProcesses, write_node_config
-from ..metrics import write_json_atomic
-from ..netem import link_for
-from ..roster import Node, ddp_roster, fl_roster_of
+from ..links.netns import NetnsLab
+from ..links.profiles import link_for
+from ..output.run_folder import write_json_atomic
+from ..runs.launch import NodeProcesses, write_node_config
+from ..runs.roster import Node, ddp_roster, fl_roster_of
 from .backend import RunFailed, record_links
 from .compose_file import networked_dds
-from .netns import NetnsLab
 
 GRACE_S = 60.0  # the others get this long to finish after the primary (first) node exited
 

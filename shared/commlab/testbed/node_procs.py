@@ -2,7 +2,7 @@
 
 A launcher (`commlab.fl.run`, `commlab.ddp.run`) starts all nodes and ends them together; a fault
 test or the chaos benchmark needs each node's PID (to pause, kill or restart it), its own fault
-point (commlab.fault_points) and its output to wait for a line. The configs are the launchers' own.
+point (commlab.runs.fault_points) and its output to wait for a line. The configs are the launchers' own.
 
     procs, paths, run_dir = start_fl(tmp, domain=40, rounds=3, halt={"client-1": "before_upload@2"})
     procs["client-1"].wait_for("HALTED at before_upload@2")
@@ -18,10 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from commlab.fault_points import HALT_ENV
 from commlab.fl.run import build_configs, parse_args
-from commlab.launch import NODES_DIR
-from commlab.roster import fl_roster_of
+from commlab.runs.fault_points import HALT_ENV
+from commlab.runs.launch import NODES_DIR
+from commlab.runs.roster import fl_roster_of
 from commlab.testbed.engine import REPO
 
 WORKER_CONFIG = REPO / "experiments" / "worker.conf.json"

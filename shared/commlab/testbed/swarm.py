@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..metrics import write_json_atomic
-from ..roster import Node
+from ..output.run_folder import write_json_atomic
+from ..runs.roster import Node
 from .backend import RunFailed, log_tail, prepare_container_run, record_container_links, write_container_spec
 from .compose_file import CONTAINER_RESULTS, compose_spec, container_config, project_name
 from .engine import EngineError, docker, free_net

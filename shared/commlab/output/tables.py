@@ -1,5 +1,5 @@
 """The CSV tables of a run folder (docs/architecture.md, "Results layout"): every table's columns,
-declared once for the nodes that write them (through metrics.CsvTable) and the report that reads them.
+declared once for the nodes that write them (through run_folder.CsvTable) and the report that reads them.
 
     rounds.csv            FL controller, a row a round
     clients-<i>.csv       FL client i, a row a round
@@ -12,7 +12,9 @@ COLUMNS: dict[str, list[str]] = {
     "rounds": ["round", "round_time_s", "participants", "n_participants", "bytes_up", "bytes_down",
                "aggregate_time_s", "decode_time_s", "test_accuracy", "test_loss", "rejected_updates",
                "broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
-               "iface_bytes_down", "resyncs", "wall_time_s"],
+               "iface_bytes_down", "resyncs", "wall_time_s",
+               # privacy spent by the rounds so far (docs/privacy.md); empty: the run promises none
+               "epsilon"],
     "clients": ["round", "client_id", "num_samples", "bytes_up", "bytes_down", "comm_time_s",
                 "train_time_s", "encode_time_s", "decode_time_s",
                 # adaptive (docs/adaptive.md): qsgd bits, uplink rate applied (bit/s, empty: not
@@ -28,6 +30,7 @@ COLUMNS: dict[str, list[str]] = {
 # columns added after a table's first version, which older runs lack (read as empty).
 TEXT = {"participants", "client_id"}
 OPTIONAL = {"test_accuracy", "test_loss", "iface_bytes_up", "iface_bytes_down", "bits", "rate_bps", "upload_s",
-            "goodput_Bps"}
+            "goodput_Bps", "epsilon"}
 ADDED = {"broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
-         "iface_bytes_down", "resyncs", "wall_time_s", "bits", "rate_bps", "upload_s", "goodput_Bps", "stretch_s"}
+         "iface_bytes_down", "resyncs", "wall_time_s", "bits", "rate_bps", "upload_s", "goodput_Bps", "stretch_s",
+         "epsilon"}

@@ -5,7 +5,7 @@ Layout: one ASCII header line, then the payload:
 
     commlab-sha256 <64 hex digits> <payload bytes>\\n<payload>
 
-`write_checksummed` writes the whole file with commlab.metrics.write_atomic (temporary file, fsync,
+`write_checksummed` writes the whole file with commlab.output.run_folder.write_atomic (temporary file, fsync,
 rename, directory fsync), so a crash leaves the old file or the new one. `read_checksummed`
 returns the payload or raises ConfigError with one line naming the file and what is wrong with it:
 not found, empty, no header (not written by commlab, or before checksums), truncated, trailing
@@ -19,8 +19,8 @@ import re
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from commlab.config_schema import ConfigError
-from commlab.metrics import write_atomic
+from commlab.config.schema import ConfigError
+from commlab.output.run_folder import write_atomic
 
 MAGIC = b"commlab-sha256 "
 _HEADER = re.compile(rb"commlab-sha256 ([0-9a-f]{64}) (\d{1,15})\n")

@@ -7,7 +7,7 @@ Contract: a training step is a function
 that returns the scalar (0-dim) loss of one batch, with the graph attached. It only computes the
 loss: the caller does zero_grad, backward, the gradient exchange or update compression, and the
 optimizer step, so compression, communication and the optimizer stay the testbed's. The default,
-`commlab.train_step:cross_entropy_step`, is the plain cross-entropy; x is a float image batch or
+`commlab.models.train_step:cross_entropy_step`, is the plain cross-entropy; x is a float image batch or
 int64 token ids, y one class a sample or (language models) one token a position.
 
 A spec names the function as "package.module:function" (imported) or "path/to/file.py:function"
@@ -30,10 +30,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from commlab.config_schema import ConfigError
+from commlab.config.schema import ConfigError
 
 TrainStep = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
-DEFAULT_TRAIN_STEP = "commlab.train_step:cross_entropy_step"
+DEFAULT_TRAIN_STEP = "commlab.models.train_step:cross_entropy_step"
 SPEC_FORMS = "'package.module:function' or 'path/to/file.py:function'"
 
 

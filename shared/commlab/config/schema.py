@@ -187,6 +187,8 @@ class DdsSection:
     send_window_bytes: int | None = None
     # This node's keyring (commlab.dds.auth): messages are authenticated when set. A path, never the key.
     key_file: str | None = None
+    # With key_file: payloads encrypted too (AES-256-GCM); None: on shaped links, off on loopback.
+    encrypt: bool | None = None
 
     def check(self, where: str) -> None:
         if not 0 <= self.domain_id <= 232:

@@ -5,8 +5,8 @@ service does it, with the same builders as the launchers, into /results/<run-id>
 into the shared volume /lab/ that the node services read their configs from. It sits beside the
 launchers (it uses theirs and the testbed's code), so the testbed never imports a launcher.
 
-    python -m commlab.compose_setup fl  [launcher flags, e.g. --codec int8_sparse]
-    python -m commlab.compose_setup ddp [launcher flags]
+    python -m commlab.testbed.compose_setup fl  [launcher flags, e.g. --codec int8_sparse]
+    python -m commlab.testbed.compose_setup ddp [launcher flags]
 Environment: COMPOSE_NET (198.19.<net>.0/24, as in the compose file), LINK_PROFILE.
 """
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from commlab.dds.auth import make_keyrings, write_keyring
-from commlab.metrics import write_json_atomic
-from commlab.roster import CONTROLLER, Node, ddp_roster, fl_identities_of, fl_roster_of
-from commlab.run_keys import with_key_file
+from commlab.output.run_folder import write_json_atomic
+from commlab.runs.keys import with_key_file
+from commlab.runs.roster import CONTROLLER, Node, ddp_roster, fl_identities_of, fl_roster_of
 from commlab.testbed.compose_file import CONTAINER_RESULTS, addresses, container_config
 
 LAB = Path("/lab")
@@ -40,7 +40,7 @@ def ddp_configs(flags: list[str]) -> tuple[list[Node], list[dict[str, Any]]]:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("fl", "ddp"):
-        print("usage: python -m commlab.compose_setup fl|ddp [launcher flags]", file=sys.stderr)
+        print("usage: python -m commlab.testbed.compose_setup fl|ddp [launcher flags]", file=sys.stderr)
         return 2
     nodes, cfgs = (fl_configs if argv[0] == "fl" else ddp_configs)(argv[1:])
     addrs = addresses(nodes, int(os.environ.get("COMPOSE_NET", "100")))

@@ -4,8 +4,8 @@ A profile gives each node the shape of its own uplink (egress of its interface):
 enforced with tbf, and delay/jitter/loss, enforced with netem when the kernel has it. This
 kernel has no netem qdisc, so what was really applied is recorded next to what was asked for.
 
-    python -m commlab.netem show
-    python -m commlab.netem apply PROFILE NODE [--dev eth0] [--record FILE]
+    python -m commlab.links.profiles show
+    python -m commlab.links.profiles apply PROFILE NODE [--dev eth0] [--record FILE]
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class LinkSpec:
 
 def profiles_path() -> Path:
     env = os.environ.get(PROFILES_ENV)
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "netem" / "profiles.json"
+    return Path(env) if env else Path(__file__).resolve().parents[3] / "netem" / "profiles.json"
 
 
 def load_profiles(path: Path | None = None) -> dict[str, Any]:

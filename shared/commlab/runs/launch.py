@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
-from .progress import echo
+from ..output.progress import echo
 from .roster import Node
 
-NODES_DIR = Path(__file__).resolve().parents[2] / "nodes"
+NODES_DIR = Path(__file__).resolve().parents[3] / "nodes"
 END_GRACE_S = 15.0  # how long a node may take to exit after SIGTERM
 
 
@@ -34,7 +34,7 @@ T = TypeVar("T")
 def config_or_report(prog: str, build: Callable[[], T], errors: tuple[type[Exception], ...] = ()) -> T | None:
     """What ``build`` returns (the node configs of a run), or None after one line on stderr naming
     the problem: a ConfigError (bad flags, files), or one of ``errors``. The launcher then exits 2."""
-    from commlab.config_schema import ConfigError
+    from commlab.config.schema import ConfigError
     try:
         return build()
     except (ConfigError, *errors) as e:
@@ -51,7 +51,7 @@ def announce(cfg: dict[str, Any], what: str) -> Path:
 
 def codec_params(pairs: list[str], what: str = "codec parameter") -> dict[str, Any]:
     """KEY=VALUE command-line pairs -> codec (or model) parameters; VALUE is JSON when it parses, else a string."""
-    from commlab.config_schema import ConfigError
+    from commlab.config.schema import ConfigError
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")

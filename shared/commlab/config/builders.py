@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from commlab.config_schema import ConfigError, DatasetSection, DdsSection, ModelSection
+from commlab.config.schema import ConfigError, DatasetSection, DdsSection, ModelSection
 from commlab.data import Dataset, dataset_spec, load_raw, subset_random, to_dataset
 from commlab.models import build_model, configure_threads, model_entry
 
@@ -53,10 +53,10 @@ def dds_settings(section: DdsSection, model_numel: int | None = None, senders: i
     unusable); with the model's size, caps on what incomplete messages from `senders` peers may
     hold (no message of ours is larger than twice the fp32 model)."""
     from commlab.dds import DdsSettings  # lazy: config validation and unit tests need no DDS
-    from commlab.dds.settings import reassembly_caps
     from commlab.dds.auth import KeyFileError, read_keyring
+    from commlab.dds.settings import reassembly_caps
     extras = {k: getattr(section, k) for k in ("chunk_bytes", "write_timeout_s", "lease_s", "loopback_tuned", "multicast",
-                                                        "link_mtu", "datagram_frames", "send_window_bytes")
+                                                        "link_mtu", "datagram_frames", "send_window_bytes", "encrypt")
               if getattr(section, k) is not None}
     try:
         keyring = None if section.key_file is None else read_keyring(Path(section.key_file))

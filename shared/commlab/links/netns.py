@@ -1,24 +1,29 @@
-"""Network namespaces on a private Linux bridge: the local backend's stand-in for containers.
+"""Network namespaces joined by veth links (198.18.0.0/15 only): the local stand-in for a network
+of containers, and a shaped link for tests and benchmarks of the transport. Needs root. Everything
+made is removed on exit. Names carry a lab tag claimed for the lab (commlab.runs.claims), so labs
+made at the same time never meet.
 
-Each node gets a namespace with an `eth0` (one end of a veth pair; the other end joins the
-bridge) and an address in 198.19.<net>.0/24. The bridge has no address on the host, so nothing
-is routed anywhere: nodes reach only each other. Needs root. Everything is removed on exit. The
-names carry a tag claimed for the lab (commlab.claims), so labs of runs and tests running at the
-same time never meet.
+`NetnsLab`: a namespace per node, each with an `eth0` (one end of a veth pair; the other end joins
+a private bridge) and an address in 198.19.<net>.0/24. The bridge has no address on the host, so
+nothing is routed anywhere: nodes reach only each other.
 
     with NetnsLab(["controller", "client-0", "client-1"]) as lab:
         lab.shape("client-0", link_for("10mbit", "client-0"))
         proc = lab.popen("client-0", ["python", "nodes/client.py", cfg])
+
+`veth_pair`: two namespaces joined directly by one veth pair, optionally shaped with tbf.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-from typing import Any, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
 
-from ..claims import claim
-from ..netem import LinkSpec, apply_link
+from ..runs.claims import claim
+from .profiles import LinkSpec, apply_link
 
 DEFAULT_NET = 250  # 198.19.250.0/24; every lab has its own bridge, so labs never see each other
 
@@ -27,16 +32,24 @@ class NetnsError(RuntimeError):
     """Creating or using a namespace failed; the message names the ip command."""
 
 
+class NetnsUnavailable(NetnsError):
+    """Namespaces cannot be created here at all (not root, no `ip`, no permission)."""
+
+
 def _ip(*args: str) -> None:
     out = subprocess.run(["ip", *args], capture_output=True, text=True)
     if out.returncode != 0:
         raise NetnsError(f"ip {' '.join(args)}: {out.stderr.strip()}")
 
 
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise NetnsUnavailable("network namespaces need root")
+
+
 class NetnsLab:
     def __init__(self, nodes: Sequence[str], net: int = DEFAULT_NET):
-        if os.geteuid() != 0:
-            raise NetnsError("network namespaces need root")
+        _require_root()
         if not 0 < net < 255:
             raise NetnsError(f"net {net}: must be 1..254 (198.19.<net>.0/24)")
         self._claim = claim("lab")
@@ -98,7 +111,7 @@ class NetnsLab:
         return subprocess.Popen([*self.prefix(node), *argv], **kwargs)
 
     def shape(self, node: str, spec: LinkSpec) -> dict[str, Any]:
-        """Shape the node's uplink; returns the applied-link record (see commlab.netem)."""
+        """Shape the node's uplink; returns the applied-link record (see commlab.links.profiles)."""
         return {"node": node, **apply_link(spec, "eth0", prefix=self.prefix(node))}
 
     def close(self) -> None:
@@ -110,3 +123,48 @@ class NetnsLab:
             subprocess.run(["iptables", "-D", *self._iptables_rule], capture_output=True)
             self._iptables_rule = None
         self._claim.release()
+
+
+@dataclass(frozen=True)
+class Side:
+    netns: str
+    interface: str
+    address: str
+
+    def exec_prefix(self) -> list[str]:
+        return ["ip", "netns", "exec", self.netns]
+
+
+def tx_bytes(side: Side) -> int:
+    """Bytes sent by the side's interface (IP packets plus 14-byte Ethernet headers)."""
+    out = subprocess.run([*side.exec_prefix(), "cat", f"/sys/class/net/{side.interface}/statistics/tx_bytes"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout)
+
+
+@contextmanager
+def veth_pair(subnet: int, rate: str | None = None) -> Iterator[tuple[Side, Side]]:
+    """Namespaces cl<tag>-a/b with 198.18.<subnet>.1/.2; `rate` (e.g. "10mbit") shapes a's egress."""
+    _require_root()
+    lab = claim("lab")
+    a = Side(f"cl{lab.number}-a", f"cl{lab.number}a", f"198.18.{subnet}.1")
+    b = Side(f"cl{lab.number}-b", f"cl{lab.number}b", f"198.18.{subnet}.2")
+    try:
+        try:
+            _ip("netns", "add", a.netns)
+        except (OSError, NetnsError) as e:
+            raise NetnsUnavailable(f"cannot create a network namespace: {e}") from e
+        _ip("netns", "add", b.netns)
+        _ip("link", "add", a.interface, "netns", a.netns, "type", "veth", "peer", "name", b.interface, "netns", b.netns)
+        for s in (a, b):
+            _ip("-n", s.netns, "addr", "add", f"{s.address}/24", "dev", s.interface)
+            _ip("-n", s.netns, "link", "set", s.interface, "up")
+            _ip("-n", s.netns, "link", "set", "lo", "up")
+        if rate:
+            subprocess.run([*a.exec_prefix(), "tc", "qdisc", "add", "dev", a.interface, "root", "tbf",
+                            "rate", rate, "burst", "32kbit", "latency", "400ms"], check=True, capture_output=True)
+        yield a, b
+    finally:
+        for s in (a, b):
+            subprocess.run(["ip", "netns", "del", s.netns], capture_output=True)
+        lab.release()

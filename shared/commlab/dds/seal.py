@@ -1,0 +1,110 @@
+"""The sending side of protected messages (wire format: envelope.py): an envelope for the first
+chunk, the payload encrypted (or only authenticated) chunk by chunk as it is written, and the
+trailer for the last chunk. No pass over the payload happens before the first chunk can leave."""
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+
+import blake3
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.ciphers import CipherContext
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from .auth import KEY_BYTES, TAG_BYTES, Keyring
+from .envelope import (GMAC_RECIPIENTS_MAX, NONCE, SALT_BYTES, VERSION, derive, gcm, gmac, gmac_tag, key_label,
+                       signed_bytes, tag, trailer_signed, trailer_tag)
+
+
+class Sealer:
+    """Seals every message of one node: its envelope tagged for every peer, its payload encrypted
+    for them (`encrypt`, the default) or only authenticated."""
+
+    def __init__(self, ring: Keyring, incarnation: int, encrypt: bool = True):
+        self.ring, self.incarnation, self.seq = ring, incarnation, 0
+        self.signer = Ed25519PrivateKey.from_private_bytes(ring.signing_key) if ring.signing_key else None
+        # Every peer it shares a key with can read its payloads; tags only for the peers that check
+        # tags: those that take this node's messages only signed get none.
+        self.readers = {p: k for p in ring.peers if (k := ring.key_with(p)) is not None}
+        signed = set(ring.signed_for) if self.signer is not None else set()
+        self.keys = {p: k for p, k in self.readers.items() if p not in signed}
+        self.cipher = "aes-256-gcm" if encrypt else "none"
+        if self.signer is not None or (not encrypt and len(self.keys) > GMAC_RECIPIENTS_MAX):
+            self.mac = "blake3"
+        else:
+            self.mac = "gcm" if encrypt else "gmac"
+        self._lock = threading.Lock()  # publishers and the announcer seal from several threads
+
+    def begin(self, topic: str, meta: str, nbytes: int) -> "Sealing":
+        """Start sealing one message of `nbytes` payload bytes: its envelope (for chunk 0) now,
+        its trailer (for the last chunk) once every payload byte went through update()."""
+        with self._lock:
+            self.seq += 1
+            seq = self.seq
+        auth = {"v": VERSION, "run": self.ring.run_id, "sender": self.ring.node, "incarnation": self.incarnation,
+                "seq": seq, "topic": topic, "bytes": nbytes, "salt": secrets.token_hex(SALT_BYTES),
+                "cipher": self.cipher, "mac": self.mac}
+        return Sealing(self, auth, meta)
+
+    def seal(self, topic: str, meta: str, payload: bytes | memoryview) -> tuple[str, bytes]:
+        """A whole message in one (a one-chunk message): envelope and trailer together, and the payload as sent."""
+        sealing = self.begin(topic, meta, len(payload))
+        sent = bytes(sealing.update(payload))
+        return sealing.last_meta(sealing.envelope), sent
+
+
+class Sealing:
+    """One message being sealed: update() each chunk's payload in order, and send what it returns."""
+
+    def __init__(self, sealer: Sealer, auth: dict, meta: str):
+        self.keys, self.signer = sealer.keys, sealer.signer
+        self.signed = signed_bytes(auth, meta)
+        doc: dict = {"auth": auth, "meta": meta, "tags": {p: tag(k, self.signed) for p, k in self.keys.items()}}
+        if self.signer is not None:
+            doc["sig"] = self.signer.sign(self.signed).hex()
+        self._cipher: CipherContext | None = None
+        if auth["cipher"] != "none":
+            salt = bytes.fromhex(auth["salt"])
+            readers = sealer.readers
+            if len(readers) == 1:
+                (pair,) = readers.values()
+                key = derive(pair, salt, key_label(None), self.signed)
+            else:
+                key = secrets.token_bytes(KEY_BYTES)
+                doc["keys"] = {p: AESGCM(derive(k, salt, key_label(p), self.signed))
+                               .encrypt(NONCE, key, None).hex() for p, k in readers.items()}
+            self._cipher = gcm(key, self.signed)
+        self.envelope = json.dumps(doc)
+        self._hash = blake3.blake3() if auth["mac"] == "blake3" else None
+        self._macs = {p: gmac(k, self.signed) for p, k in self.keys.items()} if auth["mac"] == "gmac" else {}
+        self._out = bytearray()  # ciphertext of the current chunk (write_iov copies it before the next)
+
+    def update(self, data: bytes | memoryview) -> bytes | memoryview:
+        """The next chunk's payload as it goes on the wire: encrypted, or `data` itself."""
+        if self._cipher is not None:
+            if len(self._out) < len(data):
+                self._out = bytearray(len(data))
+            out = memoryview(self._out)[:len(data)]
+            self._cipher.update_into(data, out)
+            data = out
+        if self._hash is not None:
+            self._hash.update(data)
+        for mac in self._macs.values():
+            mac.authenticate_additional_data(data)
+        return data
+
+    def last_meta(self, chunk_meta: str) -> str:
+        """The meta of the last chunk: the trailer, merged into the envelope when that chunk is also the first."""
+        trailer: dict = {}
+        if self._cipher is not None:
+            self._cipher.finalize()
+            trailer["gcm"] = self._cipher.tag[:TAG_BYTES].hex()
+        if self._hash is not None:
+            digest = trailer["digest"] = self._hash.hexdigest()
+            trailer["tags"] = {p: trailer_tag(k, self.signed, digest) for p, k in self.keys.items()}
+            if self.signer is not None:
+                trailer["sig"] = self.signer.sign(trailer_signed(self.signed, digest)).hex()
+        elif self._macs:
+            trailer["tags"] = {p: gmac_tag(mac) for p, mac in self._macs.items()}
+        return json.dumps({**json.loads(chunk_meta), "trailer": trailer}) if chunk_meta else json.dumps(trailer)

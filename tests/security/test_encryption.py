@@ -1,0 +1,106 @@
+"""Encrypted payloads (commlab.dds.seal, opener; format in envelope.py): what each key opens, what
+tampering and old frames get."""
+import json
+
+import pytest
+
+from commlab.dds.auth import make_keyrings
+from commlab.dds.envelope import KEY_BYTES, AuthError, derive, gcm, key_label, signed_bytes
+from commlab.dds.opener import Opener
+from commlab.dds.seal import Sealer
+
+NODES = ["controller", "client-0", "client-1"]
+PLAIN = b"model weights " * 64
+
+
+@pytest.fixture
+def rings():
+    return make_keyrings("run-a", NODES, trusted={"controller"})
+
+
+def open_whole(ring, sender: Sealer, envelope: str, sent: bytes, topic="ModelBlob") -> bytes:
+    return Opener(ring).open_whole(topic, sender.ring.node, sender.incarnation, envelope, sent)[1]
+
+
+def test_the_broadcast_is_one_ciphertext_every_client_decrypts(rings):
+    ctl = Sealer(rings["controller"], 1)
+    envelope, sent = ctl.seal("ModelBlob", "{}", PLAIN)
+    assert PLAIN[:16] not in sent and len(sent) == len(PLAIN)
+    assert set(json.loads(envelope)["keys"]) == {"client-0", "client-1"}  # the message key, wrapped for each
+    assert open_whole(rings["client-0"], ctl, envelope, sent) == PLAIN
+    assert open_whole(rings["client-1"], ctl, envelope, sent) == PLAIN
+    again = ctl.seal("ModelBlob", "{}", PLAIN)[1]
+    assert again != sent  # a new key for every message
+
+
+def test_an_update_is_readable_by_the_controller_alone(rings):
+    client = Sealer(rings["client-0"], 1)
+    envelope, sent = client.seal("ClientUpdate", "{}", PLAIN)
+    assert "keys" not in json.loads(envelope)  # one recipient: a key derived from the pair key
+    assert PLAIN[:16] not in sent
+    assert open_whole(rings["controller"], client, envelope, sent, "ClientUpdate") == PLAIN
+    with pytest.raises(AuthError, match="unauthenticated"):  # client-1 has no tag, and no key to derive
+        open_whole(rings["client-1"], client, envelope, sent, "ClientUpdate")
+
+
+def test_tampered_ciphertext_is_rejected_with_one_line(rings):
+    for sender, receiver in (("controller", "client-0"), ("client-0", "controller")):
+        sealer = Sealer(rings[sender], 1)
+        envelope, sent = sealer.seal("ModelBlob", "{}", PLAIN)
+        tampered = bytearray(sent)
+        tampered[100] ^= 0x01
+        with pytest.raises(AuthError, match="altered") as e:
+            open_whole(rings[receiver], sealer, envelope, bytes(tampered))
+        assert "\n" not in str(e.value)
+
+
+def test_a_client_holding_the_broadcast_key_cannot_alter_it_for_another(rings):
+    """client-1 unwraps the message key, so it can make a ciphertext of other weights whose GCM tag
+    holds; the controller's signature covers the ciphertext's digest, which it cannot match."""
+    ctl = Sealer(rings["controller"], 1)
+    envelope, _ = ctl.seal("ModelBlob", "{}", PLAIN)
+    doc = json.loads(envelope)
+    signed = signed_bytes(doc["auth"], doc["meta"])
+    salt = bytes.fromhex(doc["auth"]["salt"])
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    wrap = derive(rings["client-1"].pair_keys["controller"], salt, key_label("client-1"), signed)
+    key = AESGCM(wrap).decrypt(bytes(12), bytes.fromhex(doc["keys"]["client-1"]), None)
+    assert len(key) == KEY_BYTES
+    forger = gcm(key, signed)
+    forged = bytearray(len(PLAIN))
+    forger.update_into(b"poisoned weight" * (len(PLAIN) // 15) + b"x" * (len(PLAIN) % 15), forged)
+    forger.finalize()
+    doc["trailer"]["gcm"] = forger.tag.hex()
+    with pytest.raises(AuthError, match="altered"):
+        open_whole(rings["client-0"], ctl, json.dumps(doc), bytes(forged))
+
+
+def test_frames_of_the_previous_wire_version_are_refused_with_a_clear_line(rings):
+    client = Sealer(rings["client-0"], 1)
+    envelope, sent = client.seal("ClientUpdate", "{}", b"")
+    doc = json.loads(envelope)
+    del doc["auth"]["v"]  # version 1 had no version field, no salt and no cipher
+    with pytest.raises(AuthError, match="wire version 1; this node reads version 2 only"):
+        open_whole(rings["controller"], client, json.dumps(doc), sent, "ClientUpdate")
+
+
+def test_mac_only_sends_the_payload_in_clear_and_still_authenticates_it(rings):
+    client = Sealer(rings["client-0"], 1, encrypt=False)
+    envelope, sent = client.seal("ClientUpdate", "{}", PLAIN)
+    assert sent == PLAIN and json.loads(envelope)["auth"]["cipher"] == "none"
+    assert open_whole(rings["controller"], client, envelope, sent, "ClientUpdate") == PLAIN
+    with pytest.raises(AuthError, match="altered"):
+        open_whole(rings["controller"], Sealer(rings["client-0"], 1, encrypt=False),
+                   client.seal("ClientUpdate", "{}", PLAIN)[0], PLAIN[:-1] + b"X", "ClientUpdate")
+
+
+def test_encryption_is_on_by_default_off_the_loopback_and_a_config_says_otherwise():
+    from commlab.config.schema import ConfigError, DdsSection, from_dict
+    from commlab.dds.settings import DdsSettings
+    assert DdsSettings(domain_id=1).encrypt is False  # loopback-tuned: where it costs most
+    assert DdsSettings(domain_id=1, loopback_tuned=False).encrypt is True
+    assert DdsSettings(domain_id=1, encrypt=True).encrypt is True
+    with pytest.raises(ValueError, match="dds.encrypt must be true or false"):
+        DdsSettings(domain_id=1, encrypt="yes")
+    with pytest.raises(ConfigError, match="encrypt: expected bool"):
+        from_dict(DdsSection, {"domain_id": 1, "encrypt": "yes"}, "dds.")
