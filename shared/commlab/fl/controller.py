@@ -34,6 +34,8 @@ from commlab.fl.evaluation import GlobalEvaluation
 from commlab.fl.fedbuff import Dispatch
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.sampling import select_round
+from commlab.fl.strategy import FedBuff, Strategy
+from commlab.fl.strategy_config import build_strategy
 from commlab.models import flatten_params, layout_of, weights_digest
 from commlab.output.run_folder import MemoryWatch, RunWriter, backend_name, write_transport_totals
 from commlab.output.tables import COLUMNS
