@@ -19,6 +19,7 @@ tables and runs into results/sweeps/<name>: a stopped matrix continues with --re
     python benchmarks/bench_matrix.py --only dgc --modes ddp --seeds 0 1 2 --name matrix-seeds [settings]
     python benchmarks/bench_matrix.py --only int8 dgc --modes ddp --ddp-epochs 2 --ddp-train-subset 20000
     python benchmarks/bench_matrix.py --update --only minmax2 [same settings]   # re-run rows of the last matrix
+    python benchmarks/bench_matrix.py --dataset fashion_mnist --seeds 0 1 2 --name matrix-fashion_mnist
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ SEED_COLUMNS = {"seeds": "seeds", "delta_min_pp": "delta min (pp)", "delta_max_p
 MEASURED = ["bytes_per_node", "comm_time_s", "test_accuracy"]
 CENTRALIZED = "centralized"  # the peer's row: no compressor, no link
 # The settings every row of one matrix must share (--update checks them against the last matrix's).
-SETTINGS = ("clients", "fl_rounds", "fl_samples", "world", "ddp_epochs", "ddp_train_subset", "dgc_warmup")
+SETTINGS = ("dataset", "clients", "fl_rounds", "fl_samples", "world", "ddp_epochs", "ddp_train_subset", "dgc_warmup")
 
 # One concrete name per registered family: "minmax<bits>" -> minmax2/4/8 and so on.
 FAMILIES = {"minmax": ["minmax2", "minmax4", "minmax8"], "qsgd": ["qsgd4", "qsgd16"], "powersgd": ["powersgd2"]}
@@ -67,12 +68,13 @@ def cell(mode: str, name: str, a: argparse.Namespace) -> dict:
         budget = (centralized_fl_argv(a.clients, a.fl_rounds, a.fl_samples)[5:] if mode == "fl" else
                   ["--world", str(a.world), "--epochs", str(a.ddp_epochs), "--train-subset", str(a.ddp_train_subset)])
         return {"launcher": "centralized", **{k.removeprefix("--"): v for k, v in zip(budget[::2], budget[1::2])},
-                "profile": "lan"}
+                "profile": "lan", "dataset": a.dataset}
     if mode == "fl":
         return {"launcher": "fl", "codec": name, "clients": a.clients, "rounds": a.fl_rounds,
-                "samples-per-round": a.fl_samples}
+                "samples-per-round": a.fl_samples, "dataset": a.dataset}
     return {"launcher": "ddp", "method": "dense" if name == "fp32" else name, "world": a.world,
-            "epochs": a.ddp_epochs, "train-subset": a.ddp_train_subset, "warmup": a.dgc_warmup}
+            "epochs": a.ddp_epochs, "train-subset": a.ddp_train_subset, "warmup": a.dgc_warmup,
+            "dataset": a.dataset}
 
 
 def summarise(mode: str, name: str, run_dir: Path, world: int) -> dict:
@@ -123,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                                         "ddp_train_subset": 1920}, seeds=[0])
     p.add_argument("--only", nargs="*", help="compressors to run (default: every registered one); fp32 and the "
                    "centralized peer always run")
+    p.add_argument("--dataset", default="mnist", help="an image dataset of MNIST's shape (mnist_cnn reads it): "
+                   "mnist, fashion_mnist, synthetic:mnist")
     p.add_argument("--modes", nargs="*", default=["fl", "ddp"], choices=["fl", "ddp"])
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--fl-rounds", type=int, default=3)
@@ -142,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         runs_csv, meta = (a.tables.with_name(a.tables.name + suffix) for suffix in ("-runs.csv", ".json"))
         if not runs_csv.exists():
             p.error(f"--update needs {runs_csv} (the per-run rows of a matrix run with --name {a.name})")
-        if json.loads(meta.read_text())["argv"] != settings_now:
-            p.error(f"--update needs the settings of the last matrix: {json.loads(meta.read_text())['argv']}")
+        last = {"dataset": "mnist", **json.loads(meta.read_text())["argv"]}  # matrices before --dataset: MNIST
+        if last != settings_now:
+            p.error(f"--update needs the settings of the last matrix: {last}")
         previous = pd.read_csv(runs_csv)
     # fp32/dense is every row's reference and centralized its ceiling: always run, except by --update,
     # which re-runs them only when named.
@@ -185,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         all_seeds = sorted(int(x) for x in runs["seed"].unique())
         seeds = [f"seeds {', '.join(map(str, all_seeds))}: delta = median of the per-seed deltas"] if len(all_seeds) > 1 else []
         s.write(table, {**COLUMNS, **(SEED_COLUMNS if len(all_seeds) > 1 else {})},
-                "Every compressor in FL and DDP against fp32 / dense",
+                f"Every compressor in FL and DDP against fp32 / dense on {a.dataset}",
                 notes=["\n".join(settings[m] for m in ("fl", "ddp") if (table["mode"] == m).any()), *seeds])
         s.path(".json").write_text(json.dumps({"settings": settings, "sweep": str(sweep_file), "argv": settings_now},
                                               indent=2))

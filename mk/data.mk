@@ -19,3 +19,15 @@ data-histogram: $(STAMP) ## print per-client label histogram (DATASET CLIENTS SC
 
 test-data: $(STAMP) ## tests for datasets, partitions and models
 	$(PYTHON) -m pytest -q -m "not docker" tests/data
+
+# Every model on data that is here (docs/workloads.md): per workload, each compressor against fp32,
+# FL rounds on lan and 10mbit (namespaces: root; skipped as a plain user).
+WORKLOADS_ARGS ?=
+.PHONY: bench-workloads bench-fl-schedule
+bench-workloads: $(STAMP) ## per workload (resnet20, resnet18, femnist_cnn, char_lstm, lstm_lm, mnist_cnn on Fashion-MNIST): bytes vs fp32, encode/decode, round time lan/10mbit, accuracy and time to target -> results/bench/workloads-*.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_workloads.py $(BENCH_QUICK) $(WORKLOADS_ARGS)
+
+# Local epochs, learning rate and batch size of FL on one DATASET, one fp32 run each (SCHEDULE_ARGS).
+SCHEDULE_ARGS ?=
+bench-fl-schedule: $(STAMP) ## FL fp32 on DATASET per local schedule EPOCHS:LR:BATCH: accuracy by round, time to target -> results/bench/fl-schedule.{csv,md} (QUICK=1)
+	$(PYTHON) benchmarks/bench_fl_schedule.py $(BENCH_QUICK) --dataset $(DATASET) $(SCHEDULE_ARGS)

@@ -46,7 +46,8 @@ def test_median_range_and_a_failed_seed():
 
 def test_the_centralized_peer_runs_at_each_modes_budget_and_is_tabled_last(tmp_path):
     a = bench_matrix.argparse.Namespace(clients=2, fl_rounds=10, fl_samples=6000, world=3, ddp_epochs=2,
-                                        ddp_train_subset=20000, dgc_warmup=0.25, results_dir=tmp_path)
+                                        ddp_train_subset=20000, dgc_warmup=0.25, results_dir=tmp_path,
+                                        dataset="fashion_mnist")
     sweep_file = tmp_path / "m.json"
     sweep_file.write_text(json.dumps({"cells": [bench_matrix.cell(mode, "centralized", a) for mode in ("fl", "ddp")],
                                       "seeds": [1]}))
@@ -59,7 +60,8 @@ def test_the_centralized_peer_runs_at_each_modes_budget_and_is_tabled_last(tmp_p
         == ("centralized", "1", "120000", "0")
     # DDP: the WORLD workers' shards and epochs.
     assert (flag(ddp, "--world"), flag(ddp, "--epochs"), flag(ddp, "--train-subset")) == ("3", "2", "20000")
-    assert all(flag(c, "--seed") == "1" and flag(c, "--profile") == "lan" for c in (fl, ddp))
+    assert all(flag(c, "--seed") == "1" and flag(c, "--profile") == "lan" and flag(c, "--dataset") == "fashion_mnist"
+               for c in (fl, ddp))
     runs = pd.DataFrame([run("fl", "centralized", 0, 0.99, 0.0), run("fl", "int8", 0, 0.97), run("fl", "fp32", 0, 0.98)])
     table = bench_matrix.combine(runs, payload=100)
     assert list(table["compressor"]) == ["fp32", "int8", "centralized"]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from commlab.output.run_folder import RunWriter, peak_memory_line, write_atomic, write_transport_totals
+from commlab.output.run_folder import MemoryWatch, RunWriter, peak_memory_line, write_atomic, write_transport_totals
 
 
 def test_rows_are_on_disk_before_close_and_manifest_records_links(tmp_path, monkeypatch):
@@ -63,3 +63,21 @@ def test_every_node_records_its_peak_memory_and_the_launcher_sums_them(tmp_path)
     assert line.startswith("peak memory (max RSS): client-0 3072 MiB, controller ")
     assert line.endswith(f"all 2 nodes together at most {(3 * 2**30 + doc['peak_rss_bytes']) / 2**30:.2f} GiB")
     assert peak_memory_line(tmp_path) is None
+
+
+def test_memory_watch_tells_a_phase_peak_from_the_rest(tmp_path):
+    import numpy as np
+    watch = MemoryWatch()
+    assert watch.resettable, "/proc/self/clear_refs refused the reset of VmHWM"
+    with watch.phase("train"):
+        block = np.ones(64 * 2**20, dtype=np.uint8)  # 64 MiB, touched, then freed (mmap: back to the system)
+        del block
+    (tmp_path / "r1").mkdir()
+    write_transport_totals(tmp_path, "r1", "client-0", {}, watch)
+    doc = json.loads((tmp_path / "r1" / "transport-client-0.json").read_text())
+    train, exchange = doc["phase_peak_rss_bytes"]["train"], doc["phase_peak_rss_bytes"]["exchange"]
+    assert train >= doc["idle_rss_bytes"] + 60 * 2**20
+    assert exchange <= train - 48 * 2**20  # the block was gone before the phase outside began
+    assert doc["peak_rss_bytes"] >= train
+    assert doc["phase_rise_rss_bytes"]["train"] >= 60 * 2**20 and doc["phase_rise_rss_bytes"]["exchange"] < 16 * 2**20
+    assert " MiB (idle " in peak_memory_line(tmp_path / "r1") and ", train " in peak_memory_line(tmp_path / "r1")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from commlab.report.provenance import HEADER_FIELDS, header, machine
-from commlab.report.results_doc import document
+from commlab.report.results_doc import accuracy_gaps, document
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 PATTERNS = {"command": r"`[^`]+`", "commit": r"`[0-9a-f]{7,}(\+dirty)?`", "date": r"\d{4}-\d\d-\d\d \d\d:\d\d UTC",
@@ -42,3 +42,16 @@ def test_writer_produces_the_header() -> None:
     assert_header(text)
     assert "- date: 2026-01-02 03:04 UTC" in text and "- wall time: 2 min 5 s" in text
     assert "| int8 | 0.2501 |" in text
+
+
+def test_matrix_gaps_name_the_best_and_worst_compressor_of_each_mode() -> None:
+    rows = [{"mode": "fl", "compressor": "fp32", "test_accuracy": "0.80"},
+            {"mode": "fl", "compressor": "signsgd", "test_accuracy": "0.7525"},
+            {"mode": "fl", "compressor": "centralized", "test_accuracy": "0.95"},
+            {"mode": "fl", "compressor": "dgc", "test_accuracy": ""},  # every seed failed: no accuracy
+            {"mode": "ddp", "compressor": "fp32", "test_accuracy": "0.70"}]
+    assert accuracy_gaps(rows) == ["- FL: best fp32 80.00 %, worst signsgd 75.25 %, best-to-worst gap 4.75 pp",
+                                   "- DDP: best fp32 70.00 %, worst fp32 70.00 %, best-to-worst gap 0.00 pp"]
+    text = document("Matrix", ["- command: `x`"], rows[:1], {"compressor": ("compressor", "")}, accuracy_gaps(rows))
+    assert text.endswith("| fp32 |\n\n- FL: best fp32 80.00 %, worst signsgd 75.25 %, best-to-worst gap 4.75 pp\n"
+                         "- DDP: best fp32 70.00 %, worst fp32 70.00 %, best-to-worst gap 0.00 pp\n")

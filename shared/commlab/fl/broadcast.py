@@ -83,7 +83,12 @@ class ModelReplica:
             return str(e), True
         if not np.isfinite(decoded).all():
             return "holds NaN or Inf", True
-        weights = decoded if blob.kind == "full" else self.weights + decoded
+        if blob.kind == "full":
+            weights = decoded
+        elif decoded.flags.writeable and decoded.dtype == self.weights.dtype:
+            weights = np.add(self.weights, decoded, out=decoded)  # the sum where the delta was: no third model copy
+        else:
+            weights = self.weights + decoded
         if weights_digest(weights) != blob.digest:
             return f"applied, it gives model {weights_digest(weights)}, the blob names {blob.digest}", True
         self.weights, self.round, self.digest = weights, blob.round, blob.digest

@@ -32,7 +32,7 @@ from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, Tra
 from commlab.fl.strategy import FitIns
 from commlab.models import flatten_params, layout_of, weights_digest
 from commlab.models.train_step import load_train_step
-from commlab.output.run_folder import CsvTable, write_transport_totals
+from commlab.output.run_folder import CsvTable, MemoryWatch, write_transport_totals
 from commlab.output.tables import COLUMNS
 from commlab.runs.fault_points import halt_at
 from commlab.runs.roster import CONTROLLER, client_name
@@ -55,9 +55,10 @@ class HostedClient:
 
 class Client:
     def __init__(self, cfg: ClientConfig, node: Any, model: torch.nn.Module, data: Dataset,
-                 parts: dict[int, np.ndarray], log: Callable[[str], None] = print):
+                 parts: dict[int, np.ndarray], log: Callable[[str], None] = print, watch: MemoryWatch | None = None):
         self.cfg, self.node, self.model, self.data, self.log = cfg, node, model, data, log
         self.seeds = cfg.seeds.tree  # the run's seed tree: this process's clients draw their own streams
+        self.watch = watch or MemoryWatch()  # resident memory: idle, training, the exchange
         self.cmd_sub = node.subscriber(TrainCmd)
         self.blob_sub = node.subscriber(ModelBlob)
         self.update_pub = node.publisher(ClientUpdate)
@@ -276,9 +277,10 @@ class Client:
         self.log(f"{who}round {rnd}: training on {len(indices)} samples from model {weights_digest(self.replica.weights)} "
                  f"(round {self.replica.round})")
         start = time.perf_counter()
-        delta, loss = local_update(self.model, self.replica.weights, self.data, indices, fit, seeds,
-                                   momentum=self.cfg.optimizer.momentum, weight_decay=self.cfg.optimizer.weight_decay,
-                                   buffers=self.cfg.sends_buffers, step=self.train_step)
+        with self.watch.phase("train"):
+            delta, loss = local_update(self.model, self.replica.weights, self.data, indices, fit, seeds,
+                                       momentum=self.cfg.optimizer.momentum, weight_decay=self.cfg.optimizer.weight_decay,
+                                       buffers=self.cfg.sends_buffers, step=self.train_step)
         train_s = time.perf_counter() - start
         stretch_s = self.adaptive.stretch(train_s)
         if self.cfg.attack is not None:  # test only (config `attack`): a forged update under a valid identity
@@ -340,8 +342,9 @@ def run_client(config_path: str) -> None:
         log(f"partition {p.scheme}: hosting {len(hosted)} clients ({client_name(min(hosted))} ... "
             f"{client_name(max(hosted))}), {min(sizes)}-{max(sizes)} samples each")
     node = DdsNode(cfg.name, settings)
+    watch = MemoryWatch()
     try:
-        Client(cfg, node, model, data, hosted, log).run()
+        Client(cfg, node, model, data, hosted, log, watch).run()
     finally:
-        write_transport_totals(cfg.results_dir, cfg.run_id, cfg.name, node.stats.snapshot())
+        write_transport_totals(cfg.results_dir, cfg.run_id, cfg.name, node.stats.snapshot(), watch)
         node.close()

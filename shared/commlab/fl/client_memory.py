@@ -37,10 +37,14 @@ class ClientMemory:
     def __init__(self, folder: Path | None = None):
         self.folder = folder
         self._ram: dict[int, Entry] = {}
+        # (compression, client, round): the compression that last encoded, and for whom, still
+        # holds that client's state after that round; its next round needs no copy swapped in.
+        self._live: tuple[Compression, int, int] | None = None
 
     def reset(self) -> None:
         """A new codec (the command named another one): every client starts afresh."""
         self._ram.clear()
+        self._live = None
         if self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
             for path in self.folder.glob("client-*.state"):
@@ -49,18 +53,24 @@ class ClientMemory:
     def discard(self) -> None:
         """The run is over: drop every client's state (a host of many: its folder)."""
         self._ram.clear()
+        self._live = None
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
 
     def encode(self, client: int, rnd: int, delta: np.ndarray, compression: Compression) -> bytes:
         """Encode client `client`'s delta of round `rnd` through its own memory; `compression` is
         freshly built (its state is the client's first) and is left holding the client's new state."""
-        entry = self._get(client)
-        if entry is not None:
-            compression.load_state_dict(_copy(entry.before if entry.round == rnd else entry.after))
-        before = compression.state_dict()  # state_dict() returns copies
+        entry, live, self._live = self._get(client), self._live, None  # an encode that raises may move the state
+        if entry is not None and entry.round != rnd and live is not None and live[0] is compression \
+                and live[1:] == (client, entry.round):
+            before = entry.after  # the compression holds it already (entries are never changed in place)
+        else:
+            if entry is not None:
+                compression.load_state_dict(_copy(entry.before if entry.round == rnd else entry.after))
+            before = compression.state_dict()  # state_dict() returns copies
         payload = compression.encode(delta)
         self._put(client, Entry(rnd, before, compression.state_dict()))
+        self._live = (compression, client, rnd)
         return payload
 
     def _path(self, client: int) -> Path:

@@ -34,7 +34,7 @@ from commlab.fl.sampling import select_round
 from commlab.fl.strategy import FedBuff, Strategy
 from commlab.models import weights_digest
 from commlab.links.trace import RATES_FILE, LinkRates
-from commlab.output.run_folder import RunWriter
+from commlab.output.run_folder import MemoryWatch, RunWriter
 from commlab.output.tables import COLUMNS
 from commlab.runs.fault_points import halt_at
 
@@ -42,9 +42,11 @@ from commlab.runs.fault_points import halt_at
 class Controller:
     def __init__(self, cfg: ControllerConfig, node: Any, strategy: Strategy, start_round: int,
                  model: torch.nn.Module, data: Dataset, writer: RunWriter, uplink: Codec, downlink: Codec,
-                 log: Callable[[str], None] = print, progress: dict[str, float] | None = None):
+                 log: Callable[[str], None] = print, progress: dict[str, float] | None = None,
+                 watch: MemoryWatch | None = None):
         """`uplink`, `downlink`: the codecs of the config's codec and downlink sections (controller_node.run_controller)."""
         self.cfg, self.node, self.strategy, self.start_round = cfg, node, strategy, start_round
+        self.watch = watch or MemoryWatch()  # resident memory: idle, evaluating, the exchange
         self.writer, self.log = writer, log
         # Decoders read every parameter from the frame: the uplink codec decodes any client's.
         self.codec = uplink
@@ -282,7 +284,8 @@ class Controller:
         # fedbuff's next row counts from here: its uploads keep arriving while this one is evaluated.
         self.row_end = self.node.stats.snapshot()
         comm = delta(before, self.row_end)
-        accuracy, loss = self.evaluate(weights)
+        with self.watch.phase("evaluate"):
+            accuracy, loss = self.evaluate(weights)
         self.last_accuracy, self.round_time_sum_s = accuracy, self.round_time_sum_s + round_time
         progress = {"round_time_sum_s": self.round_time_sum_s, "last_accuracy": accuracy}
         save_checkpoint(Path(cfg.checkpoint_dir), Checkpoint(rnd, weights, self.strategy.state_dict(), to_dict(cfg),

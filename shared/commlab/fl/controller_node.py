@@ -16,7 +16,7 @@ from commlab.fl.controller import Controller
 from commlab.fl.entry import as_config_error, build_codec, log_to
 from commlab.fl.strategy_config import build_strategy
 from commlab.models import flatten_params, layout_of, weights_digest
-from commlab.output.run_folder import RunWriter, backend_name, write_transport_totals
+from commlab.output.run_folder import MemoryWatch, RunWriter, backend_name, write_transport_totals
 from commlab.privacy.dp import DPFedAvg
 from commlab.runs.roster import CONTROLLER
 
@@ -55,12 +55,13 @@ def run_controller(config_path: str) -> None:
         "client_data": dict(zip(cfg.client_ids(), client_summary(data, parts))),
         "start_round": start_round, "status": "running"})
     node = DdsNode(CONTROLLER, settings)
+    watch = MemoryWatch()
     try:
-        Controller(cfg, node, strategy, start_round, model, data, writer, uplink, downlink, log, progress).run()
+        Controller(cfg, node, strategy, start_round, model, data, writer, uplink, downlink, log, progress, watch).run()
         writer.close("completed")
     except BaseException as e:
         writer.close(f"failed: {type(e).__name__}: {e}")
         raise
     finally:
-        write_transport_totals(cfg.results_dir, cfg.run_id, CONTROLLER, node.stats.snapshot())
+        write_transport_totals(cfg.results_dir, cfg.run_id, CONTROLLER, node.stats.snapshot(), watch)
         node.close()

@@ -38,4 +38,6 @@ def local_update(model: torch.nn.Module, global_weights: np.ndarray, data: Datas
     for epoch in range(fit.epochs):
         loss = train_epoch(model, data.train_x, data.train_y, indices, batch_size=fit.batch_size,
                            lr=fit.lr, seed=seeds.shuffle(epoch), optimizer=opt, step=step)
-    return flatten_params(model, buffers) - global_weights, loss
+    delta = flatten_params(model, buffers)
+    delta -= global_weights  # in place: one vector of the model's size, not two
+    return delta, loss

@@ -40,7 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--profile", default="lan", type=profile_arg,
                    help="link profile (commlab.links.profiles), applied in network namespaces (root)")
-    p.add_argument("--train-subset", type=int, default=20000, help="random training subset (0: all 60000)")
+    p.add_argument("--dataset", default="mnist", help="a dataset by name or synthetic:<name> (docs/workloads.md)")
+    p.add_argument("--train-subset", type=int, default=20000, help="random training subset (0: all)")
     p.add_argument("--test-subset", type=int, help="random test subset (default: all)")
     p.add_argument("--batch-size", type=int, default=32, help="per worker (centralized: world x this per step)")
     p.add_argument("--lr", type=float, default=0.02)
@@ -70,7 +71,7 @@ def build_config(a: argparse.Namespace) -> dict:
            "kind": a.kind, "world": a.world, "hook": a.hook if a.kind == "gloo" else "none",
            "powersgd_rank": a.powersgd_rank, "start_iter": a.start_iter, "link_profile": a.profile,
            "master_port": hold("port"), "timeout_s": a.timeout, "train_step": resolve_spec_path(a.train_step),
-           "dataset": {"name": "mnist", "train_subset": a.train_subset or None, "test_subset": a.test_subset},
+           "dataset": {"name": a.dataset, "train_subset": a.train_subset or None, "test_subset": a.test_subset},
            "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "momentum": a.momentum,
                         "weight_decay": a.weight_decay},
            "seeds": {"run": a.seed, "data": a.data_seed}}

@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,11 +28,27 @@ PROBE_COLUMNS: dict[str, Column] = {"link": ("link", ""), "size": ("message byte
                                     "count": ("messages", ""), "repeat": ("repetitions (median)", "")}
 
 
+def accuracy_gaps(rows: list[dict]) -> list[str]:
+    """Per mode of a compressor matrix: the best and the worst compressor by test accuracy and the
+    gap between them in percentage points (the centralized peer, a ceiling without a link, apart)."""
+    lines = []
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        ranked = sorted((float(r["test_accuracy"]), r["compressor"]) for r in rows
+                        if r["mode"] == mode and r["compressor"] != "centralized" and r["test_accuracy"] not in ("", None))
+        if ranked:
+            (worst, worst_name), (best, best_name) = ranked[0], ranked[-1]
+            lines.append(f"- {mode.upper()}: best {best_name} {100 * best:.2f} %, worst {worst_name} "
+                         f"{100 * worst:.2f} %, best-to-worst gap {100 * (best - worst):.2f} pp")
+    return lines
+
+
 @dataclass(frozen=True)
 class Bench:
     title: str
     script: str
     columns: dict[str, Column]
+    args: tuple[str, ...] = ()  # the published settings (--quick is added after them)
+    summary: Callable[[list[dict]], list[str]] | None = None  # lines under the table, from its rows
 
 
 BENCHES = {
@@ -69,6 +86,16 @@ BENCHES = {
          "bytes": ("bytes a node sends", ",.0f"), "time_x_of_reference": ("time, x of fp32 / dense", ".3f"),
          "bytes_x_of_reference": ("bytes, x of fp32 / dense", ".4f"),
          "pays_off_at_or_below": ("pays off at or below", ""), "status": ("status", "")}),
+    "matrix-fashion_mnist": Bench(
+        "Every compressor on Fashion-MNIST, FL and DDP, 3 seeds: accuracy against fp32 / dense",
+        "benchmarks/bench_matrix.py",
+        {"mode": ("mode", ""), "compressor": ("compressor", ""), "status": ("status", ""), "seeds": ("seeds", ""),
+         "bytes_x_of_fp32": ("bytes, x of fp32", ".4f"), "test_accuracy": ("test accuracy (median)", ".4f"),
+         "accuracy_delta_pp": ("delta (pp, median)", ".2f"), "delta_min_pp": ("delta min (pp)", ".2f"),
+         "delta_max_pp": ("delta max (pp)", ".2f"), "comm_time_s": ("comm time (s)", ".3f")},
+        args=("--dataset", "fashion_mnist", "--name", "matrix-fashion_mnist", "--seeds", "0", "1", "2",
+              "--fl-rounds", "1", "--fl-samples", "1000", "--ddp-train-subset", "3000"),
+        summary=accuracy_gaps),
 }
 
 
@@ -84,9 +111,10 @@ def table(rows: list[dict], columns: dict[str, Column]) -> list[str]:
                     for row in rows]
 
 
-def document(title: str, head: list[str], rows: list[dict], columns: dict[str, Column]) -> str:
+def document(title: str, head: list[str], rows: list[dict], columns: dict[str, Column],
+             after: list[str] = ()) -> str:
     return "\n".join([f"# {title}", "", "Generated; do not edit: `make results` rewrites this file.", "",
-                      *head, "", *table(rows, columns), ""])
+                      *head, "", *table(rows, columns), *(["", *after] if after else []), ""])
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -98,7 +126,7 @@ def run(name: str, quick: bool, out_dir: Path, root: Path) -> Path:
     """Run benchmark ``name`` in ``root`` (its output goes to the terminal) and write its table from
     the rows it saved (results/bench/<name>[-quick].csv: commlab.bench)."""
     bench = BENCHES[name]
-    args = [bench.script, *(["--quick"] if quick else [])]
+    args = [bench.script, *bench.args, *(["--quick"] if quick else [])]
     command = f"`{shlex.join(['python', *args])}` (run by `make results{' QUICK=1' if quick else ''}`)"
     commit, date, start = git_commit(root), datetime.now(timezone.utc), time.monotonic()
     done = subprocess.run([sys.executable, *args], cwd=root)
@@ -109,7 +137,7 @@ def run(name: str, quick: bool, out_dir: Path, root: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     head = header(command, commit, date, machine(), wall_s)
     rows = read_rows(table_stem(root / "results", name, quick).with_suffix(".csv"))
-    out.write_text(document(bench.title, head, rows, bench.columns))
+    out.write_text(document(bench.title, head, rows, bench.columns, bench.summary(rows) if bench.summary else []))
     return out
 
 
