@@ -37,7 +37,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.bench.accuracy import median, spread, time_to_target
 from commlab.codecs import CodecError, get_codec
 from commlab.fl.adaptive.bits import variance_factor
@@ -83,7 +83,7 @@ def policy_flags(policy: str, family: str = "qsgdz") -> list[str]:
                      "equal:<bits> or equal:<codec>")
 
 
-def fl_run(s: Session, policy: str, seed: int, a: argparse.Namespace, run_id: str) -> str:
+def fl_run(s: BenchRun, policy: str, seed: int, a: argparse.Namespace, run_id: str) -> str:
     cmd = [sys.executable, "-m", "commlab.fl.run", *policy_flags(policy, a.qsgd),
            "--clients", str(CLIENTS), "--rounds", str(a.max_rounds), "--samples-per-round", str(a.samples),
            "--profile", a.profile, "--backend", "local", "--total-uplink-mbit", str(a.uplink_mbit),
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     runs = []
     plan = [(seed, policy) for seed in a.seeds for policy in a.policies]
-    with Session(a, len(plan)) as s:
+    with BenchRun(a, len(plan)) as s:
         for seed, policy in plan:
             run_id = f"bench-adaptive-{stamp}-s{seed}-{policy.replace(':', '')}"
             status = fl_run(s, policy, seed, a, run_id)

@@ -30,7 +30,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.runs.claims import hold
 
 COLLECTIVES = ("naive", "ring")
@@ -77,7 +77,7 @@ def worker(spec: dict) -> dict:
     return out
 
 
-def run_ranks(s: Session, label: str, spec: dict, prefixes: list[list[str]], settings: list[dict]) -> list[dict]:
+def run_ranks(s: BenchRun, label: str, spec: dict, prefixes: list[list[str]], settings: list[dict]) -> list[dict]:
     """Every rank started together (logs results/bench/logs/<name>-<label>-rank<r>.log); their results."""
     out = s.run({f"rank{r}": [*prefixes[r], sys.executable, os.path.abspath(__file__), "--worker",
                               json.dumps({**spec, "rank": r, "settings": settings[r]})] for r in range(spec["world"])},
@@ -85,11 +85,11 @@ def run_ranks(s: Session, label: str, spec: dict, prefixes: list[list[str]], set
     return [json.loads(c.output().strip().splitlines()[-1]) for c in out.children]
 
 
-def loopback(s: Session, spec: dict, domain: int) -> list[dict]:
+def loopback(s: BenchRun, spec: dict, domain: int) -> list[dict]:
     return run_ranks(s, "loopback", spec, [[]] * spec["world"], [{"domain_id": domain}] * spec["world"])
 
 
-def shaped(s: Session, spec: dict, profile: str, net: int, transport: dict) -> list[dict]:
+def shaped(s: BenchRun, spec: dict, profile: str, net: int, transport: dict) -> list[dict]:
     from commlab.links.netns import NetnsLab
     from commlab.links.profiles import link_for
     names = [f"worker-{r}" for r in range(spec["world"])]
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     spec = {"world": a.world, "numel": a.numel, "reps": a.reps, "codecs": a.codecs}
     shaped_too = not a.no_netns and os.geteuid() == 0
-    with Session(a, 1 + shaped_too, "link") as s:
+    with BenchRun(a, 1 + shaped_too, "link") as s:
         domain = hold("domain") if a.domain is None else a.domain
         table = rows("loopback", loopback(s, spec, domain), a.world, a.numel, a.codecs)
         s.step("loopback")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench_transport import LOOPBACK, Prefixes, Sides, on_shaped_link, run_pair
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.dds.auth import make_keyrings, write_keyring
 from commlab.runs.claims import hold
 
@@ -44,7 +44,7 @@ def write_keys(folder: Path, trusted: set[str]) -> dict[str, Path]:
     return keys
 
 
-def measure(s: Session, label: str, prefixes: Prefixes, sides: Sides, sizes: str, domain: int, mtu: bool, repeat: int,
+def measure(s: BenchRun, label: str, prefixes: Prefixes, sides: Sides, sizes: str, domain: int, mtu: bool, repeat: int,
             keys: dict[str, Path]) -> list[dict]:
     runs: dict[str, list[list[dict]]] = {mode: [] for mode in MODES}
     for k in range(repeat):
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p = BenchParser(__doc__, "auth", {"repeat": 3})
     p.add_argument("--repeat", type=int, default=7, help="loopback repetitions (the shaped link runs twice)")
     a = p.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="commlab-keys-") as folder, Session(a, 6 * a.repeat + 6) as s:
+    with tempfile.TemporaryDirectory(prefix="commlab-keys-") as folder, BenchRun(a, 6 * a.repeat + 6) as s:
         keys = write_keys(Path(folder), {"send", "recv"})
         signed = write_keys(Path(folder), {"send"})
         domain = hold("domain")  # loopback is shared with every other run and test on the machine

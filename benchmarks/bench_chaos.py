@@ -28,7 +28,7 @@ from typing import Callable
 
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.runs.launch import NODES_DIR
 from commlab.testbed.node_procs import NodeProcess, start_ddp, start_fl
 
@@ -85,8 +85,8 @@ def node_name(p: NodeProcess) -> str:
 
 
 class Chaos:
-    def __init__(self, work: Path, domain: int, session: Session, only: list[str] | None = None):
-        self.work, self.domain, self.session, self.only = work, domain, session, only
+    def __init__(self, work: Path, domain: int, bench_run: BenchRun, only: list[str] | None = None):
+        self.work, self.domain, self.bench_run, self.only = work, domain, bench_run, only
         self.rows: list[Row] = []
         self._live: list[NodeProcess] = []  # ended after each case, whatever happened
 
@@ -120,7 +120,7 @@ class Chaos:
                 p.stop()
             self._live.clear()
         row = Row(name, fault, expected, outcome, passed, time.monotonic() - start)
-        self.session.step(f"{name}: {'pass' if passed else 'FAIL'}, {outcome} ({row.wall_s:.0f} s)")
+        self.bench_run.step(f"{name}: {'pass' if passed else 'FAIL'}, {outcome} ({row.wall_s:.0f} s)")
         self.rows.append(row)
 
     def baselines(self) -> tuple[list, list]:
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     links = os.geteuid() == 0  # namespaces, tc and iptables
-    with Session(a, 3 * len(pauses) + 5 + 4 * links, "case") as s:
+    with BenchRun(a, 3 * len(pauses) + 5 + 4 * links, "case") as s:
         chaos = Chaos(work, a.domain, s, a.cases.split(",") if a.cases else None)
         fl_want, ddp_want = chaos.baselines()
         for pause_s in pauses:

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.codecs import decode_any, get_codec
 from commlab.models import build_model, flatten_params
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     vectors = {name: VECTORS[name]() for name in args.vectors.split(",")}
     cases = [(name, vec, codec_name) for name, vec in vectors.items() for codec_name in args.codecs.split(",")]
-    with Session(args, len(cases), "case") as s:
+    with BenchRun(args, len(cases), "case") as s:
         for name, vec, codec_name in cases:
             rows.append(bench(name, vec, codec_name, args.reps, args.budget))
             s.progress.log(fmt(rows[-1]))

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.links.profiles import check_profile
 from commlab.links.spec import LinkSpec
 from commlab.report.runs import RunError, load_run
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             for case in cases.split(",") if case for rate in rates]
     shaped = os.geteuid() == 0
     rows: list[dict] = []
-    with Session(a, len(plan)) as s:
+    with BenchRun(a, len(plan)) as s:
         for mode, case, rate in plan:
             run_id = f"bench-crossover-{mode}-{case}-{rate}-{os.getpid()}"
             command = fl_command if mode == "fl" else ddp_command

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.codecs import build_compression
 from commlab.report.runs import load_run
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("extra", nargs="*", help="passed to commlab.ddp.run (after --)")
     a = p.parse_args(argv)
     ids = list(a.runs or [])
-    with Session(a, total=0 if ids else len(METHODS)) as s:
+    with BenchRun(a, total=0 if ids else len(METHODS)) as s:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for method in () if ids else METHODS:
             run_id = f"bench-ddp-{method}-w{a.world}-{stamp}"

@@ -24,18 +24,18 @@ from pathlib import Path
 import pandas as pd
 
 from bench_ddp import summarise as summarise_ddp
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.bench.accuracy import time_to_target
 from commlab.report.runs import load_run
 
-def launch(s: Session, a: argparse.Namespace, run_id: str, argv: list[str]) -> Path:
+def launch(s: BenchRun, a: argparse.Namespace, run_id: str, argv: list[str]) -> Path:
     """One launcher run (its folder and log under results/bench/downlink/); a failure ends the benchmark."""
     s.run([*argv, "--profile", a.profile, "--seed", str(a.seed), "--results-dir", str(a.runs_dir), "--run-id", run_id],
           f"bench/downlink/{run_id}").check()
     return a.runs_dir / run_id
 
 
-def fl(s: Session, a: argparse.Namespace, run_id: str, up: str, down: str, multicast: str, clients: int, rounds: int,
+def fl(s: BenchRun, a: argparse.Namespace, run_id: str, up: str, down: str, multicast: str, clients: int, rounds: int,
        samples: int) -> Path:
     return launch(s, a, run_id, [sys.executable, "-m", "commlab.fl.run", "--codec", up, "--downlink-codec", down,
                                  "--multicast", multicast, "--clients", str(clients), "--rounds", str(rounds),
@@ -55,7 +55,7 @@ def fl_summary(run_dir: Path, target: float) -> dict:
             "final_accuracy": run.final_accuracy}
 
 
-def part_fl(s: Session, a: argparse.Namespace) -> pd.DataFrame:
+def part_fl(s: BenchRun, a: argparse.Namespace) -> pd.DataFrame:
     rows = []
     for label, up, down, multicast in (("fp32 both ways, unicast", "fp32", "fp32", "off"),
                                        (f"{a.codec} both ways, multicast", a.codec, a.codec, "data")):
@@ -69,7 +69,7 @@ def part_fl(s: Session, a: argparse.Namespace) -> pd.DataFrame:
     return df
 
 
-def part_broadcast(s: Session, a: argparse.Namespace) -> pd.DataFrame:
+def part_broadcast(s: BenchRun, a: argparse.Namespace) -> pd.DataFrame:
     rows = []
     for clients in (2, 4):
         run = load_run(fl(s, a, f"downlink-bc-{clients}", "int8_sparse", "fp32", "data", clients, 3, 500))
@@ -82,7 +82,7 @@ def part_broadcast(s: Session, a: argparse.Namespace) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def part_ddp(s: Session, a: argparse.Namespace) -> pd.DataFrame:
+def part_ddp(s: BenchRun, a: argparse.Namespace) -> pd.DataFrame:
     rows = []
     for multicast in ("off", "data"):
         summary = summarise_ddp(launch(s, a, f"downlink-ddp-dgc-{multicast}", [
@@ -98,7 +98,7 @@ def part_ddp(s: Session, a: argparse.Namespace) -> pd.DataFrame:
 
 
 # part -> (its runs, how many, the title of its table)
-PARTS: dict[str, tuple[Callable[[Session, argparse.Namespace], pd.DataFrame], int, str]] = {
+PARTS: dict[str, tuple[Callable[[BenchRun, argparse.Namespace], pd.DataFrame], int, str]] = {
     "fl": (part_fl, 2, "FL: compressed upload and downlink with multicast against fp32 unicast"),
     "broadcast": (part_broadcast, 2, "The controller's broadcast bytes per round, over one model"),
     "ddp": (part_ddp, 2, "DDP DGC: multicast allgather against unicast"),
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         p.error("shaped links and multicast need network namespaces: run as root")
     a.runs_dir = a.results_dir / "bench" / "downlink"
-    with Session(a, sum(PARTS[name][1] for name in a.parts)) as s:
+    with BenchRun(a, sum(PARTS[name][1] for name in a.parts)) as s:
         for name in a.parts:
             run_part, _, title = PARTS[name]
             s.write(run_part(s, a), None, f"{title} ({a.profile})", suffix=f"-{name}")

@@ -61,7 +61,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.bench.accuracy import median, seconds_or_inf, spread, time_to_target, wall_times
 from commlab.report.markdown import table as markdown_table
 from commlab.report.runs import try_load_run
@@ -100,7 +100,7 @@ def mem_available_mb() -> float:
     return math.inf
 
 
-def fl_run(s: Session, strategy: str, seed: int, domain: int, a: argparse.Namespace, run_id: str) -> str:
+def fl_run(s: BenchRun, strategy: str, seed: int, domain: int, a: argparse.Namespace, run_id: str) -> str:
     """One FL run through the launcher; with a.stop_at_target it is ended (SIGTERM: the launcher
     ends its nodes and namespaces) once a row reached the target, which is all this bench measures."""
     cmd = [sys.executable, "-m", "commlab.fl.run", "--codec", a.codec, *strategy_flags(strategy, a),
@@ -222,7 +222,7 @@ def run_row(row: dict, a: argparse.Namespace) -> dict:
     return row
 
 
-def write_outputs(s: Session, rows: list[dict], a: argparse.Namespace, stamp: str, argv: list[str],
+def write_outputs(s: BenchRun, rows: list[dict], a: argparse.Namespace, stamp: str, argv: list[str],
                   bench_s: float) -> None:
     runs = pd.DataFrame(rows)
     summary = summarize_strategies(rows)
@@ -252,7 +252,7 @@ def write_outputs(s: Session, rows: list[dict], a: argparse.Namespace, stamp: st
         indent=2, default=str))
 
 
-def run_once_more(s: Session, seed: int, strategy: str, domain: int, a: argparse.Namespace, run_id: str) -> dict:
+def run_once_more(s: BenchRun, seed: int, strategy: str, domain: int, a: argparse.Namespace, run_id: str) -> dict:
     """One run and its row; a run that failed before its first round (a barrier timeout on a
     busy host) is run once more, on domain + 10 (its row names the failed one in `retried`)."""
     row = run_row({"seed": seed, "strategy": strategy, "run_id": run_id,
@@ -277,7 +277,7 @@ def rebuild(a: argparse.Namespace) -> int:
     keep = ("seed", "strategy", "run_id", "status", "retried", "replaced")
     failed = [r for r in saved["runs"] if now.rerun_failed and not str(r["status"]).startswith("ok")]
     rows = []
-    with Session(a, len(failed)) as s:
+    with BenchRun(a, len(failed)) as s:
         for k, r in enumerate(saved["runs"]):
             row = {key: r[key] for key in keep if key in r}
             if r in failed:
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     plan = [(seed, strategy) for seed in a.seeds for strategy in a.strategies]
     rows = []
-    with Session(a, len(plan)) as s:
+    with BenchRun(a, len(plan)) as s:
         for k, (seed, strategy) in enumerate(plan):
             row = run_once_more(s, seed, strategy, a.domain_id + k, a, f"bench-fedbuff-{stamp}-{strategy}-seed{seed}")
             rows.append(row)

@@ -13,7 +13,7 @@ import time
 
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.bench.accuracy import time_to_target
 from commlab.report.runs import load_run
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     schedules = [parse_schedule(s) for s in a.schedules]
     stamp, rows = time.strftime("%Y%m%d-%H%M%S"), []
-    with Session(a, len(schedules)) as s:
+    with BenchRun(a, len(schedules)) as s:
         for epochs, lr, batch in schedules:
             run_id = f"bench-fl-schedule-{stamp}-e{epochs}-lr{lr:g}-b{batch}"
             outcome = s.run([sys.executable, "-m", "commlab.fl.run", "--codec", "fp32", "--clients", str(a.clients),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.report.runs import load_run
 
 LAUNCHER_BACKEND = {"netns": "local", "docker": "docker"}  # local + a shaped profile as root: namespaces
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     codecs = ("fp32", a.codec)
     dirs = list(a.runs or [])
-    with Session(a, 0 if dirs else len(codecs)) as s:
+    with BenchRun(a, 0 if dirs else len(codecs)) as s:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for codec in () if dirs else codecs:
             run_id = f"bench-link-comm-{stamp}-{codec}"

@@ -32,7 +32,7 @@ import pandas as pd
 
 from bench_ddp import summarise as summarise_ddp
 from bench_peers_common import centralized_fl_argv
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.codecs import names
 from commlab.models import build_model, num_params
 from commlab.report.runs import load_run
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         for c in sweep.cells:
             Paths(root).outcome(c).unlink(missing_ok=True)
     rows = []
-    with Session(a, len(by_cell), unit="cell") as s:
+    with BenchRun(a, len(by_cell), unit="cell") as s:
         Runner(sweep, root).run()
         for (mode, name, seed), c in by_cell.items():
             record = read_outcome(Paths(root), c) or {"status": "not run"}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.fl.config import OptimizerSection, TrainingSection
 from commlab.report.runs import RunError
 
@@ -75,7 +75,7 @@ def run_table(p: BenchParser, argv: list[str] | None, t: PeerTable) -> int:
     """Every case of --only run and measured, the ratios to the reference, the table written with
     the settings above it and the centralized peer's accuracy below it."""
     a = parse_cases(p, argv, t)
-    with Session(a, len(a.cases), "case") as s:
+    with BenchRun(a, len(a.cases), "case") as s:
         rows = run_cases(s, a.cases, t.label, lambda case, run_id: t.command(case, a, run_id),
                          lambda case, run_dir: t.measure(case, a, run_dir), a.jobs)
         add_ratios(rows, t.reference, {f"{name}_x_of_{t.ref}": of for name, of in t.ratios.items()}, t.acc_delta)
@@ -102,7 +102,7 @@ def parse_cases(p: BenchParser, argv: list[str] | None, t: PeerTable) -> argpars
     return a
 
 
-def run_cases(s: Session, cases: list[str], label: str, command: Callable[[str, str], list[str]],
+def run_cases(s: BenchRun, cases: list[str], label: str, command: Callable[[str, str], list[str]],
               measure: Callable[[str, Path], dict], jobs: int = 1) -> list[dict]:
     """One run per case, one after another (jobs > 1: that many at once; for quick runs only,
     times and loopback counters then include the other runs'); a row per case, in the order of
@@ -138,7 +138,7 @@ def add_ratios(rows: list[dict], ref_case: str, ratios: dict[str, str], acc_delt
             r[acc_delta] = round(100 * (r["test_accuracy"] - ref["test_accuracy"]), 2)
 
 
-def write_table(s: Session, rows: list[dict], fields: list[str], title: str, settings: str,
+def write_table(s: BenchRun, rows: list[dict], fields: list[str], title: str, settings: str,
                 centralized_note: str) -> None:
     """The table of every case (the CSV with run ids), the centralized peer's accuracy (the
     ceiling) on its own line below it."""

@@ -31,7 +31,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.codecs import get_codec
 from commlab.models import build_model, num_params
 from commlab.privacy.field import FieldQuantizer, field_steps
@@ -84,7 +84,7 @@ def secagg_round(codec: str, length: int, seed: int) -> dict:
             "bits": q.bits, "round_x_plain_sum": round_s / plain_s, "exact": bool(np.array_equal(total, plain))}
 
 
-def fl_run(s: Session, codec: str, noise: float | None, a: argparse.Namespace, run_id: str) -> str:
+def fl_run(s: BenchRun, codec: str, noise: float | None, a: argparse.Namespace, run_id: str) -> str:
     cmd = [sys.executable, "-m", "commlab.fl.run", "--codec", codec, "--clients", str(CLIENTS),
            "--per-round", str(PER_ROUND), "--procs", str(a.procs), "--rounds", str(a.rounds),
            "--samples-per-round", str(a.samples), "--batch-size", str(a.batch_size), "--lr", str(a.lr),
@@ -95,7 +95,7 @@ def fl_run(s: Session, codec: str, noise: float | None, a: argparse.Namespace, r
     return s.run(cmd, run_id).status
 
 
-def run_all(s: Session, a: argparse.Namespace, stamp: str) -> pd.DataFrame:
+def run_all(s: BenchRun, a: argparse.Namespace, stamp: str) -> pd.DataFrame:
     rows = []
     for codec in a.codecs:
         for noise in [None, *a.noise]:
@@ -139,7 +139,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    with Session(a, len(a.codecs) * (len(a.noise) + 1)) as s:  # the SecAgg+ table takes seconds: not counted
+    with BenchRun(a, len(a.codecs) * (len(a.noise) + 1)) as s:  # the SecAgg+ table takes seconds: not counted
         table = run_all(s, a, stamp)
         settings = (f"MNIST, mnist_cnn, {CLIENTS} clients (iid) hosted by {a.procs} processes, {PER_ROUND} sampled "
                     f"per round, {a.rounds} rounds, {a.samples} samples per client and round in batches of "

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.report.markdown import table as markdown_table
 from commlab.report.runs import try_load_run
 
@@ -87,7 +87,7 @@ def diverged(run_dir: Path) -> str | None:
     return None
 
 
-def fl_run(s: Session, setting: Setting, rule: str, attacked: bool, a: argparse.Namespace, run_id: str) -> str:
+def fl_run(s: BenchRun, setting: Setting, rule: str, attacked: bool, a: argparse.Namespace, run_id: str) -> str:
     """Run one FL run; its status: ok, diverged (stopped: the launcher ends its nodes) or the
     launcher's exit code."""
     cmd = [sys.executable, "-m", "commlab.fl.run", *rule_args(rule, setting.clients, a),
@@ -102,7 +102,7 @@ def fl_run(s: Session, setting: Setting, rule: str, attacked: bool, a: argparse.
     return s.run(cmd, run_id, stop=lambda: diverged(a.results_dir / run_id)).status
 
 
-def run_all(s: Session, a: argparse.Namespace, stamp: str) -> tuple[pd.DataFrame, dict[str, list[float]]]:
+def run_all(s: BenchRun, a: argparse.Namespace, stamp: str) -> tuple[pd.DataFrame, dict[str, list[float]]]:
     """Every (setting, rule, clean/attacked) run; the rows and each run's accuracy per round."""
     settings = {name: replace(SETTINGS[name], samples=a.samples or SETTINGS[name].samples) for name in a.settings}
     rows, curves = [], {}
@@ -154,7 +154,7 @@ def verdicts(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def report(s: Session, table: pd.DataFrame, curves: dict[str, list[float]], a: argparse.Namespace) -> None:
+def report(s: BenchRun, table: pd.DataFrame, curves: dict[str, list[float]], a: argparse.Namespace) -> None:
     settings = (f"{a.rounds} rounds, mnist_cnn, "
                 f"{f'train subset {a.train_subset}' if a.train_subset else 'full training set'}, "
                 f"test subset {a.test_subset}, seed {a.seed}, Dirichlet alpha 0.5; the attacker is the last client; "
@@ -185,7 +185,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    with Session(a, len(jobs(a))) as s:
+    with BenchRun(a, len(jobs(a))) as s:
         table, curves = run_all(s, a, stamp)
         table = with_deltas(table)
         report(s, table, curves, a)

@@ -12,7 +12,7 @@ import sys
 
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.output.run_folder import new_run_id
 from commlab.report.runs import load_run
 
@@ -20,7 +20,7 @@ BACKENDS = ("docker", "swarm")
 SUMMED = ("bytes_up", "bytes_down", "iface_bytes_up", "iface_bytes_down")
 
 
-def run(s: Session, a: argparse.Namespace, backend: str) -> dict:
+def run(s: BenchRun, a: argparse.Namespace, backend: str) -> dict:
     run_id = new_run_id("fl", f"stack-{backend}")
     s.run([sys.executable, "-m", "commlab.fl.run", "--backend", backend, "--multicast", "off", "--run-id", run_id,
            "--codec", a.codec, "--clients", str(a.clients), "--rounds", str(a.rounds), "--samples-per-round",
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--samples", type=int, default=6000, help="per client and round")
     a = p.parse_args(argv)
-    with Session(a, len(BACKENDS)) as s:
+    with BenchRun(a, len(BACKENDS)) as s:
         rows = []
         for backend in BACKENDS:
             rows.append(run(s, a, backend))

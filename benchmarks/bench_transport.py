@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.dds.probe import parse_sizes
 from commlab.links.netns import NetnsUnavailable, veth_pair
 from commlab.runs.claims import hold
@@ -85,7 +85,7 @@ def tcp_recv(bind: str, port: int, sizes: list[tuple[int, int]]) -> None:
                 conn.sendall(h.digest())
 
 
-def run_pair(s: Session, label: str, recv_cmd: list[str], send_cmd: list[str]) -> list[dict]:
+def run_pair(s: BenchRun, label: str, recv_cmd: list[str], send_cmd: list[str]) -> list[dict]:
     """A receiver and a sender started together (logs results/bench/logs/<name>-<label>-{recv,send}.log);
     the sender's result lines."""
     slug = re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-")
@@ -93,7 +93,7 @@ def run_pair(s: Session, label: str, recv_cmd: list[str], send_cmd: list[str]) -
     return [json.loads(line) for line in out.child("send").output().splitlines() if line.startswith("{")]
 
 
-def on_shaped_link(s: Session, net: int, measure: Callable[[Prefixes, Sides], list[dict]]) -> list[dict]:
+def on_shaped_link(s: BenchRun, net: int, measure: Callable[[Prefixes, Sides], list[dict]]) -> list[dict]:
     """``measure`` between two network namespaces joined by a 10 Mbit/s tbf veth pair (root);
     without them no rows and one line saying why."""
     try:
@@ -105,7 +105,7 @@ def on_shaped_link(s: Session, net: int, measure: Callable[[Prefixes, Sides], li
         return []
 
 
-def measure(s: Session, label: str, prefixes: Prefixes, sides: Sides, sizes: str, domain: int, mtu: bool,
+def measure(s: BenchRun, label: str, prefixes: Prefixes, sides: Sides, sizes: str, domain: int, mtu: bool,
             repeat: int, port: int) -> list[dict]:
     """Sender on the first side, receiver on the second; DDS and TCP alternate `repeat` times (the
     machine is shared and noisy) and the median goodput of each is compared."""
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # Loopback is shared with every other run and test on the machine: a claimed domain and port.
     domain, port = hold("domain"), a.port or hold("port")
-    with Session(a, a.repeat + 1, "repetition") as s:
+    with BenchRun(a, a.repeat + 1, "repetition") as s:
         rows = measure(s, "loopback", *LOOPBACK, a.sizes or LOOPBACK_SIZES, domain=domain, mtu=False,
                        repeat=a.repeat, port=port)
         rows += on_shaped_link(s, 202, lambda prefixes, sides: measure(

@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench_matrix import compressors
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 from commlab.bench.accuracy import time_to_target
 from commlab.report.runs import load_run
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     jobs = [(w, n, prof) for w in a.workloads for n in names for prof in profiles]
     rows: list[dict] = []
-    with Session(a, len(jobs)) as s:
+    with BenchRun(a, len(jobs)) as s:
         for w, name, profile in jobs:
             run_id = f"bench-workloads-{stamp}-{w}-{name}-{profile}"
             outcome = s.run(run_argv(WORKLOADS[w], name, profile, a, run_id), run_id)

@@ -22,12 +22,12 @@ import sys
 
 import pandas as pd
 
-from commlab.bench import BenchParser, Session
+from commlab.bench import BenchParser, BenchRun
 
 p = BenchParser(__doc__, "tiny", quick={"count": 1}, seeds=[0])
 p.add_argument("--count", type=int, default=3)
 a = p.parse_args()
-with Session(a, total=len(a.seeds)) as s:
+with BenchRun(a, total=len(a.seeds)) as s:
     rows = []
     for seed in a.seeds:
         out = s.run([sys.executable, "-c", f"print('child of seed {seed}, count {a.count}')"], f"tiny-{seed}")

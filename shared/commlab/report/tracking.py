@@ -215,11 +215,11 @@ class TensorBoardExport:
         values = hparams(manifest)
         metrics = [summary_v2.Metric(tag, group=group or None) for group, tag in HPARAM_METRICS[manifest["kind"]]]
         config = summary_v2.hparams_config_pb([summary_v2.HParam(k) for k in values], metrics)
-        session = summary_v2.hparams_pb(values, trial_id=str(manifest.get("run_id", self.run_dir.name)),
-                                        start_time_secs=manifest_time(manifest, "started_at"))
+        hparams_summary = summary_v2.hparams_pb(values, trial_id=str(manifest.get("run_id", self.run_dir.name)),
+                                                 start_time_secs=manifest_time(manifest, "started_at"))
         writer = self._writer("").file_writer
         writer.add_summary(config)
-        writer.add_summary(session)
+        writer.add_summary(hparams_summary)
         self.hparams_written = True
 
     def close(self) -> None:

@@ -19,8 +19,8 @@ from .children import Outcome, run_logged
 from .options import ROOT
 
 
-class Session:
-    """``with Session(args, total=len(jobs)) as s:`` then ``s.run(...)`` per run, ``s.step(note)``
+class BenchRun:
+    """``with BenchRun(args, total=len(jobs)) as s:`` then ``s.run(...)`` per run, ``s.step(note)``
     per job done, ``s.write(df, columns, title)`` at the end."""
 
     def __init__(self, args: argparse.Namespace, total: int, unit: str = "run") -> None:
@@ -28,7 +28,7 @@ class Session:
         self.commit, self.date, self.started = git_commit(ROOT), datetime.now(timezone.utc), time.monotonic()
         self.progress = Progress(total, unit)
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> "BenchRun":
         return self
 
     def __exit__(self, *exc: object) -> None:
