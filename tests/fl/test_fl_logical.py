@@ -14,6 +14,7 @@ import pytest
 
 from commlab.fl.checkpoint import load_checkpoint
 from commlab.fl.sampling import sample_clients
+from commlab.runs.seeds import SeedTree
 from commlab.runs.launch import NODES_DIR
 from commlab.runs.roster import client_name
 from commlab.testbed.node_procs import NodeProcess, start_fl
@@ -42,7 +43,7 @@ def test_hosts_train_the_sampled_clients_each_with_its_own_table_and_memory(tmp_
     finish(procs)
     assert not list((run_dir / "client-memory").glob("clients-*/*"))
     names = [client_name(i) for i in range(clients)]
-    samples = [sample_clients(names, per_round, 0, r) for r in range(1, rounds + 1)]
+    samples = [sample_clients(names, per_round, SeedTree().sampling(r)) for r in range(1, rounds + 1)]  # run seed 0
     assert [r["participants"] for r in rounds_rows(run_dir)] == [";".join(sorted(s)) for s in samples]
     for i, name in enumerate(names):
         host = f"clients-{i % 2}"  # round robin
