@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from commlab.config.schema import ConfigError, from_dict
 from commlab.fl import secagg_wire as wire
@@ -111,3 +113,28 @@ def test_what_cannot_be_combined_is_refused_in_one_line(flags, message):
     with pytest.raises(ConfigError, match=message) as e:
         controller(*flags)
     assert "\n" not in str(e.value)
+
+
+CASES = int(os.environ.get("COMMLAB_FUZZ_CASES", "1000"))  # make fuzz: 10,000
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**600, 2**600) | st.text(max_size=12),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=9), inner, max_size=3),
+                           max_leaves=8)
+DECODERS = {"keys": lambda d: wire.decode_keys(d, set(CLIENTS)), "shares": lambda d: wire.decode_shares(d, set(CLIENTS)),
+            "unmask": lambda d: wire.decode_unmask_request(d, set(CLIENTS)),
+            "reply": lambda d: wire.decode_unmask_reply(d, "client-0", set(CLIENTS))}
+
+
+@settings(max_examples=CASES, deadline=None)
+@given(st.sampled_from(sorted(DECODERS)), st.dictionaries(st.sampled_from(["keys", "shares", "survivors", "dropped",
+                                                                           "self_mask", "mask_key", "x"]), JSON_VALUES),
+       st.sampled_from(CLIENTS + ["mallory"]), st.binary(max_size=12))
+def test_untrusted_step_payloads_decode_or_raise_value_error(kind, body, name, junk):
+    """Any JSON body (and any bytes) of a step payload: its value, or a ValueError, never another exception."""
+    doc = {"v": 1, "kind": kind, **body}
+    if isinstance(body.get(kind), dict):  # reach the per-client checks too
+        doc[kind] = {name: v for v in body[kind].values()}
+    for data in (json.dumps(doc).encode(), junk):
+        try:
+            DECODERS[kind](data)
+        except ValueError:
+            pass

@@ -333,11 +333,15 @@ class Client:
             self.adaptive.after_upload(cmd, len(payload), upload_start, self.update_pub, cmd.deadline_s)
         return len(payload), encode_s
 
+    def _moved_past(self, rnd: int) -> bool:
+        """Whether the model of round `rnd` (or later) arrived: that round is over."""
+        self._apply_blobs(0.0)
+        return self.replica.round is not None and self.replica.round >= rnd
+
     def _secagg_send(self, cmd: TrainCmd, rnd: int, client: HostedClient, delta: np.ndarray) -> int | None:
         """The round's SecAgg+ steps (fl.secagg_client); payload bytes sent, None if it went on without this client."""
         try:
-            return self.secagg.run(cmd, rnd, delta, self.seeds.codec(client.index),
-                                   lambda: self._apply_blobs(0.0) or (self.replica.round or 0) >= rnd)
+            return self.secagg.run(cmd, rnd, delta, self.seeds.codec(client.index), lambda: self._moved_past(rnd))
         except (SecAggAborted, ValueError) as e:
             self.log(f"round {rnd}: left out of the secure aggregation: {e}")
             return None

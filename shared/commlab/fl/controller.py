@@ -213,6 +213,9 @@ class Controller:
         cmd = replace(cmd, secagg=self.secagg.command_fields(sample))
         self.cmd_pub.publish(cmd)
         out = self.secagg.run(cmd, sample, self.strategy.weights.size, started)
+        if len(out.survivors) < min(self.cfg.min_clients, len(sample)):
+            raise RoundFailed(f"round {cmd.round}: {len(out.survivors)} clients in the secure sum, min_clients is "
+                              f"{self.cfg.min_clients}")
         replies = RoundReplies(failures=out.failures, rejected=out.rejected)
         self.finish_round(cmd.round, started, before, self.strategy.step(out.mean), replies, out.aggregate_s,
                           out.survivors)
