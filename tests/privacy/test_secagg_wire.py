@@ -32,7 +32,7 @@ def test_a_round_through_the_wire_formats_sums_exactly():
     levels = {c: p.quantizer.encode(rng.normal(0, 0.1, p.length), rng) for c in CLIENTS}
     parties = {c: SecAggClient(c, p) for c in CLIENTS}
     server, names = SecAggServer(p), set(CLIENTS)
-    keys = {c: wire.decode_keys(wire.encode_keys({c: s.advertise()}), {c})[c] for c, s in parties.items()}
+    keys = {c: wire.decode_own_keys(wire.encode_keys({c: s.advertise()}), c) for c, s in parties.items()}
     relayed = wire.decode_keys(wire.encode_keys(server.broadcast_keys(keys)), names)
     sent = {c: wire.decode_shares(wire.encode_shares(s.share_keys(relayed)), names) for c, s in parties.items()}
     routed = {c: wire.decode_shares(wire.encode_shares(r), names) for c, r in server.route_shares(sent).items()}
@@ -65,6 +65,14 @@ def test_a_round_through_the_wire_formats_sums_exactly():
 def test_malformed_payloads_are_refused_naming_the_problem(payload, decode, message):
     with pytest.raises(ValueError, match=message):
         decode(payload)
+
+
+def test_a_client_advertises_its_own_keys_only():
+    theirs = wire.encode_keys({"client-1": SecAggClient("client-1", params()).advertise()})
+    with pytest.raises(ValueError, match="this round's clients"):
+        wire.decode_own_keys(theirs, "client-0")
+    with pytest.raises(ValueError, match="do not include its own"):
+        wire.decode_own_keys(wire.encode_keys({}), "client-0")
 
 
 def test_round_parameters_are_checked_before_use():
@@ -119,7 +127,7 @@ CASES = int(os.environ.get("COMMLAB_FUZZ_CASES", "1000"))  # make fuzz: 10,000
 JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**600, 2**600) | st.text(max_size=12),
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=9), inner, max_size=3),
                            max_leaves=8)
-DECODERS = {"keys": lambda d: wire.decode_keys(d, set(CLIENTS)), "shares": lambda d: wire.decode_shares(d, set(CLIENTS)),
+DECODERS = {"keys": lambda d: wire.decode_own_keys(d, "client-0"), "shares": lambda d: wire.decode_shares(d, set(CLIENTS)),
             "unmask": lambda d: wire.decode_unmask_request(d, set(CLIENTS)),
             "reply": lambda d: wire.decode_unmask_reply(d, "client-0", set(CLIENTS))}
 

@@ -88,6 +88,14 @@ def decode_keys(data: bytes, clients: set[str]) -> dict[str, PublicKeys]:
     return keys
 
 
+def decode_own_keys(data: bytes, client: str) -> PublicKeys:
+    """The keys a client advertises: its own, and no one else's."""
+    keys = decode_keys(data, {client})
+    if client not in keys:
+        raise ValueError(f"the keys {client!r} advertised do not include its own")
+    return keys[client]
+
+
 def encode_shares(sealed: dict[str, bytes]) -> bytes:
     """Encrypted share pairs by the other client (recipient when sent, sender when relayed)."""
     return _dump("shares", {"shares": {c: _b64(s) for c, s in sealed.items()}})
