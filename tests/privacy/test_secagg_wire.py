@@ -75,6 +75,13 @@ def test_a_client_advertises_its_own_keys_only():
         wire.decode_own_keys(wire.encode_keys({}), "client-0")
 
 
+def test_two_clients_are_each_others_only_neighbour():
+    p = wire.params_of(wire.round_params(1, 1, 1.0, 0, False), CLIENTS[:2], "int8", 5)
+    assert p.neighbours("client-0") == ["client-1"] and p.neighbour_count == 1
+    with pytest.raises(ValueError, match="degree must be even"):
+        wire.params_of(wire.round_params(1, 1, 1.0, 0, False), CLIENTS, "int8", 5)
+
+
 def test_round_parameters_are_checked_before_use():
     good = wire.round_params(2, 3, 0.5, 7, False)
     assert wire.params_of(good, CLIENTS, "qsgd4", 10).quantizer.steps == 8

@@ -69,7 +69,7 @@ class SecAggCoordinator:
         out = SecAggOutcome(np.zeros(0), [])
         try:
             got = self._collect(rnd, "keys", names, started, out)
-            keys = self._decoded(rnd, "keys", got, wire.decode_own_keys, out)
+            keys = self._decoded(rnd, "keys", got, lambda c, p: wire.decode_own_keys(p, c), out)
             relayed = server.broadcast_keys(keys)
             self.down.publish(SecAggDown(self.run_id, rnd, "keys", payload=wire.encode_keys(relayed)))
             got = self._collect(rnd, "shares", set(relayed), time.perf_counter(), out)
