@@ -25,6 +25,7 @@ if __name__ == "__main__":  # run as a script: keep this package's folder off th
 import logging  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
+import traceback  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -165,7 +166,7 @@ def server_parts(cfg: FlowerConfig):
                       "rejected_updates": s["failures"], "downlink_encode_time_s": 0.0,
                       "bytes_down_multicast": 0, "iface_bytes_up": "" if on_lo else s["up"],
                       "iface_bytes_down": "" if on_lo else s["down"], "resyncs": 0,
-                      "wall_time_s": round(s["wall_s"], 4)})
+                      "wall_time_s": round(s["wall_s"], 4), "epsilon": "", "client_rates_bps": ""})
         print(f"[controller] flower round {server_round}/{cfg.rounds} acc {accuracy:.4f} loss {loss:.4f} "
               f"up {s['up'] / 1e6:.2f}MB down {s['down'] / 1e6:.2f}MB time {s['round_s']:.1f}s "
               f"model {weights_digest(flat)}", flush=True)
@@ -200,7 +201,14 @@ def run_server(cfg: FlowerConfig) -> None:
         fl.server.start_server(server_address=cfg.server_address, strategy=strategy, config=server_config)
     except BaseException as e:
         finish(e)
-        raise
+        # Flower's gRPC server threads are not daemons: after a failed round they would keep this
+        # process, and the clients waiting on it, alive for good. Say why in one line and end it.
+        if not isinstance(e, (RuntimeError, OSError)):
+            traceback.print_exc()
+        print(f"flower controller: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     finish(None)
 
 
