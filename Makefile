@@ -48,7 +48,7 @@ chaos: $(STAMP) ## FL nodes and DDP ranks paused past their lease (PAUSES s), ki
 CASES ?= 10000
 .PHONY: fuzz
 fuzz: $(STAMP) ## fuzz every decoder, message field, config, checkpoint and reassembly with CASES (10,000) inputs per test
-	COMMLAB_FUZZ_CASES=$(CASES) $(PYTHON) -m pytest -q -ra -p no:randomly tests/codecs/test_malformed_frames.py tests/security/test_message_fields.py tests/security/test_fuzz_inputs.py tests/privacy/test_secagg.py
+	COMMLAB_FUZZ_CASES=$(CASES) $(PYTHON) -m pytest -q -ra -p no:randomly tests/codecs/test_malformed_frames.py tests/security/test_message_fields.py tests/security/test_fuzz_inputs.py tests/privacy/test_secagg.py tests/privacy/test_secagg_wire.py
 
 # Every bench-* target (commlab.bench): QUICK=1 runs its small settings, a check of the pipeline in
 # minutes, into results/bench/<name>-quick.{csv,md}; the full run writes results/bench/<name>.{csv,md},

@@ -2,7 +2,8 @@
 import sys
 
 from commlab.dds import DdsError
-from commlab.fl.client import ClientIdle, run_client
+from commlab.fl.client import ClientIdle
+from commlab.fl.client_node import run_client
 from commlab.fl.entry import main
 
 if __name__ == "__main__":

@@ -16,23 +16,21 @@ import numpy as np
 import torch
 
 from commlab.codecs import CodecError, Compression, build_compression
-from commlab.config.builders import build_dataset, build_node_model, dds_settings
 from commlab.data import Dataset
-from commlab.data.partition import client_summary
 from commlab.dds import DdsError
 from commlab.dds.stats import Progress
 from commlab.fl import update_identity
 from commlab.fl.adaptive.shaping import ClientSide
 from commlab.fl.broadcast import ModelReplica
 from commlab.fl.client_memory import ClientMemory
-from commlab.fl.config import ClientConfig, load_client_config
-from commlab.fl.entry import as_config_error, log_to
+from commlab.fl.config import ClientConfig
 from commlab.fl.local_training import local_update, round_subset
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
+from commlab.fl.secagg_client import SecAggAborted, SecAggSender
 from commlab.fl.strategy import FitIns
 from commlab.models import flatten_params, layout_of, weights_digest
 from commlab.models.train_step import load_train_step
-from commlab.output.run_folder import CsvTable, MemoryWatch, write_transport_totals
+from commlab.output.run_folder import CsvTable, MemoryWatch
 from commlab.output.tables import COLUMNS
 from commlab.runs.fault_points import halt_at
 from commlab.runs.roster import CONTROLLER, client_name
@@ -85,6 +83,7 @@ class Client:
         self.sent_round: int | None = None
         self.sent: dict[str, ClientUpdate] = {}
         self.controller_returns = 0  # times the controller came back after it was lost, as seen here
+        self.secagg = SecAggSender(node, cfg.name, cfg.run_id, [client_name(i) for i in range(cfg.num_clients)], run_dir)
 
     def run(self) -> None:
         # Announces this client (its readers exist now) and waits for the controller to appear.
@@ -285,28 +284,16 @@ class Client:
         stretch_s = self.adaptive.stretch(train_s)
         if self.cfg.attack is not None:  # test only (config `attack`): a forged update under a valid identity
             delta = self.cfg.attack.apply(delta)
-        try:
-            compression = self._compression_for(cmd, client)
-            start = time.perf_counter()  # a host's encode time includes swapping the client's memory in and out
-            payload = self.memory.encode(client.index, rnd, delta, compression)
-            sizes = self.adaptive.size_report(compression.codec, delta, len(payload))
-        except CodecError as e:  # e.g. a diverged update the codec cannot represent: the round goes on without it
-            self._held = None  # a refused encode may have moved its state: the next round rebuilds it
-            self.log(f"{who}round {rnd}: no update sent, the codec refused it: {e}")
-            return
-        encode_s = time.perf_counter() - start
         waited = self.node.stats.wait_s
-        halt_at("before_upload", rnd)
-        self.adaptive.before_upload(cmd)
-        upload_start = time.perf_counter()
-        update = update_identity.sign(self.node.settings.keyring, ClientUpdate(
-            round=rnd, client_id=client.name, num_samples=len(indices), payload=payload, frame_bytes_by_bits=sizes,
-            **self.adaptive.report(train_s + stretch_s)))
-        if self.sent_round != rnd:
-            self.sent_round, self.sent = rnd, {}
-        self.sent[client.name] = update
-        if self._upload(client, update):
-            self.adaptive.after_upload(cmd, len(payload), upload_start, self.update_pub, cmd.deadline_s)
+        if cmd.secagg:
+            sent = self._secagg_send(cmd, rnd, client, delta)
+            if sent is None:
+                return
+            encode_s = 0.0
+        else:
+            sent, encode_s = self._encode_upload(client, cmd, rnd, delta, len(indices), train_s + stretch_s)
+            if sent is None:
+                return
         comm_s += self.node.stats.wait_s - waited
         comm = self.node.stats.since(self._row_start)
         self._row_start = self.node.stats.snapshot()
@@ -316,35 +303,45 @@ class Client:
                              "encode_time_s": round(encode_s, 4), "decode_time_s": round(self.decode_s, 4),
                              **self.adaptive.row(stretch_s)})
         self.decode_s = 0.0
-        self.log(f"{who}round {rnd}: sent {len(payload)} B update, loss {loss:.4f}, train {train_s:.1f}s, "
+        self.log(f"{who}round {rnd}: sent {sent} B update, loss {loss:.4f}, train {train_s:.1f}s, "
                  f"encode {encode_s:.3f}s")
 
+    def _encode_upload(self, client: HostedClient, cmd: TrainCmd, rnd: int, delta: np.ndarray, samples: int,
+                       compute_s: float) -> tuple[int | None, float]:
+        """Encode through the client's memory and upload: (payload bytes or None if the codec refused, encode s)."""
+        who = "" if self.cfg.procs is None else f"{client.name} "
+        try:
+            compression = self._compression_for(cmd, client)
+            start = time.perf_counter()  # a host's encode time includes swapping the client's memory in and out
+            payload = self.memory.encode(client.index, rnd, delta, compression)
+            sizes = self.adaptive.size_report(compression.codec, delta, len(payload))
+        except CodecError as e:  # e.g. a diverged update the codec cannot represent: the round goes on without it
+            self._held = None  # a refused encode may have moved its state: the next round rebuilds it
+            self.log(f"{who}round {rnd}: no update sent, the codec refused it: {e}")
+            return None, 0.0
+        encode_s = time.perf_counter() - start
+        halt_at("before_upload", rnd)
+        self.adaptive.before_upload(cmd)
+        upload_start = time.perf_counter()
+        update = update_identity.sign(self.node.settings.keyring, ClientUpdate(
+            round=rnd, client_id=client.name, num_samples=samples, payload=payload, frame_bytes_by_bits=sizes,
+            **self.adaptive.report(compute_s)))
+        if self.sent_round != rnd:
+            self.sent_round, self.sent = rnd, {}
+        self.sent[client.name] = update
+        if self._upload(client, update):
+            self.adaptive.after_upload(cmd, len(payload), upload_start, self.update_pub, cmd.deadline_s)
+        return len(payload), encode_s
 
-def run_client(config_path: str) -> None:
-    """Parse and check everything, then build the node and run; ConfigError before any side effect."""
-    from commlab.dds import DdsNode
-    cfg = load_client_config(config_path)
-    cfg.dds.check_host()
-    seeds = cfg.seeds.tree
-    data = as_config_error("dataset", lambda: build_dataset(cfg.dataset, seeds.subset))
-    model = as_config_error("model", lambda: build_node_model(cfg.model, seeds.model_init, cfg.threads, data))
-    p = cfg.partition
-    parts = as_config_error("partition", lambda: p.split(data, cfg.num_clients, seeds.partition))
-    settings = as_config_error("dds", lambda: dds_settings(cfg.dds, flatten_params(model, cfg.sends_buffers).size))
-    log = log_to(cfg.name)
-    hosted = {i: parts[i] for i in cfg.hosted()}
-    if cfg.procs is None:
-        mine = client_summary(data, [parts[cfg.client_id]])[0]
-        log(f"partition {p.scheme}: {mine['samples']} samples"
-            + (f", labels {mine['label_histogram']}" if "label_histogram" in mine else ""))
-    else:
-        sizes = [len(part) for part in hosted.values()]
-        log(f"partition {p.scheme}: hosting {len(hosted)} clients ({client_name(min(hosted))} ... "
-            f"{client_name(max(hosted))}), {min(sizes)}-{max(sizes)} samples each")
-    node = DdsNode(cfg.name, settings)
-    watch = MemoryWatch()
-    try:
-        Client(cfg, node, model, data, hosted, log, watch).run()
-    finally:
-        write_transport_totals(cfg.results_dir, cfg.run_id, cfg.name, node.stats.snapshot(), watch)
-        node.close()
+    def _moved_past(self, rnd: int) -> bool:
+        """Whether the model of round `rnd` (or later) arrived: that round is over."""
+        self._apply_blobs(0.0)
+        return self.replica.round is not None and self.replica.round >= rnd
+
+    def _secagg_send(self, cmd: TrainCmd, rnd: int, client: HostedClient, delta: np.ndarray) -> int | None:
+        """The round's SecAgg+ steps (fl.secagg_client); payload bytes sent, None if it went on without this client."""
+        try:
+            return self.secagg.run(cmd, rnd, delta, self.seeds.codec(client.index), lambda: self._moved_past(rnd))
+        except (SecAggAborted, ValueError) as e:
+            self.log(f"round {rnd}: left out of the secure aggregation: {e}")
+            return None

@@ -23,6 +23,7 @@ from commlab.fl.sampling import Availability, load_availability, per_round_count
 from commlab.fl.strategy_config import StrategySection
 from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
 from commlab.privacy.config import PrivacySection
+from commlab.privacy.secagg_config import SecAggSection
 from commlab.runs.roster import client_host_name, client_name, client_node, fl_roster, hosted_clients
 
 # BatchNorm's running statistics (docs/workloads.md): "aggregate" sends them with the weights and
@@ -162,6 +163,7 @@ class ControllerConfig(DdsNodeConfig):
     batchnorm: str = "aggregate"  # BATCHNORM; every client of the run has the same
     bn_calibration_samples: int = 1000  # batchnorm "local": training samples the statistics are recomputed from
     privacy: PrivacySection | None = None  # client-level DP: the run is DP-FedAvg (docs/privacy.md)
+    secagg: SecAggSection | None = None    # each round as SecAgg+: the controller sees only the sum (docs/privacy.md)
 
     def check(self, where: str) -> None:
         load_train_step(self.train_step, f"{where}train_step")
@@ -192,6 +194,10 @@ class ControllerConfig(DdsNodeConfig):
         self._check_sampling(f"{where}sampling.")
         if self.privacy is not None:
             self.privacy.check_run(f"{where}privacy.", self.expected_clients, self.per_round())
+        if self.secagg is not None:
+            self.secagg.check_run(f"{where}secagg.", self.codec.name, self.per_round(), self.strategy.name,
+                                  {"privacy": self.privacy is not None, "adaptive": self.adaptive is not None,
+                                   "procs": self.procs is not None})
 
     def _check_sampling(self, where: str) -> None:
         """Sampling against the run's clients; the availability trace is read here, so a bad row

@@ -29,7 +29,8 @@ from commlab.fl.collect import OpenRound, RoundFailed, RoundReplies, UpdateColle
 from commlab.fl.config import ControllerConfig
 from commlab.fl.evaluation import GlobalEvaluation
 from commlab.fl.fedbuff import Dispatch
-from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
+from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, SecAggDown, SecAggUp, Stop, TrainCmd
+from commlab.fl.secagg_round import SecAggCoordinator
 from commlab.fl.sampling import select_round
 from commlab.fl.strategy import FedBuff, Strategy
 from commlab.models import weights_digest
@@ -76,6 +77,9 @@ class Controller:
         self.dispatch = None if not isinstance(strategy, FedBuff) else Dispatch(
             cfg.client_ids(), self.per_round, cfg.seeds.tree, self.availability)
         self.open_round: OpenRound | None = None  # the synchronous round being collected
+        self.secagg = None if cfg.secagg is None else SecAggCoordinator(
+            cfg.secagg, cfg.run_id, node.subscriber(SecAggUp), node.publisher(SecAggDown), cfg.node_of, self.alive,
+            cfg.round_deadline_s, Path(cfg.results_dir) / cfg.run_id, log)
 
     def run(self) -> None:
         cfg = self.cfg
@@ -182,6 +186,9 @@ class Controller:
             self.finish_round(rnd, started, before, self.strategy.weights, RoundReplies(), 0.0)
             return
         cmd = self.command(rnd, sample)
+        if self.secagg is not None:
+            self.run_secagg_round(cmd, sample, started, before)
+            return
         collector = UpdateCollector(rnd, sample, self.codec, self.strategy.weights.size, self.log, self.cfg.node_of,
                                     self.unsigned)
         self.open_round = OpenRound(cmd, collector, {n: self.node.announcer.returns(n) for n in cfg.node_names()})
@@ -200,6 +207,18 @@ class Controller:
         results = sorted(replies.results, key=lambda r: r.client_id)
         weights = self.strategy.aggregate(rnd, results, replies.failures)
         self.finish_round(rnd, started, before, weights, replies, time.perf_counter() - agg_start)
+
+    def run_secagg_round(self, cmd: TrainCmd, sample: list[str], started: float, before: dict[str, float]) -> None:
+        """Round cmd.round as SecAgg+ (fl.secagg_round): the FedAvg server step on the survivors' mean."""
+        cmd = replace(cmd, secagg=self.secagg.command_fields(sample))
+        self.cmd_pub.publish(cmd)
+        out = self.secagg.run(cmd, sample, self.strategy.weights.size, started)
+        if len(out.survivors) < min(self.cfg.min_clients, len(sample)):
+            raise RoundFailed(f"round {cmd.round}: {len(out.survivors)} clients in the secure sum, min_clients is "
+                              f"{self.cfg.min_clients}")
+        replies = RoundReplies(failures=out.failures, rejected=out.rejected)
+        self.finish_round(cmd.round, started, before, self.strategy.step(out.mean), replies, out.aggregate_s,
+                          out.survivors)
 
     def run_version(self, rnd: int, before: dict[str, float]) -> None:
         """fedbuff: server model version rnd = version rnd-1 plus one buffer of updates. Idle
@@ -272,10 +291,12 @@ class Controller:
             self.log(f"round {version + 1}: rejected update from {msg.client_id!r} (round {msg.round}): {reason}")
 
     def finish_round(self, rnd: int, started: float, before: dict[str, float], weights: np.ndarray,
-                     replies: RoundReplies, aggregate_s: float) -> None:
-        """Broadcast, evaluate and checkpoint the model of round rnd; one rounds.csv row and log line."""
+                     replies: RoundReplies, aggregate_s: float, secure: list[str] | None = None) -> None:
+        """Broadcast, evaluate and checkpoint the model of round rnd; one rounds.csv row and log line.
+        `secure`: the clients in a securely aggregated sum (their updates are not in `replies`)."""
         cfg = self.cfg
-        participants = sorted(r.client_id for r in replies.results)  # fedbuff: a client may appear twice
+        # fedbuff: a client may appear twice
+        participants = sorted(r.client_id for r in replies.results) if secure is None else secure
         rates = {c: self.link_rates.rate_of(c) for c in participants}
         broadcast_start = time.perf_counter()
         self.blob_pub.publish(self.sender.next(rnd, weights))

@@ -4,6 +4,8 @@ JSON meta, `payload` as chunked bytes). Controller and clients both import this 
 controller's node name from commlab.runs.roster), never each other.
 
 Round r: TrainCmd(r) -> one ClientUpdate(r) per client -> ModelBlob(r), the aggregated model.
+With secure aggregation, the ClientUpdate is replaced by SecAgg+'s steps: SecAggUp from each
+client, SecAggDown from the controller, four times (commlab.fl.secagg_round).
 With sampling, TrainCmd names the clients that train; with fedbuff, round r is server model
 version r, commands go out to idle clients whenever they return, and ClientUpdate.round - 1 says
 which version a client trained from (docs/scale.md).
@@ -43,6 +45,9 @@ class TrainCmd:
     # fedbuff: a client whose replica is already past round-1 trains from that newer model (and
     # says so in ClientUpdate.round) instead of skipping the command.
     newer_base_ok: bool = False
+    # Secure aggregation (docs/privacy.md): the round's SecAgg+ parameters (fl.secagg_wire.round_params),
+    # {} for a plain round; the clients then send SecAggUp messages instead of a ClientUpdate.
+    secagg: dict[str, Any] = field(default_factory=dict)
 
     def selected(self) -> list[str]:
         """The clients this command names ([] for every client)."""
@@ -85,6 +90,30 @@ class ClientUpdate:
     # HMAC under the key of client_id (fl.update_identity) in an authenticated run: a process that
     # hosts several clients may speak for each of them, and for no other.
     identity_tag: str = ""
+
+
+SECAGG_STEPS = ("keys", "shares", "masked", "unmask")
+
+
+@dataclass
+class SecAggUp:
+    """A client's message of SecAgg+ step `step` of round `round` (payload: fl.secagg_wire)."""
+    run_id: str
+    round: int
+    client_id: str
+    step: str
+    payload: bytes = b""
+
+
+@dataclass
+class SecAggDown:
+    """The controller's relay for step `step` of round `round`: every advertised key ("keys"), the
+    shares for client `to` ("shares"), or the survivors and the dropped ("unmask")."""
+    run_id: str
+    round: int
+    step: str
+    to: str = ""
+    payload: bytes = b""
 
 
 BLOB_KINDS = ("full", "delta")

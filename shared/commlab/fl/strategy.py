@@ -89,7 +89,10 @@ class FedAvg(Strategy):
                         key=lambda r: r.client_id)
         if sum(r.num_samples for r in capped) <= 0:
             raise ValueError(f"round {rnd}: results report {sum(r.num_samples for r in capped)} samples")
-        mean = self.combine(capped)
+        return self.step(self.combine(capped))
+
+    def step(self, mean: np.ndarray) -> np.ndarray:
+        """The server step on the round's mean delta (also a securely aggregated one, fl.secagg_round)."""
         self.momentum = (self.server_momentum * self.momentum + mean).astype(np.float32)
         # A new array, not an in-place update: a previous ModelBlob may still reference the old one.
         self.weights = (self.weights + np.float32(self.server_lr) * self.momentum).astype(np.float32)

@@ -57,8 +57,8 @@ class SecAggParams:
     def __post_init__(self) -> None:
         if len(set(self.clients)) != len(self.clients) or list(self.clients) != sorted(self.clients) or len(self.clients) < 2:
             raise ValueError("secure aggregation needs at least 2 distinct clients, sorted")
-        if self.degree < 2 or (self.degree % 2 and self.degree < len(self.clients) - 1):
-            raise ValueError(f"degree must be even and >= 2 (or >= clients - 1), got {self.degree}")
+        if self.degree < 1 or (self.degree % 2 and self.degree < len(self.clients) - 1):
+            raise ValueError(f"degree must be even (or >= clients - 1: every other client), got {self.degree}")
         k = self.neighbour_count
         if not k / 2 < self.threshold <= k:
             raise ValueError(f"threshold must be above half of the {k} neighbours and at most {k}, got {self.threshold}")

@@ -7,7 +7,9 @@ before its update leaves). The node prints one line "HALTED at before_upload@2" 
 test waits for that line and kills it, or lets it go on with SIGUSR1 (to order events between
 nodes). Without the variable every call is a no-op.
 
-Points: before_upload@<round> (FL client), after_round@<round> (FL controller, after the round's
+Points: before_upload@<round> (FL client), secagg_before_masked@<round> and
+secagg_after_masked@<round> (FL client in a SecAgg+ round: its shares sent, or its masked input
+sent and acknowledged), after_round@<round> (FL controller, after the round's
 checkpoint and log line), before_exchange@<step> (DDP worker, after backward, before the step's
 collective).
 """

@@ -1,0 +1,34 @@
+"""benchmarks/bench_secagg.py, the parts that start no run: a row read back from a run folder."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from commlab.output.tables import COLUMNS
+
+spec = importlib.util.spec_from_file_location("bench_secagg", Path(__file__).parents[2] / "benchmarks" / "bench_secagg.py")
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+
+def table(path: Path, kind: str, **values) -> None:
+    """A table of `kind` with every column, 0 where `values` gives none."""
+    pd.DataFrame({c: values.get(c, 0) for c in COLUMNS[kind]}, index=[0, 1]).to_csv(path, index=False)
+
+
+def test_a_row_averages_the_clients_and_rounds_tables(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"kind": "fl", "status": "completed", "model": "mnist_cnn",
+                                                   "dataset": "mnist", "link_profile": "lan", "codec": "int8",
+                                                   "clients": 2, "rounds": 2}))
+    table(run / "rounds.csv", "rounds", round=[1, 2], round_time_s=[2.0, 4.0], bytes_up=[8000, 12000],
+          test_accuracy=[0.5, 0.75], participants="client-0;client-1")
+    for i, sent in enumerate(([1000, 3000], [2000, 2000])):
+        table(run / f"clients-{i}.csv", "clients", round=[1, 2], client_id=f"client-{i}", bytes_up=sent)
+    row = bench.row_of("secagg", "ok", bench.parse_args(["--results-dir", str(tmp_path)]), "run")
+    assert row == {"mode": "secagg", "status": "ok", "rounds": 2, "client_up_kB": 2.0, "controller_in_kB": 10.0,
+                   "round_s": 3.0, "test_accuracy": 75.0}
