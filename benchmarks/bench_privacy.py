@@ -128,8 +128,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=300, help="samples per client and round")
     p.add_argument("--batch-size", type=int, default=30)
     p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--train-subset", type=int, default=60000, help="training samples partitioned")
-    p.add_argument("--test-subset", type=int, default=2000, help="test samples evaluated each round")
+    p.add_data_subsets(train=60000, test=2000)
     p.add_argument("--secagg-codecs", nargs="+", default=["int8", "qsgd8", "qsgd4", "minmax4", "terngrad"])
     p.add_argument("--secagg-length", type=int, default=num_params(build_model("mnist_cnn")),
                    help="coordinates of the update in the SecAgg+ table (default: mnist_cnn's)")

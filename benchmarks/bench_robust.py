@@ -176,8 +176,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--samples", type=int, help="samples per client and round (default: the setting's, "
                    f"{', '.join(f'{k} {v.samples}' for k, v in SETTINGS.items())})")
-    p.add_argument("--train-subset", type=int, default=20000, help="training samples partitioned (0: all 60,000)")
-    p.add_argument("--test-subset", type=int, default=2000, help="test samples evaluated each round")
+    p.add_data_subsets(train=20000, test=2000)
     p.add_argument("--root-samples", type=int, default=100, help="fltrust: the server's clean root set")
     return p.parse_args(argv)
 

@@ -52,8 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = BenchParser(__doc__, "secagg", {"rounds": 2}, seeds=0)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--samples", type=int, default=256, help="samples per client and round")
-    p.add_argument("--train-subset", type=int, default=4000, help="training samples partitioned")
-    p.add_argument("--test-subset", type=int, default=500, help="test samples evaluated each round")
+    p.add_data_subsets(train=4000, test=500)
     return p.parse_args(argv)
 
 

@@ -59,6 +59,11 @@ class BenchParser(argparse.ArgumentParser):
                               help=f"link profile (commlab.links.profiles: {', '.join(profile_names())}, a rate, "
                                    f"trace:<file>, each with -loss<p>; default {profile})")
 
+    def add_data_subsets(self, train: int, test: int) -> None:
+        """--train-subset and --test-subset of an FL benchmark's runs (the launcher's flags)."""
+        self.add_argument("--train-subset", type=int, default=train, help="training samples partitioned (0: all)")
+        self.add_argument("--test-subset", type=int, default=test, help="test samples evaluated each round")
+
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:
         argv = list(sys.argv[1:] if args is None else args)
         unknown = set(self.quick) - {action.dest for action in self._actions}
