@@ -1,6 +1,7 @@
 """SecAgg+ rounds through real node processes (int8 on the shared field grid): the controller's
-unmasked sum is bit for bit the sum of the levels the clients recorded, with client sampling, and
-with a client killed after sharing its keys or after sending its masked input."""
+unmasked sum is bit for bit the sum of the levels the clients recorded, with client sampling, with
+a client killed after sharing its keys or after sending its masked input, and with DP noise the
+clients added (whose epsilon in rounds.csv is the accountant's)."""
 from __future__ import annotations
 
 import csv
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from commlab.fl.secagg_client import LEVELS_DIR
+from commlab.privacy.accountant import epsilon
 from commlab.testbed.node_procs import start_fl
 
 pytestmark = pytest.mark.slow
@@ -34,9 +36,13 @@ def rounds_rows(run_dir: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_sampled_secagg_rounds_sum_exactly_the_clients_levels(tmp_path, domain):
+@pytest.mark.parametrize("dp", [(), ("--dp-noise", "0.5", "--dp-delta", "1e-3")], ids=["plain", "dp"])
+def test_sampled_secagg_rounds_sum_exactly_the_clients_levels(tmp_path, domain, dp):
+    """With DP the recorded levels are the noised ones each client masked: the sum is theirs bit for
+    bit, some leave 0..254 (the noise is on the grid), and epsilon is the accountant's for z 0.5 at
+    sampling rate 3/4."""
     procs, _, run_dir = start_fl(tmp_path, domain, 2, clients=4, deadline=60.0,
-                                 extra=(*SECAGG, "--per-round", "3"))
+                                 extra=(*SECAGG, "--per-round", "3", *dp))
     try:
         for p in procs.values():
             assert p.finish(timeout=600) == 0, p.text()
@@ -51,6 +57,9 @@ def test_sampled_secagg_rounds_sum_exactly_the_clients_levels(tmp_path, domain):
         assert meta["dropped"] == []
         assert total.dtype == np.uint32 and int(total.max()) < meta["modulus"]
         assert np.array_equal(total, plain_sum(levels, meta["survivors"], meta["modulus"]))
+        assert any(int(v.max()) > 254 for v in levels.values()) == bool(dp)
+        if dp:
+            assert float(row["epsilon"]) == pytest.approx(epsilon(0.5, 0.75, rnd, 1e-3), rel=1e-6)
 
 
 @pytest.mark.parametrize("point, in_sum", [("secagg_before_masked", False), ("secagg_after_masked", True)])

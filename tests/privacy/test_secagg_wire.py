@@ -91,6 +91,11 @@ def test_round_parameters_are_checked_before_use():
         wire.params_of({**good, "threshold": "2"}, CLIENTS, "int8", 10)
     with pytest.raises(ValueError, match="cannot be combined"):
         wire.params_of(good, CLIENTS, "topk", 10)
+    for noise in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="noise must be a finite number >= 0"):
+            wire.params_of({**good, "noise": noise}, CLIENTS, "int8", 10)
+    # z on the sum of the round's clients, in levels of width 2 * clip / steps: z * steps / 2.
+    assert wire.params_of({**good, "noise": 0.5}, CLIENTS, "qsgd4", 10).quantizer.noise_std == 2.0
     assert UnmaskReply("client-0", {}, {}) == wire.decode_unmask_reply(
         wire.encode_unmask_reply(UnmaskReply("client-0", {}, {})), "client-0", set(CLIENTS))
 
@@ -118,7 +123,10 @@ def test_the_launcher_flags_make_the_secagg_section():
     (("--codec", "int8", "--strategy", "median"), "secagg: needs strategy fedavg"),
     (("--codec", "int8", "--strategy", "fedbuff"), "secagg: needs strategy fedavg"),
     (("--codec", "int8", "--procs", "2"), "secagg: not with procs"),
-    (("--codec", "int8", "--dp-noise", "1.0", "--dp-delta", "1e-3"), "secagg: not with privacy"),
+    (("--codec", "int8", "--dp-noise", "1.0", "--dp-delta", "1e-3", "--dp-clip", "2", "--secagg-clip", "1"),
+     "privacy.clip_norm: 2.0 differs from secagg.clip 1.0"),
+    (("--codec", "int8", "--dp-noise", "0.5", "--dp-delta", "1e-3", "--dp-adaptive", "--dp-count-stddev", "1"),
+     "privacy.adaptive_clipping: not with secagg"),
     (("--codec", "int8", "--per-round", "1"), "secagg: needs at least 2 clients per round"),
     (("--codec", "int8", "--secagg-threshold", "1"), "threshold must be above half of the 3 neighbours"),
     (("--codec", "int8", "--secagg-neighbours", "5"), "secagg.neighbours: 5 is more than the other 3"),

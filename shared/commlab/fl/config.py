@@ -196,8 +196,8 @@ class ControllerConfig(DdsNodeConfig):
             self.privacy.check_run(f"{where}privacy.", self.expected_clients, self.per_round())
         if self.secagg is not None:
             self.secagg.check_run(f"{where}secagg.", self.codec.name, self.per_round(), self.strategy.name,
-                                  {"privacy": self.privacy is not None, "adaptive": self.adaptive is not None,
-                                   "procs": self.procs is not None})
+                                  {"adaptive": self.adaptive is not None, "procs": self.procs is not None},
+                                  self.privacy)
 
     def _check_sampling(self, where: str) -> None:
         """Sampling against the run's clients; the availability trace is read here, so a bad row

@@ -79,7 +79,8 @@ class Controller:
         self.open_round: OpenRound | None = None  # the synchronous round being collected
         self.secagg = None if cfg.secagg is None else SecAggCoordinator(
             cfg.secagg, cfg.run_id, node.subscriber(SecAggUp), node.publisher(SecAggDown), cfg.node_of, self.alive,
-            cfg.round_deadline_s, Path(cfg.results_dir) / cfg.run_id, log)
+            cfg.round_deadline_s, Path(cfg.results_dir) / cfg.run_id, log,
+            None if cfg.privacy is None else cfg.privacy.noise_multiplier)
 
     def run(self) -> None:
         cfg = self.cfg

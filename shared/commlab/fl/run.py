@@ -161,7 +161,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--secagg-threshold", type=int, help="SecAgg+: shares that recover a secret (default: a majority "
                    "of the neighbours)")
     p.add_argument("--secagg-neighbours", type=int, help="SecAgg+: neighbours per client (default: every other client)")
-    p.add_argument("--secagg-clip", type=float, default=1.0, help="SecAgg+: L2 bound of a client update, the grid's range")
+    p.add_argument("--secagg-clip", type=float, help="SecAgg+: L2 bound of a client update, the grid's range "
+                   "(default: --dp-clip, which with --dp-noise the clients clip to and add noise under SecAgg+)")
     p.add_argument("--secagg-record", action="store_true", help="SecAgg+: each party saves its own view to "
                    "<run>/secagg-levels (a client its levels, the controller the sum), to check the sum")
     p.add_argument("--speed-factors", help="compute heterogeneity: speed per client, cycling, e.g. 1,1,0.5,0.25 "
@@ -207,7 +208,8 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
         controller["privacy"] = {"noise_multiplier": a.dp_noise, "clip_norm": a.dp_clip, "delta": a.dp_delta,
                                  "adaptive_clipping": a.dp_adaptive, "clipped_count_stddev": a.dp_count_stddev}
     if a.secagg:
-        controller["secagg"] = {"threshold": a.secagg_threshold, "neighbours": a.secagg_neighbours, "clip": a.secagg_clip,
+        controller["secagg"] = {"threshold": a.secagg_threshold, "neighbours": a.secagg_neighbours,
+                                "clip": a.dp_clip if a.secagg_clip is None else a.secagg_clip,
                                 "record_levels": a.secagg_record}
     if a.adaptive is not None:
         controller["adaptive"] = {"policy": a.adaptive, "total_uplink_mbit": a.total_uplink_mbit,

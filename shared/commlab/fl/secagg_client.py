@@ -49,6 +49,8 @@ class SecAggSender:
         params = wire.params_of(cmd.secagg, clients, cmd.codec, delta.size)
         q = params.quantizer
         levels = q.encode(clipped(delta, q.bound), np.random.default_rng([rounding_seed, rnd]))
+        if q.noise_std:  # DP: this client's share of the noise, from OS entropy the controller cannot know
+            levels = q.add_noise(levels, np.random.default_rng())
         if cmd.secagg.get("record"):
             (self.run_dir / LEVELS_DIR).mkdir(parents=True, exist_ok=True)
             np.save(self.run_dir / LEVELS_DIR / f"r{rnd}-{self.name}.npy", levels)

@@ -34,7 +34,7 @@ from commlab.privacy.secagg_server import SecAggServer
 
 @dataclass
 class SecAggOutcome:
-    mean: np.ndarray                 # the mean of the survivors' (clipped, quantized) updates
+    mean: np.ndarray                 # the survivors' (clipped, quantized, noised) sum over the survivors (DP: the asked)
     survivors: list[str]
     failures: list[tuple[str, str]] = field(default_factory=list)  # (client, reason)
     rejected: int = 0                # messages refused (bad payload, wrong sender)
@@ -53,12 +53,13 @@ class SecAggCoordinator:
     deadline_s: float
     run_dir: Path
     log: Callable[[str], None]
+    noise_multiplier: float | None = None  # DP under secure aggregation: the clients' noise on the sum (z)
 
     def command_fields(self, sample: list[str]) -> dict[str, Any]:
         """TrainCmd.secagg for a round of `sample`; a fresh graph seed each round."""
         neighbours, threshold = self.section.for_round(len(sample))
         return wire.round_params(threshold, neighbours, self.section.clip, secrets.randbits(32),
-                                 self.section.record_levels)
+                                 self.section.record_levels, self.noise_multiplier or 0.0)
 
     def run(self, cmd: TrainCmd, sample: list[str], length: int, started: float) -> SecAggOutcome:
         try:
@@ -86,7 +87,9 @@ class SecAggCoordinator:
             total, count = server.aggregate(replies)
         except ValueError as e:  # too few clients left at a step, or shares that rebuild no secret
             raise RoundFailed(f"round {rnd}: secure aggregation failed: {e}") from None
-        out.mean = (params.quantizer.decode_sum(total, count) / count).astype(np.float32)
+        # DP: divided by the clients asked, as DPFedAvg, so the scale does not depend on who answered.
+        divisor = count if self.noise_multiplier is None else len(sample)
+        out.mean = (params.quantizer.decode_sum(total, count) / divisor).astype(np.float32)
         out.aggregate_s, out.survivors = time.perf_counter() - start, survivors
         out.failures += [(c, "dropped after sharing its keys: left out of the sum") for c in dropped]
         if self.section.record_levels:

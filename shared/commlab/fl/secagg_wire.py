@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from typing import Any
 
 from commlab.privacy import shamir
@@ -17,23 +18,30 @@ from commlab.privacy.field import FieldQuantizer, field_steps
 from commlab.privacy.secagg import KEY_BYTES, PublicKeys, SecAggParams, UnmaskReply
 
 WIRE_VERSION = 1
+PARAMS_VERSION = 2  # TrainCmd.secagg; 2: the DP noise multiplier "noise"
 MAX_SEALED = 1024  # bytes of one encrypted share pair (header, two shares, nonce, tag: ~160)
 
 
-def round_params(threshold: int, neighbours: int, clip: float, graph_seed: int, record: bool) -> dict[str, Any]:
-    """TrainCmd.secagg of a round."""
-    return {"v": WIRE_VERSION, "threshold": threshold, "neighbours": neighbours, "clip": clip,
-            "graph_seed": graph_seed, "record": record}
+def round_params(threshold: int, neighbours: int, clip: float, graph_seed: int, record: bool,
+                 noise: float = 0.0) -> dict[str, Any]:
+    """TrainCmd.secagg of a round; `noise`: the DP noise multiplier z of the sum (0: none)."""
+    return {"v": PARAMS_VERSION, "threshold": threshold, "neighbours": neighbours, "clip": clip,
+            "graph_seed": graph_seed, "record": record, "noise": noise}
 
 
 def params_of(fields: dict[str, Any], clients: list[str], codec: str, length: int) -> SecAggParams:
-    """The round's SecAggParams from TrainCmd.secagg, the round's clients, its codec and the model size."""
-    if fields.get("v") != WIRE_VERSION:
-        raise ValueError(f"secagg parameters of version {fields.get('v')!r}, this client reads {WIRE_VERSION}")
-    for key, kind in (("threshold", int), ("neighbours", int), ("graph_seed", int), ("clip", (int, float))):
+    """The round's SecAggParams from TrainCmd.secagg, the round's clients, its codec and the model size.
+    The noise on the sum is z * clip, in levels of width 2 * clip / steps: z * steps / 2."""
+    if fields.get("v") != PARAMS_VERSION:
+        raise ValueError(f"secagg parameters of version {fields.get('v')!r}, this client reads {PARAMS_VERSION}")
+    for key, kind in (("threshold", int), ("neighbours", int), ("graph_seed", int), ("clip", (int, float)),
+                      ("noise", (int, float))):
         if not isinstance(fields.get(key), kind) or isinstance(fields.get(key), bool):
             raise ValueError(f"secagg parameter {key} is missing or not a number: {fields.get(key)!r}")
-    quantizer = FieldQuantizer(float(fields["clip"]), field_steps(codec), len(clients))
+    if not 0 <= fields["noise"] < math.inf:
+        raise ValueError(f"secagg parameter noise must be a finite number >= 0, got {fields['noise']!r}")
+    steps = field_steps(codec)
+    quantizer = FieldQuantizer(float(fields["clip"]), steps, len(clients), float(fields["noise"]) * steps / 2)
     return SecAggParams(tuple(sorted(clients)), fields["neighbours"], fields["threshold"], fields["graph_seed"],
                         quantizer, length)
 

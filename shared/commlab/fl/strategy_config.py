@@ -9,7 +9,7 @@ import numpy as np
 
 from commlab.config.schema import ConfigError, positive
 from commlab.fl.strategy import ASYNC_STRATEGIES, STRATEGIES, FedAvg
-from commlab.privacy.dp import DPFedAvg
+from commlab.privacy.dp import DPFedAvg, SecureDPFedAvg
 
 if TYPE_CHECKING:
     from commlab.fl.config import ControllerConfig
@@ -61,11 +61,14 @@ class StrategySection:
 
 def build_strategy(cfg: ControllerConfig, weights: np.ndarray) -> FedAvg:
     """The run's strategy from the model's `weights`: the config's rule, or DP-FedAvg when the
-    config has a privacy section (its noise seed drawn here when the config names none)."""
+    config has a privacy section (its noise seed drawn here when the config names none; with
+    secagg the clients add the noise and the strategy only counts the rounds)."""
     t = cfg.training
     common: dict[str, Any] = dict(epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size,
                                   subset_size=t.samples_per_round, server_lr=cfg.strategy.server_lr,
                                   server_momentum=cfg.strategy.server_momentum)
+    if cfg.privacy is not None and cfg.secagg is not None:
+        return SecureDPFedAvg(weights, **common, **cfg.privacy.secure_params(cfg.expected_clients, cfg.per_round()))
     if cfg.privacy is not None:
         return DPFedAvg(weights, **common, **cfg.privacy.params(cfg.expected_clients, cfg.per_round(),
                                                                 cfg.privacy.seed()))

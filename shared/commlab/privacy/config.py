@@ -58,5 +58,10 @@ class PrivacySection:
                 "clip_norm_lr": self.clip_norm_lr, "clipped_count_stddev": self.clipped_count_stddev,
                 "noise_seed": noise_seed}
 
+    def secure_params(self, clients: int, per_round: int) -> dict[str, Any]:
+        """Keyword arguments of SecureDPFedAvg beyond FedAvg's (the clients clip and add the noise)."""
+        return {"noise_multiplier": self.noise_multiplier, "clients": clients, "per_round": per_round,
+                "delta": self.delta, "accountant": self.accountant}
+
     def seed(self) -> int:
         return secrets.randbits(63) if self.noise_seed is None else self.noise_seed

@@ -14,8 +14,10 @@ C <- C * exp(-clip_norm_lr * (noisy share - target_quantile)). The count is priv
 deltas get the smaller multiplier z_delta = (z^-2 - (2 * clipped_count_stddev)^-2)^-1/2 and both
 releases together cost what one Gaussian mechanism of multiplier z costs.
 
-The controller here clips and adds the noise: it must be trusted with the raw updates. With
-secure aggregation the clients clip and add the noise themselves (docs/privacy.md).
+DPFedAvg's controller clips and adds the noise: it must be trusted with the raw updates. With
+secure aggregation the clients clip and add the noise themselves (commlab.privacy.field, Skellam
+noise on the field grid) and the controller only applies the server step to the noisy sum and
+counts the rounds (SecureDPFedAvg).
 """
 from __future__ import annotations
 
@@ -105,3 +107,33 @@ class DPFedAvg(FedAvg):
         self.clip_norm = clip_norm
         self.ledger = PrivacyLedger(self.noise_multiplier, self.sampling_rate, self.ledger.delta, self.ledger.method)
         self.ledger.spend(spent)
+
+
+class SecureDPFedAvg(FedAvg):
+    """DP-FedAvg under secure aggregation (docs/privacy.md): the clients clip and add the noise, the
+    controller gets the noisy sum (fl.secagg_round), divides it by the clients the round asked and
+    applies FedAvg's server step; `epsilon()` composes the rounds stepped so far as DPFedAvg's."""
+
+    def __init__(self, weights: np.ndarray, *, noise_multiplier: float, clients: int, per_round: int,
+                 delta: float, accountant: str = "rdp", **kw):
+        super().__init__(weights, **kw)
+        self.ledger = PrivacyLedger(noise_multiplier, per_round / clients, delta, accountant)
+
+    def step(self, mean: np.ndarray) -> np.ndarray:
+        self.ledger.spend()
+        return super().step(mean)
+
+    def epsilon(self) -> float | None:
+        return self.ledger.epsilon()
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {**super().state_dict(), "rounds_spent": np.array(self.ledger.rounds)}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        super().load_state_dict(state)
+        spent = np.asarray(state.get("rounds_spent", -1))
+        if spent.shape != () or int(spent) < 0:
+            raise ValueError("strategy state lacks the rounds_spent of a DP run under secure aggregation")
+        led = self.ledger
+        self.ledger = PrivacyLedger(led.noise_multiplier, led.sampling_rate, led.delta, led.method)
+        self.ledger.spend(int(spent))

@@ -179,8 +179,8 @@ class SecAggClient:
         neighbours = set(p.neighbours(self.name))
         if not set(received) <= neighbours & set(self.keys):
             raise ValueError(f"shares from clients that are not neighbours: {sorted(set(received) - neighbours)}")
-        if levels.shape != (p.length,) or levels.dtype != np.uint32 or int(levels.max(initial=0)) > q.steps:
-            raise ValueError(f"levels must be {p.length} uint32 values in 0..{q.steps}")
+        if levels.shape != (p.length,) or levels.dtype != np.uint32 or int(levels.max(initial=0)) > q.max_level:
+            raise ValueError(f"levels must be {p.length} uint32 values in 0..{q.max_level}")
         self.held = {j: self._open(j, sealed) for j, sealed in sorted(received.items())}
         total = levels.astype(np.uint64) + prg(self.self_seed, p.length, q.bits)
         for j in self.held:
