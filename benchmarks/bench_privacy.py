@@ -40,7 +40,8 @@ from commlab.privacy.secagg_server import run_in_process
 from commlab.report.runs import try_load_run
 
 CLIENTS, PER_ROUND = 100, 10
-COLUMNS = {"codec": "uplink codec", "noise": "noise multiplier z", "status": "status",
+COLUMNS = {"codec": "uplink codec", "noise": "noise multiplier z", "rounds": "rounds",
+           "samples": "samples per client and round", "status": "status",
            "test_accuracy": "final test accuracy (%)", "delta_pp": "vs no privacy (pp)",
            "epsilon": "epsilon", "up_MB_per_round": "bytes up per round (MB)",
            "secagg_bits": "secure aggregation: bits/coordinate", "wall_s": "wall time (s)"}
@@ -102,7 +103,8 @@ def run_all(s: BenchRun, a: argparse.Namespace, stamp: str) -> pd.DataFrame:
             run_id = f"bench-privacy-{stamp}-{codec}-{'plain' if noise is None else f'z{noise:g}'}"
             started = time.monotonic()
             status = fl_run(s, codec, noise, a, run_id)
-            row = {"codec": codec, "noise": "none" if noise is None else f"{noise:g}", "status": status,
+            row = {"codec": codec, "noise": "none" if noise is None else f"{noise:g}", "rounds": a.rounds,
+                   "samples": a.samples, "status": status,
                    "run_id": run_id, "secagg_bits": secagg_bits(codec), "wall_s": round(time.monotonic() - started)}
             run = try_load_run(a.results_dir / run_id)
             if run is not None and len(run.tables["rounds"]):

@@ -1,5 +1,6 @@
-"""What secure aggregation costs an FL run: the same int8 run of 4 clients on loopback, plain and
-with --secagg (SecAgg+, docs/privacy.md), same seeds, data and settings.
+"""What secure aggregation and DP cost an FL run: the same int8 run of 4 clients on loopback, plain,
+with --secagg (SecAgg+, docs/privacy.md), with DP-FedAvg's noise added by the controller (--dp-noise),
+and with both (the clients add the noise under SecAgg+), same seeds, data and settings.
 
 Per run: the bytes each client sent per round (its clients-<i>.csv bytes_up: the update frame, or
 SecAgg+'s keys, shares, masked input and unmask reply, with the transport's own traffic), the
@@ -21,11 +22,13 @@ from commlab.bench import BenchParser, BenchRun
 from commlab.report.runs import try_load_run
 
 CLIENTS = 4
-MODES = {"plain": [], "secagg": ["--secagg"]}
+DP = ["--dp-noise", "0.5", "--dp-clip", "1.0", "--dp-delta", "1e-3"]
+MODES = {"plain": [], "secagg": ["--secagg"], "dp": DP, "secagg-dp": ["--secagg", *DP]}  # dp: z 0.5 (notes)
 COLUMNS = {"mode": "aggregation", "status": "status", "rounds": "rounds",
            "client_up_kB": "sent per client and round (kB)", "client_up_x": "x of plain",
            "controller_in_kB": "received by the controller per round (kB)", "controller_in_x": "x of plain",
-           "round_s": "mean round time (s)", "round_x": "x of plain", "test_accuracy": "final test accuracy (%)"}
+           "round_s": "mean round time (s)", "round_x": "x of plain", "test_accuracy": "final test accuracy (%)",
+           "epsilon": "epsilon"}
 
 
 def fl_run(s: BenchRun, mode: str, a: argparse.Namespace, run_id: str) -> str:
@@ -44,7 +47,8 @@ def row_of(mode: str, status: str, a: argparse.Namespace, run_id: str) -> dict:
         rounds, clients = run.tables["rounds"], run.tables["clients"]
         row.update(rounds=len(rounds), client_up_kB=clients["bytes_up"].mean() / 1e3,
                    controller_in_kB=rounds["bytes_up"].mean() / 1e3, round_s=rounds["round_time_s"].mean(),
-                   test_accuracy=100 * float(rounds["test_accuracy"].iloc[-1]))
+                   test_accuracy=100 * float(rounds["test_accuracy"].iloc[-1]),
+                   epsilon=float(rounds["epsilon"].iloc[-1]) if "--dp-noise" in MODES[mode] else None)
     return row
 
 
@@ -70,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         for value, ratio in (("client_up_kB", "client_up_x"), ("controller_in_kB", "controller_in_x"),
                              ("round_s", "round_x")):
             table[ratio] = table[value] / plain[value]
-        s.write(table, COLUMNS, "Secure aggregation (SecAgg+) against plain FedAvg, int8 uplink",
+        s.write(table, COLUMNS, "Secure aggregation (SecAgg+) and DP against plain FedAvg, int8 uplink",
                 notes=[f"MNIST, mnist_cnn, {CLIENTS} clients (iid), one process each on loopback, {a.rounds} rounds, "
                        f"{a.samples} samples per client and round, seed {a.seed}; SecAgg+ with every other client "
-                       "as neighbour, threshold 2, clip 1"])
+                       "as neighbour, threshold 2, clip 1; DP: z 0.5, clip 1, delta 1e-3, all 4 clients each round"])
     return 0 if (table["status"] == "ok").all() else 1
 
 

@@ -65,10 +65,10 @@ test-adaptive: $(STAMP) ## the allocation against brute force, budget, monotonic
 # Accuracy against epsilon: DP-FedAvg at three noise multipliers and without privacy, 100 logical
 # clients, 10 per round (docs/privacy.md).
 .PHONY: bench-privacy
-bench-privacy: $(STAMP) ## DP-FedAvg accuracy vs epsilon, MNIST, 100 clients 10 per round, z 0.5/1/2 and none, fp32 and qsgd8 (PRIVACY_ARGS) -> results/bench/privacy.{csv,md} (QUICK=1)
+bench-privacy: $(STAMP) ## DP-FedAvg accuracy vs epsilon, MNIST, 100 clients 10 per round, z 0.1/0.3/1 and none, fp32 and qsgd8 (PRIVACY_ARGS) -> results/bench/privacy.{csv,md} (QUICK=1)
 	$(PYTHON) benchmarks/bench_privacy.py $(BENCH_QUICK) $(PRIVACY_ARGS)
 
 # What SecAgg+ costs a run: bytes per client and round, round time, plain against --secagg (docs/privacy.md).
 .PHONY: bench-secagg
-bench-secagg: $(STAMP) ## SecAgg+ against plain FedAvg: int8, 4 clients on loopback, bytes up per client and round, round time (SECAGG_ARGS) -> results/bench/secagg.{csv,md} (QUICK=1)
+bench-secagg: $(STAMP) ## SecAgg+, DP-FedAvg and DP under SecAgg+ against plain FedAvg: int8, 4 clients on loopback, bytes up per client and round, round time (SECAGG_ARGS) -> results/bench/secagg.{csv,md} (QUICK=1)
 	$(PYTHON) benchmarks/bench_secagg.py $(BENCH_QUICK) $(SECAGG_ARGS)

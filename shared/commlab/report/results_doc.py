@@ -22,6 +22,8 @@ from commlab.bench.options import table_stem
 
 from .provenance import git_commit, header, machine
 
+# Accuracy against epsilon at settings that take about half an hour on two shared cores.
+PRIVACY_ARGS = ("--codecs", "fp32", "--rounds", "20", "--samples", "200")
 Column = tuple[str, str]  # (heading, format spec for float(value); "" keeps the value as written)
 # The first columns of both probe benchmarks (auth, transport): which link, what was sent, how often.
 PROBE_COLUMNS: dict[str, Column] = {"link": ("link", ""), "size": ("message bytes", ",.0f"),
@@ -96,6 +98,24 @@ BENCHES = {
         args=("--dataset", "fashion_mnist", "--name", "matrix-fashion_mnist", "--seeds", "0", "1", "2",
               "--fl-rounds", "1", "--fl-samples", "1000", "--ddp-train-subset", "3000"),
         summary=accuracy_gaps),
+    "privacy": Bench(
+        "Privacy: DP-FedAvg accuracy against epsilon, MNIST, 100 clients, 10 per round",
+        "benchmarks/bench_privacy.py",
+        {"codec": ("uplink codec", ""), "noise": ("noise multiplier z", ""), "rounds": ("rounds", ""),
+         "samples": ("samples per client and round", ""), "status": ("status", ""),
+         "test_accuracy": ("final test accuracy", ".2%"), "delta_pp": ("vs no privacy (pp)", ".2f"),
+         "epsilon": ("epsilon", ".3g"), "up_MB_per_round": ("bytes up per round (MB)", ".3f"),
+         "secagg_bits": ("SecAgg+ bits/coordinate", ""), "wall_s": ("wall s", ".0f")},
+        args=PRIVACY_ARGS),
+    "secagg": Bench(
+        "Secure aggregation (SecAgg+) and DP under it against plain FedAvg: bytes and round time, int8 uplink",
+        "benchmarks/bench_secagg.py",
+        {"mode": ("aggregation", ""), "status": ("status", ""), "rounds": ("rounds", ""),
+         "client_up_kB": ("sent per client and round (kB)", ".1f"), "client_up_x": ("x of plain", ".3f"),
+         "controller_in_kB": ("received by the controller per round (kB)", ".1f"),
+         "controller_in_x": ("x of plain", ".3f"), "round_s": ("mean round time (s)", ".2f"),
+         "round_x": ("x of plain", ".2f"), "test_accuracy": ("final test accuracy (%)", ".2f"),
+         "epsilon": ("epsilon", ".3g")}),
 }
 
 
