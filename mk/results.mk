@@ -3,5 +3,5 @@
 # settings. Namespaces for the 10 Mbit/s rows need root; as a plain user those rows are skipped.
 RESULTS ?= codecs auth transport chaos
 .PHONY: results
-results: $(STAMP) ## rerun the self-contained benchmarks (RESULTS: codecs auth transport chaos; also crossover and matrix-fashion_mnist, hours) into docs/results/*.md (QUICK=1: minutes)
+results: $(STAMP) ## rerun the self-contained benchmarks (RESULTS: codecs auth transport chaos; also secagg, minutes, privacy, about half an hour, crossover and matrix-fashion_mnist, hours) into docs/results/*.md (QUICK=1: minutes)
 	$(PYTHON) -m commlab.report.results_doc $(if $(QUICK),--quick) $(RESULTS)
