@@ -26,9 +26,11 @@ def test_a_row_averages_the_clients_and_rounds_tables(tmp_path):
                                                    "dataset": "mnist", "link_profile": "lan", "codec": "int8",
                                                    "clients": 2, "rounds": 2}))
     table(run / "rounds.csv", "rounds", round=[1, 2], round_time_s=[2.0, 4.0], bytes_up=[8000, 12000],
-          test_accuracy=[0.5, 0.75], participants="client-0;client-1")
+          test_accuracy=[0.5, 0.75], participants="client-0;client-1", epsilon=[1.5, 2.5])
     for i, sent in enumerate(([1000, 3000], [2000, 2000])):
         table(run / f"clients-{i}.csv", "clients", round=[1, 2], client_id=f"client-{i}", bytes_up=sent)
     row = bench.row_of("secagg", "ok", bench.parse_args(["--results-dir", str(tmp_path)]), "run")
     assert row == {"mode": "secagg", "status": "ok", "rounds": 2, "client_up_kB": 2.0, "controller_in_kB": 10.0,
-                   "round_s": 3.0, "test_accuracy": 75.0}
+                   "round_s": 3.0, "test_accuracy": 75.0, "epsilon": None}
+    # A DP mode reports the epsilon after the last round.
+    assert bench.row_of("secagg-dp", "ok", bench.parse_args(["--results-dir", str(tmp_path)]), "run")["epsilon"] == 2.5
