@@ -70,5 +70,5 @@ bench-privacy: $(STAMP) ## DP-FedAvg accuracy vs epsilon, MNIST, 100 clients 10 
 
 # What SecAgg+ costs a run: bytes per client and round, round time, plain against --secagg (docs/privacy.md).
 .PHONY: bench-secagg
-bench-secagg: $(STAMP) ## SecAgg+, DP-FedAvg and DP under SecAgg+ against plain FedAvg: int8, 4 clients on loopback, bytes up per client and round, round time (SECAGG_ARGS) -> results/bench/secagg.{csv,md} (QUICK=1)
+bench-secagg: $(STAMP) ## SecAgg+, DP-FedAvg and DP under SecAgg+ against plain FedAvg: fp32 and int8, 4 clients on 10 Mbit links (namespaces as root), bytes up per client and round, round time, accuracy (SECAGG_ARGS) -> results/bench/secagg.{csv,md} (QUICK=1)
 	$(PYTHON) benchmarks/bench_secagg.py $(BENCH_QUICK) $(SECAGG_ARGS)

@@ -108,13 +108,14 @@ BENCHES = {
          "secagg_bits": ("SecAgg+ bits/coordinate", ""), "wall_s": ("wall s", ".0f")},
         args=PRIVACY_ARGS),
     "secagg": Bench(
-        "Secure aggregation (SecAgg+) and DP under it against plain FedAvg: bytes and round time, int8 uplink",
+        "Secure aggregation (SecAgg+) and DP against plain FedAvg: bytes, round time and accuracy on the same links",
         "benchmarks/bench_secagg.py",
-        {"mode": ("aggregation", ""), "status": ("status", ""), "rounds": ("rounds", ""),
+        {"codec": ("uplink codec", ""), "mode": ("aggregation", ""), "status": ("status", ""), "rounds": ("rounds", ""),
          "client_up_kB": ("sent per client and round (kB)", ".1f"), "client_up_x": ("x of plain", ".3f"),
+         "wire_up_kB": ("on the wire per client and round (kB)", ".1f"),
          "controller_in_kB": ("received by the controller per round (kB)", ".1f"),
-         "controller_in_x": ("x of plain", ".3f"), "round_s": ("mean round time (s)", ".2f"),
-         "round_x": ("x of plain", ".2f"), "test_accuracy": ("final test accuracy (%)", ".2f"),
+         "round_s": ("mean round time (s)", ".2f"), "round_x": ("x of plain", ".2f"),
+         "test_accuracy": ("final test accuracy (%)", ".2f"), "accuracy_pp": ("vs plain (pp)", ".2f"),
          "epsilon": ("epsilon", ".3g")}),
 }
 
