@@ -65,7 +65,7 @@ test-adaptive: $(STAMP) ## the allocation against brute force, budget, monotonic
 # Accuracy against epsilon: DP-FedAvg at three noise multipliers and without privacy, 100 logical
 # clients, 10 per round (docs/privacy.md).
 .PHONY: bench-privacy
-bench-privacy: $(STAMP) ## DP-FedAvg accuracy vs epsilon, MNIST, 100 clients 10 per round, z 0.1/0.3/1 and none, fp32 and qsgd8 (PRIVACY_ARGS) -> results/bench/privacy.{csv,md} (QUICK=1)
+bench-privacy: $(STAMP) ## DP-FedAvg accuracy vs epsilon, MNIST, 100 clients 10 per round, z 0.03/0.1/0.3 and none, fp32 and qsgd8 (PRIVACY_ARGS) -> results/bench/privacy.{csv,md} (QUICK=1)
 	$(PYTHON) benchmarks/bench_privacy.py $(BENCH_QUICK) $(PRIVACY_ARGS)
 
 # What SecAgg+ costs a run: bytes per client and round, round time, plain against --secagg (docs/privacy.md).
