@@ -110,7 +110,7 @@ BENCHES = {
     "secagg": Bench(
         "Secure aggregation (SecAgg+) and DP against plain FedAvg: bytes, round time and accuracy on the same links",
         "benchmarks/bench_secagg.py",
-        {"codec": ("uplink codec", ""), "mode": ("aggregation", ""), "status": ("status", ""), "rounds": ("rounds", ""),
+        {"codec": ("uplink codec", ""), "mode": ("aggregation", ""), "status": ("status", ""), "rounds": ("rounds", ".0f"),
          "client_up_kB": ("sent per client and round (kB)", ".1f"), "client_up_x": ("x of plain", ".3f"),
          "wire_up_kB": ("on the wire per client and round (kB)", ".1f"),
          "controller_in_kB": ("received by the controller per round (kB)", ".1f"),
