@@ -72,8 +72,8 @@ def measure(s: BenchRun, label: str, prefixes: Prefixes, sides: Sides, sizes: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = BenchParser(__doc__, "auth", {"repeat": 15})
-    p.add_argument("--repeat", type=int, default=41, help="loopback rounds (the shaped link runs two)")
+    p = BenchParser(__doc__, "auth", {"repeat": 21})
+    p.add_argument("--repeat", type=int, default=61, help="loopback rounds (the shaped link runs two)")
     a = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="commlab-keys-") as folder, BenchRun(a, 3) as s:
         keys = write_keys(Path(folder), {"send", "recv"})
