@@ -65,6 +65,18 @@ def quantize(vec: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
     return scales, q
 
 
+def reference_quantize(vec: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """The definition, chunk by chunk, for chunks whose 127 / max|w| is finite in float32:
+    s = max|w| / 127, q = rint(w * (127 / max|w|)) (q = 0 in an all-zero chunk)."""
+    scales, levels = [], []
+    for a in range(0, vec.size, chunk):
+        amax = np.abs(vec[a : a + chunk]).max()
+        factor = np.float32(127) / amax if amax > 0 else np.float32(0)
+        scales.append(amax / np.float32(127))
+        levels.append(np.rint(vec[a : a + chunk] * factor).astype(np.int8))
+    return np.array(scales, np.float32), np.concatenate(levels)
+
+
 def dequantize(scales: np.ndarray, q: np.ndarray, chunk: int) -> np.ndarray:
     """Inverse of quantize: q * s per chunk, float32."""
     out = np.empty(q.size, np.float32)

@@ -68,6 +68,21 @@ def _values(levels: np.ndarray, chunk: int, lo: np.ndarray, scale: np.ndarray) -
             y[i] = y[i] * step + low
 
 
+def reference_levels(vec: np.ndarray, bits: int, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The definition, chunk by chunk, for chunks whose 1 / scale is finite in float32: (min,
+    scale = (max - min) / (2**n - 1) rounded once from float64, levels = min(rint((w - min) * (1 /
+    scale)), 2**n - 1), 0 in a constant chunk)."""
+    top, lows, scales, levels = (1 << bits) - 1, [], [], []
+    for a in range(0, vec.size, chunk):
+        x = vec[a : a + chunk]
+        scale = np.float32((np.float64(x.max()) - np.float64(x.min())) / top)
+        inv = np.float32(1) / scale if scale > 0 else np.float32(0)
+        lows.append(x.min())
+        scales.append(scale)
+        levels.append(np.minimum(np.rint((x - x.min()) * inv), top))
+    return np.array(lows, np.float32), np.array(scales, np.float32), np.concatenate(levels)
+
+
 @register
 class MinMax(Codec):
     name = "minmax"
