@@ -65,19 +65,16 @@ def _below(keys: np.ndarray, high: np.uint32, out: np.ndarray) -> int:
 
 @kernel
 def _keep(vec: np.ndarray, candidates: np.ndarray, kth: np.uint32, ties: int, out: np.ndarray) -> None:
-    """The candidates above ``kth``, and the first ``ties`` equal to it, in order, into ``out`` (k long)."""
+    """The candidates above ``kth``, and the first ``ties`` equal to it, in order, into ``out`` (one
+    longer than their count); branch-free, as _at_least."""
     keys = vec.view(np.uint32)
     count = 0
     for j in range(candidates.size):
         key = keys[candidates[j]] & _MAGNITUDE
-        if key == kth:
-            if ties == 0:
-                continue
-            ties -= 1
-        elif key < kth:
-            continue
+        tie = (key == kth) & (ties > 0)
+        ties -= tie
         out[count] = candidates[j]
-        count += 1
+        count += (key > kth) | tie
 
 
 def select(vec: np.ndarray, ratio: float) -> np.ndarray:
@@ -95,13 +92,13 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
     expect = sample.size * (n - k) / n
     margin = _MARGIN_SIGMAS * math.sqrt(sample.size * (k / n) * (1 - k / n)) + 1
     low, high = int(expect - margin), int(expect + margin)
-    candidates, sure_above = np.arange(n, dtype=np.int64), None
+    candidates, sure_above = None, None
     if 0 < low and high < sample.size:
         sample = np.partition(sample, (low, high))
         found, keys = scratch.buffer("topk.candidates", n, np.int64), scratch.buffer("topk.keys", n, np.uint32)
         count = _at_least(vec, sample[low], found, keys)
         candidates, chosen, sure_above = found[:count], keys[:count], sample[high]
-    if candidates.size < k:  # the sample misled the low mark: every value is a candidate
+    if candidates is None or candidates.size < k:  # no sample, or it misled the low mark: every value is a candidate
         candidates, sure_above = np.arange(n, dtype=np.int64), None
     if sure_above is None:
         chosen = magnitudes(vec)
@@ -115,9 +112,9 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
     if need <= 0:
         band, need = chosen, k
     kth = np.partition(band, band.size - need)[band.size - need]
-    out = np.empty(k, np.int64)
+    out = np.empty(k + 1, np.int64)
     _keep(vec, candidates, kth, k - np.count_nonzero(chosen > kth), out)
-    return out
+    return out[:k]
 
 
 def reference_select(vec: np.ndarray, ratio: float) -> np.ndarray:
