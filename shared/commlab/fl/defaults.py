@@ -1,5 +1,6 @@
 """The FL launcher's training defaults, per dataset, in one place: what `python -m commlab.fl.run`
-(and the Flower peer, which runs the same experiment) uses for a flag not given on its command line.
+uses for a flag not given on its command line. The Flower peer (commlab.peers.flower_run) takes the
+clients' ones from here too; its server is Flower's FedAvg, without server_lr and server_momentum.
 
 A dataset without an entry in BY_DATASET trains with the config's own defaults (BASE: 1 local epoch
 of batch 64 at lr 0.05, SGD momentum 0.9, 6000 samples per client and round, plain FedAvg). An
@@ -22,9 +23,10 @@ BASE: dict[str, Any] = {"epochs": _TRAINING.local_epochs, "batch_size": _TRAININ
                         "server_momentum": _STRATEGY.server_momentum}
 
 BY_DATASET: dict[str, dict[str, Any]] = {
-    # Fashion-MNIST, 2 clients, Dirichlet(0.5): with BASE, accuracy still climbs and wavers at round 10
-    # (non-IID client drift); server momentum carries the progress of earlier rounds and the decaying lr
-    # settles the last ones. Round 1 is BASE's (the momentum starts at zero, the lr undecayed).
+    # Fashion-MNIST, 2 clients, Dirichlet(0.5): with BASE the accuracy wavers from round to round near
+    # the end (non-IID client drift); FedAvgM carries the earlier rounds' progress and the decaying lr
+    # shrinks the late rounds' steps. Round 1 is BASE's (the momentum starts at zero, the lr undecayed),
+    # so one-round runs such as the compressor matrix train the same with or without this entry.
     "fashion_mnist": {"server_momentum": 0.5, "lr_decay": 0.9},
 }
 
