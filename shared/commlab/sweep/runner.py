@@ -30,6 +30,7 @@ from commlab.runs.claims import ClaimError, Claims
 from commlab.output.run_folder import write_json_atomic
 from commlab.output.progress import Progress, echo
 
+from .cell_progress import cell_line
 from .spec import USES_DDS, Cell, Sweep, differing, label
 from .watch import Ended, watcher
 
@@ -110,6 +111,7 @@ class Runner:
         self.counts = {"ok": 0, "failed": 0}
         self.varying = differing([c.config for c in sweep.cells])  # what the progress lines name a cell by
         self.most_at_once = 0  # the most cells that ran at the same time
+        self.running: list[Cell] = []  # in the order they started: the lines under the sweep's bar
 
     def _start(self, cell: Cell, claims: Claims) -> None:
         domain = claims.take("domain") if cell.launcher in USES_DDS else None
@@ -164,10 +166,9 @@ class Runner:
         progress = Progress(total, "cell")
         progress.start = progress.done = total - len(todo)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        running = 0
         try:
-            while (todo or running) and not (self.interrupted.is_set() and not running):
-                while todo and not self.interrupted.is_set() and self._fits(todo[0], running):
+            while (todo or self.running) and not (self.interrupted.is_set() and not self.running):
+                while todo and not self.interrupted.is_set() and self._fits(todo[0], len(self.running)):
                     claims = Claims()
                     try:
                         self._start(todo[0], claims)
@@ -175,24 +176,24 @@ class Runner:
                         claims.release()
                         break  # every domain is held: wait for a cell of ours (or another run) to end
                     echo(f"[sweep] started {todo[0].run_id}: {label(todo[0].config, self.varying)}, seed {todo[0].seed}")
-                    todo.pop(0)
-                    running += 1
-                    self.most_at_once = max(self.most_at_once, running)
-                if self._note(running) != progress.note:
-                    progress.update(progress.done, self._note(running))
+                    self.running.append(todo.pop(0))
+                    self.most_at_once = max(self.most_at_once, len(self.running))
+                note, details = self._note(), self.cell_lines()
+                if note != progress.note or details != progress.details:
+                    progress.update(progress.done, note, details)
                 progress.refresh()
                 try:
                     cell, outcome, claims, ended = self.finished.get(timeout=POLL_S)
                 except queue.Empty:
                     continue
                 claims.release()
-                running -= 1
+                self.running.remove(cell)
                 status = self._record(cell, outcome, ended)
                 if status is not None:
                     self.counts[status] += 1
                     echo(f"[sweep] {status} {cell.run_id} in {outcome.wall_s:.0f}s"
                          + ("" if status == "ok" else f": {read_outcome(self.paths, cell)['reason']}"))
-                    progress.update(progress.done + 1, self._note(running))
+                    progress.update(progress.done + 1, self._note(), self.cell_lines())
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -202,8 +203,12 @@ class Runner:
                  f"the same command resumes from there")
         return self.counts
 
-    def _note(self, running: int) -> str:
-        return f"ok {self.counts['ok']}, running {running}, failed {self.counts['failed']}"
+    def cell_lines(self) -> list[str]:
+        """Each running cell's own progress (commlab.sweep.cell_progress), under the sweep's bar."""
+        return [cell_line(c, label(c.config, self.varying), self.paths.runs / c.run_id) for c in self.running]
+
+    def _note(self) -> str:
+        return f"ok {self.counts['ok']}, running {len(self.running)}, failed {self.counts['failed']}"
 
     def _on_signal(self, signum: int, frame: object) -> None:
         echo(f"[sweep] {signal.Signals(signum).name}: ending the running cells (they rerun on resume)")
