@@ -107,7 +107,7 @@ def tabulate(results: list[CellResult], a: argparse.Namespace) -> tuple[pd.DataF
         setting, kind = replace(SETTINGS[name], samples=a.samples or SETTINGS[name].samples), "attacked" if attacked else "clean"
         row = {"setting": setting.label(), "rule": rule, "status": result.status, "run_id": result.cell.run_id,
                "attack": f"1 of {setting.clients}, sign flip x{setting.scale:g}" if attacked else "none",
-               "wall_s": result.record.get("wall_s")}
+               "wall_s": None if result.record.get("wall_s") is None else round(result.record["wall_s"])}
         acc = rounds(result.run_dir)["test_accuracy"]
         if len(acc):
             row.update(test_accuracy=float(acc.iloc[-1]), min_accuracy=float(acc.min()))
