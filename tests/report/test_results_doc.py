@@ -1,14 +1,18 @@
 """Generated result tables carry the header that says where their numbers come from: every file
-under docs/results/ has it, and the writer produces it for a small table."""
+under docs/results/ has it, and the writer produces it for a small table; a sweep benchmark's
+table comes from its sweep file's cells."""
 from __future__ import annotations
 
 import csv
 import re
+import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
+from commlab.bench.options import table_stem
+from commlab.report import results_doc
 from commlab.report.provenance import HEADER_FIELDS, header, machine
 from commlab.report.results_doc import accuracy_gaps, document, matrix_gaps
 
@@ -72,3 +76,26 @@ def test_matrix_gaps_name_the_best_and_worst_compressor_and_the_gap_within_each_
     assert matrix_gaps(table_csv) == [fl, ddp]
     text = document("Matrix", ["- command: `x`"], rows[:1], {"compressor": ("compressor", "")}, [fl, ddp])
     assert text.endswith(f"| fp32 |\n\n{fl}\n{ddp}\n")
+
+
+def test_the_published_matrix_runs_its_sweep_file_then_builds_its_table_from_those_cells(tmp_path, monkeypatch):
+    ran: list[list[str]] = []
+
+    def fake_run(argv, cwd):
+        ran.append(argv[1:])
+        stem = table_stem(cwd / "results", "matrix-fashion_mnist", True)
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        stem.with_suffix(".csv").write_text("mode,compressor,test_accuracy\nfl,fp32,0.7\n")
+        return subprocess.CompletedProcess(argv, 0)
+    monkeypatch.setattr(results_doc.subprocess, "run", fake_run)
+    monkeypatch.setattr(results_doc, "git_commit", lambda root: "0123456")
+    bench = results_doc.BENCHES["matrix-fashion_mnist"]
+    monkeypatch.setattr(results_doc, "BENCHES", {"matrix-fashion_mnist": results_doc.Bench(
+        bench.title, bench.script, {"mode": ("mode", ""), "test_accuracy": ("test accuracy", ".2f")}, bench.args,
+        sweep=True)})
+    out = results_doc.run("matrix-fashion_mnist", True, tmp_path / "docs", tmp_path)
+    assert ran == [["-m", "commlab.sweep", "experiments/sweeps/matrix-fashion_mnist-quick.json"],
+                   ["benchmarks/bench_matrix.py", *bench.args, "--quick", "--resume"]]
+    text = out.read_text()
+    assert "`python -m commlab.sweep experiments/sweeps/matrix-fashion_mnist-quick.json` then `python " in text
+    assert "| fl | 0.70 |" in text

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from commlab.bench.options import table_stem
+from commlab.bench.options import QUICK_SUFFIX, table_stem
 
 from .provenance import git_commit, header, machine
 
+SWEEPS = Path("experiments/sweeps")  # relative to the checkout
 Column = tuple[str, str]  # (heading, format spec for float(value); "" keeps the value as written)
 # The first columns of both probe benchmarks (auth, transport): which link, what was sent, how often.
 PROBE_COLUMNS: dict[str, Column] = {"link": ("link", ""), "size": ("message bytes", ",.0f"),
@@ -70,6 +71,12 @@ class Bench:
     columns: dict[str, Column]
     args: tuple[str, ...] = ()  # the published settings (--quick is added after them)
     summary: Callable[[Path], list[str]] | None = None  # lines under the table, from its CSV (and those beside it)
+    # Its runs are a sweep file's cells (experiments/sweeps/<name>[-quick].json, the benchmark's own
+    # with these args): the sweep runs them, then the benchmark builds its table from them (--resume).
+    sweep: bool = False
+
+    def sweep_file(self, name: str, quick: bool) -> Path:
+        return SWEEPS / f"{name}{QUICK_SUFFIX if quick else ''}.json"
 
 
 BENCHES = {
@@ -116,7 +123,7 @@ BENCHES = {
          "delta_max_pp": ("delta max (pp)", ".2f"), "comm_time_s": ("comm time (s)", ".3f")},
         args=("--dataset", "fashion_mnist", "--name", "matrix-fashion_mnist", "--seeds", "0", "1", "2",
               "--fl-rounds", "1", "--fl-samples", "1000", "--ddp-train-subset", "3000"),
-        summary=matrix_gaps),
+        summary=matrix_gaps, sweep=True),
 }
 
 
@@ -144,16 +151,22 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def run(name: str, quick: bool, out_dir: Path, root: Path) -> Path:
-    """Run benchmark ``name`` in ``root`` (its output goes to the terminal) and write its table from
-    the rows it saved (results/bench/<name>[-quick].csv: commlab.bench)."""
+    """Run benchmark ``name`` in ``root`` (its output goes to the terminal; a sweep benchmark's
+    cells through its sweep file first) and write its table from the rows it saved
+    (results/bench/<name>[-quick].csv: commlab.bench)."""
     bench = BENCHES[name]
     args = [bench.script, *bench.args, *(["--quick"] if quick else [])]
-    command = f"`{shlex.join(['python', *args])}` (run by `make results{' QUICK=1' if quick else ''}`)"
+    steps = [args]
+    if bench.sweep:
+        steps = [["-m", "commlab.sweep", str(bench.sweep_file(name, quick))], [*args, "--resume"]]
+    command = " then ".join(f"`{shlex.join(['python', *step])}`" for step in steps)
+    command += f" (run by `make results{' QUICK=1' if quick else ''}`)"
     commit, date, start = git_commit(root), datetime.now(timezone.utc), time.monotonic()
-    done = subprocess.run([sys.executable, *args], cwd=root)
+    for step in steps:
+        done = subprocess.run([sys.executable, *step], cwd=root)
+        if done.returncode != 0:
+            raise SystemExit(f"{name}: `{shlex.join(step)}` exited {done.returncode}; {out_dir} left as it was")
     wall_s = time.monotonic() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{name}: `{shlex.join(args)}` exited {done.returncode}; {out_dir} left as it was")
     out = out_dir / f"{name}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     head = header(command, commit, date, machine(), wall_s)
