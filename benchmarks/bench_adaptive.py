@@ -2,9 +2,12 @@
 equally, on heterogeneous clients: 4 clients on the hetero4 profile (2/5/10/20 Mbit/s uplinks) in
 network namespaces (root), compute speed 1/1/0.5/0.25, a shared uplink B; same seeds everywhere.
 
-Each row is one real FL run through the launcher; runs are interleaved (seed 0: every policy, then
-seed 1, ...) so that the load of this shared 2-core machine hits every policy alike. Each run ends
-once a round reaches the target accuracy (--stop-accuracy) or its round times sum to --time-limit.
+Each row is one real FL run through the launcher, a cell of the sweep this writes beside the tables
+(adaptive-sweep.json; the default settings' is experiments/sweeps/adaptive.json) and runs into
+results/sweeps/adaptive, one cell at a time (--resume keeps the cells a stopped run finished).
+Runs are interleaved (seed 0: every policy, then seed 1, ...) so that the load of this shared
+2-core machine hits every policy alike. Each run ends once a round reaches the target accuracy
+(--stop-accuracy) or its round times sum to --time-limit.
 
 Time is the sum of rounds.csv `round_time_s` (TrainCmd -> ModelBlob broadcast): every policy is a
 synchronous FedAvg, so evaluation and checkpoints, the same for all, are left out. Prints and writes
@@ -32,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 import numpy as np
 import pandas as pd
@@ -44,6 +46,7 @@ from commlab.fl.adaptive.bits import variance_factor
 from commlab.fl.adaptive.section import PROBE_ROUNDS
 from commlab.report.markdown import table as markdown_table
 from commlab.report.runs import Run, try_load_run
+from commlab.sweep.benchmark import add_sweep_options, run_sweep, write_spec
 
 CLIENTS = 4
 # joint with beta 0 and at least 2 bits: beta as fitted by this bench over 2-8 bits (docs/adaptive.md);
@@ -60,38 +63,40 @@ POLICY_COLUMNS = {"policy": "policy", "reached": "seeds reaching target", "min_s
                   "max_idle_s": "most waiting client idle / round (s)", "up_MB_per_round": "up per round, all rounds (MB)"}
 
 
-def policy_flags(policy: str, family: str = "qsgdz") -> list[str]:
+def policy_flags(policy: str, family: str = "qsgdz") -> dict:
     """"joint", "joint:<beta>", "joint:<beta>:<min bits>", "joint:<codec>", "equal:<bits>" or
-    "equal:<codec>" -> launcher flags; qsgd bits are `family`'s frames (qsgdz: entropy-coded)."""
+    "equal:<codec>" -> launcher flags (a sweep cell's); qsgd bits are `family`'s frames (qsgdz: entropy-coded)."""
     name, _, arg = policy.partition(":")
     if name == "joint":
         beta, _, min_bits = arg.partition(":")
         try:
-            return (["--codec", f"{family}15", "--adaptive", "joint"] + (["--beta", str(float(beta))] if beta else [])
-                    + (["--min-bits", str(int(min_bits))] if min_bits else []))
+            return ({"codec": f"{family}15", "adaptive": "joint"} | ({"beta": float(beta)} if beta else {})
+                    | ({"min-bits": int(min_bits)} if min_bits else {}))
         except ValueError:
             pass
     if name == "equal" and arg.isdigit():
-        return ["--codec", f"{family}15", "--adaptive", "equal", "--fixed-bits", arg]
+        return {"codec": f"{family}15", "adaptive": "equal", "fixed-bits": int(arg)}
     if name in ("equal", "joint") and arg:
         try:
             get_codec(arg)
-            return ["--codec", arg, "--adaptive", name, "--fixed-bits", "codec"]
+            return {"codec": arg, "adaptive": name, "fixed-bits": "codec"}
         except CodecError:
             pass
     raise SystemExit(f"unknown policy {policy!r}: joint, joint:<beta>[:<min bits>], joint:<codec>, "
                      "equal:<bits> or equal:<codec>")
 
 
-def fl_run(s: BenchRun, policy: str, seed: int, a: argparse.Namespace, run_id: str) -> str:
-    cmd = [sys.executable, "-m", "commlab.fl.run", *policy_flags(policy, a.qsgd),
-           "--clients", str(CLIENTS), "--rounds", str(a.max_rounds), "--samples-per-round", str(a.samples),
-           "--profile", a.profile, "--backend", "local", "--total-uplink-mbit", str(a.uplink_mbit),
-           "--probe-bits", str(a.probe_bits), "--speed-factors", a.speed_factors, "--seed", str(seed),
-           "--train-subset", str(a.train_subset), "--test-subset", str(a.test_subset),
-           "--stop-accuracy", str(a.target), "--round-time-budget", str(a.time_limit),
-           "--domain-id", str(a.domain_id), "--results-dir", str(a.results_dir), "--run-id", run_id]
-    return s.run(cmd, run_id).status
+def sweep_spec(a: argparse.Namespace) -> dict:
+    """One cell per policy, seeds interleaved (seed 0 of every policy, then seed 1, ...) so that the
+    load of this shared machine hits every policy alike, one at a time (they measure time); each
+    run ends at the target accuracy or once its round times sum to the time limit."""
+    fixed = {"clients": CLIENTS, "samples-per-round": a.samples, "profile": a.profile,
+             "total-uplink-mbit": a.uplink_mbit, "probe-bits": a.probe_bits, "speed-factors": a.speed_factors,
+             "train-subset": a.train_subset, "test-subset": a.test_subset}
+    return {"name": a.tables.name, "launcher": "fl", "fixed": fixed,
+            "cells": [policy_flags(policy, a.qsgd) for policy in a.policies], "seeds": a.seeds,
+            "stop": {"rounds": a.max_rounds, "accuracy": a.target, "time_s": a.time_limit},
+            "interleave_seeds": True, "jobs": 1}
 
 
 def idle_times(rounds: pd.DataFrame, clients: pd.DataFrame) -> tuple[float, float]:
@@ -203,30 +208,23 @@ def main(argv: list[str] | None = None) -> int:
                    "once its round times sum to this (s)")
     p.add_argument("--train-subset", type=int, default=20000)
     p.add_argument("--test-subset", type=int, default=2000)
-    p.add_argument("--domain-id", type=int, default=94, help="DDS domain of every run (one run at a time)")
     p.add_argument("--qsgd", choices=("qsgd", "qsgdz"), default="qsgdz",
                    help="frames of the qsgd bits (joint, equal:<bits>): qsgdz entropy-coded, qsgd fixed-width")
+    add_sweep_options(p)
     a = p.parse_args(argv)
-    for policy in a.policies:
-        policy_flags(policy, a.qsgd)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    spec = sweep_spec(a)
+    if a.write_sweep:
+        write_spec(spec, a.write_sweep)
+        return 0
     runs = []
-    plan = [(seed, policy) for seed in a.seeds for policy in a.policies]
-    with BenchRun(a, len(plan)) as s:
-        for seed, policy in plan:
-            run_id = f"bench-adaptive-{stamp}-s{seed}-{policy.replace(':', '')}"
-            status = fl_run(s, policy, seed, a, run_id)
-            if status != "ok" and try_load_run(a.results_dir / run_id) is None:
-                # Failed before its first round (seen once: a barrier timeout on the busy shared host)
-                s.progress.log(f"{run_id}: {status} before its first round; running it once more")
-                run_id += "-again"
-                status = fl_run(s, policy, seed, a, run_id)
-            run = {"policy": policy, "seed": seed, "status": status, "run_id": run_id}
-            done = try_load_run(a.results_dir / run_id)
+    with BenchRun(a, len(spec["cells"]) * len(a.seeds), unit="cell") as s:
+        for result in run_sweep(spec, a, s):
+            run = {"policy": a.policies[result.entry], "seed": result.seed, "status": result.status,
+                   "run_id": result.cell.run_id}
+            done = try_load_run(result.run_dir)
             if done is not None:
                 run.update(summarize(done, a.target, a.budget))
             runs.append(run)
-            s.step(f"seed {seed} {policy} {run['status']}, time to target {run.get('time_s')}")
         per_run, per_policy = pd.DataFrame(runs), summarize_policies(runs)
         per_run.to_csv(s.path("-runs.csv"), index=False)
         settings = (f"{CLIENTS} clients, profile {a.profile}, shared uplink B = {a.uplink_mbit:g} Mbit/s, speed "
@@ -239,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         s.write(per_policy, POLICY_COLUMNS, "Adaptive bits and bandwidth against fixed settings", notes=[settings],
                 after=[*verdict(per_policy), fit_beta(runs), "Per run:",
                        markdown_table(per_run.reindex(columns=list(RUN_COLUMNS)), RUN_COLUMNS)])
-        s.path(".json").write_text(json.dumps({"settings": settings, "stamp": stamp, "argv": a.argv, "runs": runs},
-                                              indent=2, default=str))
+        s.path(".json").write_text(json.dumps({"settings": settings, "sweep": str(s.path("-sweep.json")),
+                                               "argv": a.argv, "runs": runs}, indent=2, default=str))
     return 0 if all(r["status"] == "ok" for r in runs) else 1
 
 

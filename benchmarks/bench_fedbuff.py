@@ -2,8 +2,12 @@
 until the test accuracy first reaches the target, 20 clients on the `hetero` links in network
 namespaces (root), same seeds, data, samples and learning rate for both strategies.
 
-Each row is one real FL run through the launcher; the runs are interleaved (seed 0 fedavg, seed 0
-fedbuff, seed 1 fedavg, ...) so that the load of this shared 2-core machine hits both alike.
+Each row is one real FL run through the launcher, a cell of the sweep this writes beside the tables
+(fedbuff-sweep.json; the default settings' is experiments/sweeps/fedbuff.json) and runs into
+results/sweeps/fedbuff, one cell at a time (--resume keeps the cells a stopped run finished,
+--retry-failed runs the failed ones again, --tables-only rebuilds the tables). The runs are
+interleaved (seed 0 fedavg, seed 0 fedbuff, seed 1 fedavg, ...) so that the load of this shared
+2-core machine hits both alike.
 Prints and writes results/bench/fedbuff.{csv,md,json}: per run the wall time to the target, the
 round (FedAvg) or server version (FedBuff) that reached it, final accuracy, aggregations, updates
 and rejected updates, bytes up; per strategy min/median/max over seeds of the time to target, how
@@ -39,11 +43,10 @@ Settings and why:
   quarter-speed ones 2-3, and up to 11 for the first update (started while all 21 processes were
   still warming up); the default 10 would have thrown some of those away. 20 only stops runaway
   staleness; s(tau) = 1/sqrt(1 + tau) already shrinks stale updates.
-- Each run ends as soon as a row reaches the target (SIGTERM to the launcher; --full runs every
-  round), with a cap of --rounds FedAvg rounds / --aggregations FedBuff versions; a run that fails
-  before its first round (a barrier timeout when the shared host is busy) is run once more.
-- --train-subset 15000 keeps each of the 21 processes near 0.4 GB; a run is also ended if the host's
-  available memory drops below --min-free-mb (the machine is shared).
+- Each run ends as soon as a row reaches the target (the launcher's --stop-accuracy; --full runs
+  every round), with a cap of --rounds FedAvg rounds / --aggregations FedBuff versions.
+- --train-subset 15000 keeps each of the 21 processes near 0.4 GB; a run is also ended, and its cell
+  failed, if the host's available memory drops below --min-free-mb (the machine is shared).
 
     python benchmarks/bench_fedbuff.py                       # 3 seeds x {fedavg, fedbuff}, 20 clients
     python benchmarks/bench_fedbuff.py --seeds 0 --rounds 10 --buffer-size 5
@@ -56,7 +59,6 @@ import json
 import math
 import os
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -65,6 +67,7 @@ from commlab.bench import BenchParser, BenchRun
 from commlab.bench.accuracy import median, seconds_or_inf, spread, time_to_target, wall_times
 from commlab.report.markdown import table as markdown_table
 from commlab.report.runs import try_load_run
+from commlab.sweep.benchmark import CellResult, add_sweep_options, run_sweep, write_spec
 
 STRATEGIES = ("fedavg", "fedbuff")
 RUN_COLUMNS = {"seed": "seed", "strategy": "strategy", "status": "status",
@@ -72,52 +75,35 @@ RUN_COLUMNS = {"seed": "seed", "strategy": "strategy", "status": "status",
                "time_to_target_excl_eval_s": "excl. evaluation (s)", "final_accuracy": "final accuracy (%)",
                "aggregations": "aggregations", "updates": "updates", "rejected": "rejected",
                "median_gap": "versions between a client's updates, median", "max_gap": "max",
-               "up_MB": "bytes up (MB)", "up_MB_to_target": "up to target (MB)", "wall_s": "run wall (s)",
-               "replaced": "in place of"}
+               "up_MB": "bytes up (MB)", "up_MB_to_target": "up to target (MB)", "wall_s": "run wall (s)"}
 SUMMARY_COLUMNS = {"strategy": "strategy", "reached": "seeds reaching target", "min_s": "min (s)",
                    "median_s": "median (s)", "max_s": "max (s)", "ratio": "median / fedavg median",
                    "median_excl_eval_s": "median excl. evaluation (s)", "median_final_accuracy": "median final accuracy (%)",
                    "median_aggregations": "median aggregations", "median_up_MB": "median bytes up (MB)"}
 
 
-def strategy_flags(strategy: str, a: argparse.Namespace) -> list[str]:
+def strategy_flags(strategy: str, a: argparse.Namespace) -> dict:
+    """Launcher flags (a sweep cell's) of a strategy: its rounds (FedAvg) or versions (FedBuff)."""
     if strategy == "fedavg":
-        return ["--strategy", "fedavg", "--rounds", str(a.rounds)]
+        return {"strategy": "fedavg", "rounds": a.rounds}
     if strategy == "fedbuff":
-        return ["--strategy", "fedbuff", "--rounds", str(a.aggregations), "--buffer-size", str(a.buffer_size),
-                "--max-staleness", str(a.max_staleness)]
+        return {"strategy": "fedbuff", "rounds": a.aggregations, "buffer-size": a.buffer_size,
+                "max-staleness": a.max_staleness}
     raise SystemExit(f"unknown strategy {strategy!r}: {', '.join(STRATEGIES)}")
 
 
-def mem_available_mb() -> float:
-    """MemAvailable of this host (inf where /proc/meminfo is missing)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return math.inf
-
-
-def fl_run(s: BenchRun, strategy: str, seed: int, domain: int, a: argparse.Namespace, run_id: str) -> str:
-    """One FL run through the launcher; with a.stop_at_target it is ended (SIGTERM: the launcher
-    ends its nodes and namespaces) once a row reached the target, which is all this bench measures."""
-    cmd = [sys.executable, "-m", "commlab.fl.run", "--codec", a.codec, *strategy_flags(strategy, a),
-           "--clients", str(a.clients), "--samples-per-round", str(a.samples), "--batch-size", str(a.batch_size),
-           "--lr", str(a.lr), "--profile", a.profile, "--backend", "local", "--speed-factors", a.speed_factors,
-           "--seed", str(seed), "--test-subset", str(a.test_subset), "--domain-id", str(domain),
-           *(["--train-subset", str(a.train_subset)] if a.train_subset else []),
-           "--results-dir", str(a.results_dir), "--run-id", run_id]
-
-    def stop() -> str | None:
-        run = try_load_run(a.results_dir / run_id, growing=True)  # its nodes may be appending rows
-        if a.stop_at_target and run is not None and (run.tables["rounds"]["test_accuracy"] >= a.target).any():
-            return "ok (stopped at target)"
-        if mem_available_mb() < a.min_free_mb:  # 21 processes on a shared host
-            return f"stopped: host memory below {a.min_free_mb:g} MB"
-        return None
-    return s.run(cmd, run_id, stop=stop).status
+def sweep_spec(a: argparse.Namespace) -> dict:
+    """One cell per strategy, seeds interleaved (seed 0 fedavg, seed 0 fedbuff, seed 1 ...) so that
+    the load of this shared machine hits both alike, one at a time (they measure time). A run ends
+    once a round reaches the target (the launcher's --stop-accuracy; --full: every round), or when
+    the host's available memory drops below --min-free-mb (the cell fails: rerun with --retry-failed)."""
+    fixed = {"codec": a.codec, "clients": a.clients, "samples-per-round": a.samples, "batch-size": a.batch_size,
+             "lr": a.lr, "profile": a.profile, "speed-factors": a.speed_factors, "test-subset": a.test_subset,
+             **({"train-subset": a.train_subset} if a.train_subset else {})}
+    stop = {"free_memory_below_mb": a.min_free_mb, **({"accuracy": a.target} if a.stop_at_target else {})}
+    return {"name": a.tables.name, "launcher": "fl", "fixed": fixed,
+            "cells": [strategy_flags(strategy, a) for strategy in a.strategies], "seeds": a.seeds, "stop": stop,
+            "interleave_seeds": True, "jobs": 1}
 
 
 def version_gaps(clients: pd.DataFrame) -> list[int]:
@@ -196,15 +182,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target", type=float, default=0.97, help="test accuracy to reach")
     p.add_argument("--train-subset", type=int, default=15000, help="0: the whole training set")
     p.add_argument("--test-subset", type=int, default=2000)
-    p.add_argument("--domain-id", type=int, default=140, help="DDS domain of the first run; run k uses this + k")
     p.add_argument("--full", dest="stop_at_target", action="store_false",
                    help="run every round / version (default: end a run once it reached the target)")
     p.add_argument("--min-free-mb", type=float, default=400.0,
                    help="end a run when the host's available memory drops below this (the machine is shared)")
-    p.add_argument("--rebuild", action="store_true", help="no runs: rebuild the tables from the run folders named "
-                   "in results/bench/<name>.json (with that benchmark's flags)")
-    p.add_argument("--rerun-failed", action="store_true", help="run again the runs of results/bench/<name>.json "
-                   "whose status is not ok (with that benchmark's flags), then rebuild the tables")
+    add_sweep_options(p)
     a = p.parse_args(argv)
     if a.aggregations is None:
         a.aggregations = max(1, round(a.rounds * a.clients / a.buffer_size))
@@ -213,17 +195,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
-def run_row(row: dict, a: argparse.Namespace) -> dict:
-    """`row` (seed, strategy, run_id, status) plus what its run folder measured."""
-    run = try_load_run(a.results_dir / row["run_id"], growing=True)  # the run as far as it got
+def run_row(result: CellResult, a: argparse.Namespace) -> dict:
+    """A cell's row: its seed, strategy, run id and status, and what its run folder measured."""
+    row = {"seed": result.seed, "strategy": a.strategies[result.entry], "run_id": result.cell.run_id,
+           "status": result.status}
+    run = try_load_run(result.run_dir)
     if run is not None:
         clients = run.tables["clients"]
         row = {**row, **summarize_run(run.tables["rounds"], a.target, clients if len(clients) else None)}
     return row
 
 
-def write_outputs(s: BenchRun, rows: list[dict], a: argparse.Namespace, stamp: str, argv: list[str],
-                  bench_s: float) -> None:
+def write_outputs(s: BenchRun, rows: list[dict], a: argparse.Namespace) -> None:
+    bench_s = s.wall_s
     runs = pd.DataFrame(rows)
     summary = summarize_strategies(rows)
     budget = "each run ended once it reached the target" if a.stop_at_target else "every run to its end"
@@ -246,67 +230,25 @@ def write_outputs(s: BenchRun, rows: list[dict], a: argparse.Namespace, stamp: s
             after=["Test accuracy (%) against wall time since the start of training (s), per row:",
                    markdown_table(curves, {"seed": "seed", "strategy": "strategy", "curve": "wall s: accuracy %"})])
     s.path(".json").write_text(json.dumps(
-        {"settings": settings, "stamp": stamp, "argv": argv, "bench_wall_s": round(bench_s, 1),
+        {"settings": settings, "sweep": str(s.path("-sweep.json")), "argv": a.argv, "bench_wall_s": round(bench_s, 1),
          "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
          "summary": summary.replace({math.inf: None}).to_dict(orient="records"), "runs": rows},
         indent=2, default=str))
 
 
-def run_once_more(s: BenchRun, seed: int, strategy: str, domain: int, a: argparse.Namespace, run_id: str) -> dict:
-    """One run and its row; a run that failed before its first round (a barrier timeout on a
-    busy host) is run once more, on domain + 10 (its row names the failed one in `retried`)."""
-    row = run_row({"seed": seed, "strategy": strategy, "run_id": run_id,
-                   "status": fl_run(s, strategy, seed, domain, a, run_id)}, a)
-    if "aggregations" in row:
-        return row
-    return run_row({"seed": seed, "strategy": strategy, "run_id": f"{run_id}-retry",
-                    "retried": f"{run_id} {row['status']}",
-                    "status": fl_run(s, strategy, seed, domain + 10, a, f"{run_id}-retry")}, a)
-
-
-def rebuild(a: argparse.Namespace) -> int:
-    """--rebuild: the tables again from the run folders in results/bench/<name>.json, with that
-    benchmark's flags. --rerun-failed: first run again, with those flags, every run whose status is
-    not ok (e.g. ended by the memory guard), in place of it (its row says which run it replaced)."""
-    now = a
-    saved = json.loads(now.tables.with_name(now.tables.name + ".json").read_text())
-    a = parse_args([*saved["argv"], "--results-dir", str(now.results_dir)])
-    if "args" in saved:  # the flags as resolved then (defaults may have changed since)
-        a = argparse.Namespace(**saved["args"])
-    a.results_dir, a.tables, a.command = now.results_dir, now.tables, now.command
-    keep = ("seed", "strategy", "run_id", "status", "retried", "replaced")
-    failed = [r for r in saved["runs"] if now.rerun_failed and not str(r["status"]).startswith("ok")]
-    rows = []
-    with BenchRun(a, len(failed)) as s:
-        for k, r in enumerate(saved["runs"]):
-            row = {key: r[key] for key in keep if key in r}
-            if r in failed:
-                row = {**run_once_more(s, r["seed"], r["strategy"], a.domain_id + 6 + k, a, f"{r['run_id']}-rerun"),
-                       "replaced": f"{r['run_id']} {r['status']}"}
-                s.step(f"seed {r['seed']} {r['strategy']} again: {row['status']}")
-            rows.append(run_row(row, a))
-        write_outputs(s, rows, a, saved["stamp"], saved["argv"], saved["bench_wall_s"] + s.wall_s)
-    return 0 if all(str(r["status"]).startswith("ok") for r in rows) else 1
-
-
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    if os.geteuid() != 0 and not a.rebuild:
+    spec = sweep_spec(a)
+    if a.write_sweep:
+        write_spec(spec, a.write_sweep)
+        return 0
+    if os.geteuid() != 0 and not a.tables_only:
         print("bench_fedbuff: needs root (the hetero links are network namespaces with shaped veths); skipped")
         return 0
-    if a.rebuild or a.rerun_failed:
-        return rebuild(a)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    plan = [(seed, strategy) for seed in a.seeds for strategy in a.strategies]
-    rows = []
-    with BenchRun(a, len(plan)) as s:
-        for k, (seed, strategy) in enumerate(plan):
-            row = run_once_more(s, seed, strategy, a.domain_id + k, a, f"bench-fedbuff-{stamp}-{strategy}-seed{seed}")
-            rows.append(row)
-            reached = "-" if row.get("time_to_target_s") is None else f"{row['time_to_target_s']:.0f}s"
-            s.step(f"seed {seed} {strategy} {row['status']}, target at {reached}")
-        write_outputs(s, rows, a, stamp, a.argv, s.wall_s)
-    return 0 if all(r["status"].startswith("ok") for r in rows) else 1
+    with BenchRun(a, len(spec["cells"]) * len(a.seeds), unit="cell") as s:
+        rows = [run_row(result, a) for result in run_sweep(spec, a, s)]
+        write_outputs(s, rows, a)
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
 if __name__ == "__main__":

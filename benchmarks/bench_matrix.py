@@ -36,8 +36,7 @@ from commlab.bench import BenchParser, BenchRun
 from commlab.codecs import names
 from commlab.models import build_model, num_params
 from commlab.report.runs import load_run
-from commlab.sweep.runner import Paths, Runner, read_outcome
-from commlab.sweep.spec import load
+from commlab.sweep.benchmark import add_sweep_options, run_sweep, write_spec
 
 COLUMNS = {"mode": "mode", "compressor": "compressor", "status": "status",
            "bytes_per_node": "bytes per node per round (FL, incl. warm-up) / step and peer (DDP, after warm-up)",
@@ -135,8 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ddp-epochs", type=int, default=1)
     p.add_argument("--ddp-train-subset", type=int, default=6000)
     p.add_argument("--dgc-warmup", type=float, default=0.25, help="DGC warm-up in epochs")
-    p.add_argument("--resume", action="store_true", help="keep the cells a stopped run of this matrix finished "
-                   "(its sweep: results/sweeps/<name>); without it every cell runs anew")
+    add_sweep_options(p)
     p.add_argument("--update", action="store_true", help="re-run only these compressors (and --seeds) of the last "
                    "matrix of --name, with its settings; its fp32/dense runs stay the reference unless named")
     a = p.parse_args(argv)
@@ -157,26 +155,19 @@ def main(argv: list[str] | None = None) -> int:
         + ([] if previous is not None else [CENTRALIZED])
     payload = 4 * num_params(build_model("mnist_cnn"))
     jobs = [(mode, name) for mode in a.modes for name in chosen]
-    sweep_file = a.tables.with_name(a.tables.name + "-sweep.json")
-    sweep_file.parent.mkdir(parents=True, exist_ok=True)
-    sweep_file.write_text(json.dumps({"name": a.tables.name, "cells": [cell(*job, a) for job in jobs],
-                                      "seeds": a.seeds}, indent=1))
-    sweep = load(sweep_file)
-    root = a.results_dir / "sweeps" / sweep.name
-    by_cell = dict(zip(((mode, name, seed) for mode, name in jobs for seed in a.seeds), sweep.cells))
-    if not a.resume:  # a benchmark measures anew: forget the outcomes of earlier runs of these cells
-        for c in sweep.cells:
-            Paths(root).outcome(c).unlink(missing_ok=True)
+    spec = {"name": a.tables.name, "cells": [cell(*job, a) for job in jobs], "seeds": a.seeds}
+    if a.write_sweep:
+        write_spec(spec, a.write_sweep)
+        return 0
     rows = []
-    with BenchRun(a, len(by_cell), unit="cell") as s:
-        Runner(sweep, root).run()
-        for (mode, name, seed), c in by_cell.items():
-            record = read_outcome(Paths(root), c) or {"status": "not run"}
-            row = {"mode": mode, "compressor": name, "seed": seed, "run_id": c.run_id, "status": record["status"]}
-            if record["status"] == "ok":
-                row.update(summarise(mode, name, root / "runs" / c.run_id, a.world))
+    with BenchRun(a, len(jobs) * len(a.seeds), unit="cell") as s:
+        for result in run_sweep(spec, a, s):
+            mode, name = jobs[result.entry]
+            row = {"mode": mode, "compressor": name, "seed": result.seed, "run_id": result.cell.run_id,
+                   "status": result.record["status"]}
+            if result.ok:
+                row.update(summarise(mode, name, result.run_dir, a.world))
             rows.append(row)
-            s.step(f"{mode} {name} seed {seed} {row['status']}")
         runs = pd.DataFrame(rows).reindex(columns=["mode", "compressor", "seed", "run_id", "status", *MEASURED])
         if previous is not None:  # the runs made now replace their earlier ones (same row and seed); the rest stay
             key = ["mode", "compressor", "seed"]
@@ -192,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         s.write(table, {**COLUMNS, **(SEED_COLUMNS if len(all_seeds) > 1 else {})},
                 f"Every compressor in FL and DDP against fp32 / dense on {a.dataset}",
                 notes=["\n".join(settings[m] for m in ("fl", "ddp") if (table["mode"] == m).any()), *seeds])
-        s.path(".json").write_text(json.dumps({"settings": settings, "sweep": str(sweep_file), "argv": settings_now},
+        s.path(".json").write_text(json.dumps({"settings": settings, "sweep": str(s.path("-sweep.json")), "argv": settings_now},
                                               indent=2))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 

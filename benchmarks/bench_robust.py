@@ -4,12 +4,15 @@ under its valid identity; by default with 3 and 10 non-IID (Dirichlet 0.5) clien
 flip, on request also 4 IID clients with a x10 flip (`--settings iid4`).
 
 Every row is a real FL run through the launcher (local processes on loopback, same seeds and
-settings). Prints and writes results/bench/robust.{csv,md,json}: final test accuracy, its delta
-to clean FedAvg and to the same rule clean, each run's wall time, and the accuracy of every round
-(docs/security.md), headed by the command, commit, date, machine and wall time. A run whose test loss
-passes DIVERGED_LOSS is ended there and reported with its last round: its model is lost, and the
-next round could only end at the clients' idle timeout (every client's delta from such a model is
-non-finite, so none is sent).
+settings): a cell of the sweep this writes beside the tables (robust-sweep.json; the default
+settings' is experiments/sweeps/robust.json) and runs into results/sweeps/robust (--resume keeps
+the cells a stopped run finished). Prints and writes results/bench/robust.{csv,md,json}: final
+test accuracy, its delta to clean FedAvg and to the same rule clean, each run's wall time, and the
+accuracy of every round (docs/security.md), headed by the command, commit, date, machine and wall
+time. A run whose test loss passes DIVERGED_LOSS is ended there (the sweep's stop
+`test_loss_above`) and reported with its last round: its model is lost, and the next round could
+only end at the clients' idle timeout (every client's delta from such a model is non-finite, so
+none is sent).
 
     python benchmarks/bench_robust.py                      # make bench-robust: 8 rounds, 20,000 training samples
     python benchmarks/bench_robust.py --settings iid4 dirichlet3 dirichlet10 --rounds 20 --samples 1000 --train-subset 0
@@ -19,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,6 +30,7 @@ import pandas as pd
 from commlab.bench import BenchParser, BenchRun
 from commlab.report.markdown import table as markdown_table
 from commlab.report.runs import try_load_run
+from commlab.sweep.benchmark import CellResult, add_sweep_options, run_sweep, write_spec
 
 # Mean test cross-entropy; an untrained 10-class model has about 2.3. A -100x flip takes FedAvg to
 # thousands in one round, and the honest deltas from that model are already non-finite.
@@ -61,17 +64,32 @@ DEFAULT_SETTINGS = ["dirichlet3", "dirichlet10"]
 RULES = ["fedavg", "median", "trimmed_mean", "norm_clip", "krum", "multi_krum", "fltrust"]
 
 
-def rule_args(rule: str, clients: int, a: argparse.Namespace) -> list[str]:
-    """Launcher flags of a rule with `clients` clients, one of them an attacker (f = 1)."""
+def rule_args(rule: str, clients: int, a: argparse.Namespace) -> dict:
+    """Launcher flags (a sweep cell's) of a rule with `clients` clients, one of them an attacker (f = 1)."""
     if rule == "trimmed_mean":  # cut at least the one attacker per side: 3 clients need 1/3, not 0.25
-        return ["--strategy", "trimmed_mean", "--trim-fraction", f"{max(0.25, 1.01 / clients):.4f}"]
+        return {"strategy": "trimmed_mean", "trim-fraction": f"{max(0.25, 1.01 / clients):.4f}"}
     if rule == "krum":
-        return ["--strategy", "krum", "--num-malicious", "1"]
+        return {"strategy": "krum", "num-malicious": 1}
     if rule == "multi_krum":  # all but f of the updates
-        return ["--strategy", "krum", "--num-malicious", "1", "--keep", str(clients - 1)]
+        return {"strategy": "krum", "num-malicious": 1, "keep": clients - 1}
     if rule == "fltrust":
-        return ["--strategy", "fltrust", "--root-samples", str(a.root_samples)]
-    return ["--strategy", rule]
+        return {"strategy": "fltrust", "root-samples": a.root_samples}
+    return {"strategy": rule}
+
+
+def sweep_spec(a: argparse.Namespace) -> dict:
+    """The sweep of every (setting, rule, clean/attacked) run, in jobs(a)'s order; a run whose test
+    loss passes DIVERGED_LOSS is ended there."""
+    cells = []
+    for name, rule, attacked in jobs(a):
+        setting = replace(SETTINGS[name], samples=a.samples or SETTINGS[name].samples)
+        cells.append({**rule_args(rule, setting.clients, a), "clients": setting.clients, "partition": setting.partition,
+                      "samples-per-round": setting.samples,
+                      **({"attack": "sign_flip", "attack-scale": setting.scale, "attackers": 1} if attacked else {})})
+    fixed = {"rounds": a.rounds, "test-subset": a.test_subset, "deadline": ROUND_DEADLINE_S,
+             **({"train-subset": a.train_subset} if a.train_subset else {})}
+    return {"name": a.tables.name, "launcher": "fl", "fixed": fixed, "cells": cells, "seeds": [a.seed],
+            "stop": {"test_loss_above": DIVERGED_LOSS}}
 
 
 def rounds(run_dir: Path) -> pd.DataFrame:
@@ -80,46 +98,21 @@ def rounds(run_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(columns=["test_loss", "test_accuracy"]) if run is None else run.tables["rounds"]
 
 
-def diverged(run_dir: Path) -> str | None:
-    loss = rounds(run_dir)["test_loss"]
-    if len(loss) and not loss.iloc[-1] <= DIVERGED_LOSS:  # NaN too
-        return f"diverged, stopped after round {len(loss)}"
-    return None
-
-
-def fl_run(s: BenchRun, setting: Setting, rule: str, attacked: bool, a: argparse.Namespace, run_id: str) -> str:
-    """Run one FL run; its status: ok, diverged (stopped: the launcher ends its nodes) or the
-    launcher's exit code."""
-    cmd = [sys.executable, "-m", "commlab.fl.run", *rule_args(rule, setting.clients, a),
-           "--clients", str(setting.clients), "--partition", setting.partition, "--rounds", str(a.rounds),
-           "--samples-per-round", str(setting.samples), "--test-subset", str(a.test_subset), "--backend", "local",
-           "--deadline", str(ROUND_DEADLINE_S), "--seed", str(a.seed), "--results-dir", str(a.results_dir),
-           "--run-id", run_id]
-    if a.train_subset:
-        cmd += ["--train-subset", str(a.train_subset)]
-    if attacked:
-        cmd += ["--attack", "sign_flip", "--attack-scale", str(setting.scale), "--attackers", "1"]
-    return s.run(cmd, run_id, stop=lambda: diverged(a.results_dir / run_id)).status
-
-
-def run_all(s: BenchRun, a: argparse.Namespace, stamp: str) -> tuple[pd.DataFrame, dict[str, list[float]]]:
-    """Every (setting, rule, clean/attacked) run; the rows and each run's accuracy per round."""
-    settings = {name: replace(SETTINGS[name], samples=a.samples or SETTINGS[name].samples) for name in a.settings}
+def tabulate(results: list[CellResult], a: argparse.Namespace) -> tuple[pd.DataFrame, dict[str, list[float]]]:
+    """Every (setting, rule, clean/attacked) run's row, and its accuracy per round."""
     rows, curves = [], {}
-    for name, rule, attacked in jobs(a):
-        setting, kind = settings[name], "attacked" if attacked else "clean"
-        run_id = f"bench-robust-{stamp}-{name}-{rule}-{kind}"
-        started = time.monotonic()
-        status = fl_run(s, setting, rule, attacked, a, run_id)
-        row = {"setting": setting.label(), "rule": rule, "status": status, "run_id": run_id,
+    plan = jobs(a)
+    for result in results:
+        name, rule, attacked = plan[result.entry]
+        setting, kind = replace(SETTINGS[name], samples=a.samples or SETTINGS[name].samples), "attacked" if attacked else "clean"
+        row = {"setting": setting.label(), "rule": rule, "status": result.status, "run_id": result.cell.run_id,
                "attack": f"1 of {setting.clients}, sign flip x{setting.scale:g}" if attacked else "none",
-               "wall_s": round(time.monotonic() - started)}
-        acc = rounds(a.results_dir / run_id)["test_accuracy"]
+               "wall_s": None if result.record.get("wall_s") is None else round(result.record["wall_s"])}
+        acc = rounds(result.run_dir)["test_accuracy"]
         if len(acc):
             row.update(test_accuracy=float(acc.iloc[-1]), min_accuracy=float(acc.min()))
             curves[f"{name}, {rule}, {kind}"] = acc.tolist()
         rows.append(row)
-        s.step(f"{name} {rule} {kind} {status}")
     return pd.DataFrame(rows).reindex(columns=[*COLUMNS, "run_id"]), curves
 
 
@@ -178,17 +171,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    f"{', '.join(f'{k} {v.samples}' for k, v in SETTINGS.items())})")
     p.add_data_subsets(train=20000, test=2000)
     p.add_argument("--root-samples", type=int, default=100, help="fltrust: the server's clean root set")
+    add_sweep_options(p)
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    with BenchRun(a, len(jobs(a))) as s:
-        table, curves = run_all(s, a, stamp)
+    spec = sweep_spec(a)
+    if a.write_sweep:
+        write_spec(spec, a.write_sweep)
+        return 0
+    with BenchRun(a, len(spec["cells"]), unit="cell") as s:
+        table, curves = tabulate(run_sweep(spec, a, s), a)
         table = with_deltas(table)
         report(s, table, curves, a)
-        s.path(".json").write_text(json.dumps({"stamp": stamp, "argv": a.argv, "curves": curves,
+        s.path(".json").write_text(json.dumps({"argv": a.argv, "sweep": str(s.path("-sweep.json")), "curves": curves,
                                                "bench_wall_s": round(s.wall_s)}, indent=2))
     return 0 if all(s == "ok" or s.startswith("diverged") for s in table["status"]) else 1
 

@@ -1,6 +1,8 @@
 # Result tables under docs/results/, each headed by its command, commit, date, machine and wall
 # time (commlab.report.results_doc). QUICK=1: small settings, minutes; without: the published
 # settings. Namespaces for the 10 Mbit/s rows need root; as a plain user those rows are skipped.
+# matrix-fashion_mnist runs its sweep file (experiments/sweeps/matrix-fashion_mnist[-quick].json),
+# then bench_matrix builds the table from those cells.
 RESULTS ?= codecs auth transport chaos
 .PHONY: results
 results: $(STAMP) ## rerun the self-contained benchmarks (RESULTS: codecs auth transport chaos; also secagg, minutes, privacy, about half an hour, crossover and matrix-fashion_mnist, hours) into docs/results/*.md (QUICK=1: minutes)

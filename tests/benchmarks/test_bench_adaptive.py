@@ -18,14 +18,12 @@ spec.loader.exec_module(bench)
 
 
 def test_policy_flags():
-    assert bench.policy_flags("joint:0.1") == ["--codec", "qsgdz15", "--adaptive", "joint", "--beta", "0.1"]
-    assert bench.policy_flags("equal:4", "qsgd")[:2] == ["--codec", "qsgd15"]
-    assert bench.policy_flags("joint:0:2")[-4:] == ["--beta", "0.0", "--min-bits", "2"]
-    assert bench.policy_flags("equal:2")[-2:] == ["--fixed-bits", "2"]
-    assert bench.policy_flags("equal:int8_sparse") == ["--codec", "int8_sparse", "--adaptive", "equal",
-                                                       "--fixed-bits", "codec"]
-    assert bench.policy_flags("joint:int8_sparse") == ["--codec", "int8_sparse", "--adaptive", "joint",
-                                                       "--fixed-bits", "codec"]
+    assert bench.policy_flags("joint:0.1") == {"codec": "qsgdz15", "adaptive": "joint", "beta": 0.1}
+    assert bench.policy_flags("equal:4", "qsgd")["codec"] == "qsgd15"
+    assert bench.policy_flags("joint:0:2") == {"codec": "qsgdz15", "adaptive": "joint", "beta": 0.0, "min-bits": 2}
+    assert bench.policy_flags("equal:2") == {"codec": "qsgdz15", "adaptive": "equal", "fixed-bits": 2}
+    assert bench.policy_flags("equal:int8_sparse") == {"codec": "int8_sparse", "adaptive": "equal", "fixed-bits": "codec"}
+    assert bench.policy_flags("joint:int8_sparse") == {"codec": "int8_sparse", "adaptive": "joint", "fixed-bits": "codec"}
     for bad in ("joint:x", "joint:0:x", "equal:nosuchcodec", "greedy"):
         with pytest.raises(SystemExit, match="unknown policy"):
             bench.policy_flags(bad)

@@ -90,9 +90,9 @@ def test_even_number_of_seeds_takes_the_mean_of_the_middle_two():
 def test_strategy_flags():
     class A:
         rounds, aggregations, buffer_size, max_staleness = 12, 24, 10, 20
-    assert bench.strategy_flags("fedavg", A) == ["--strategy", "fedavg", "--rounds", "12"]
-    assert bench.strategy_flags("fedbuff", A) == ["--strategy", "fedbuff", "--rounds", "24", "--buffer-size", "10",
-                                                  "--max-staleness", "20"]
+    assert bench.strategy_flags("fedavg", A) == {"strategy": "fedavg", "rounds": 12}
+    assert bench.strategy_flags("fedbuff", A) == {"strategy": "fedbuff", "rounds": 24, "buffer-size": 10,
+                                                  "max-staleness": 20}
     with pytest.raises(SystemExit):
         bench.strategy_flags("fedprox", A)
 

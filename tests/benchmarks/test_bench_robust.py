@@ -9,6 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from commlab.fl.run import build_configs, parse_args
+from commlab.sweep.benchmark import write_spec
+from commlab.sweep.spec import load
 
 spec = importlib.util.spec_from_file_location("bench_robust", Path(__file__).parents[2] / "benchmarks" / "bench_robust.py")
 bench = importlib.util.module_from_spec(spec)
@@ -17,16 +19,18 @@ spec.loader.exec_module(bench)
 
 
 def test_every_rule_builds_a_valid_config_for_every_setting(tmp_path):
-    a = bench.parse_args([])
-    for setting in bench.SETTINGS.values():
-        for rule in bench.RULES:
-            argv = [*bench.rule_args(rule, setting.clients, a), "--clients", str(setting.clients),
-                    "--results-dir", str(tmp_path), "--run-id", "t", "--domain-id", "5"]
-            controller, _ = build_configs(parse_args(argv))  # raises ConfigError on a bad flag
-            if rule == "trimmed_mean":  # one value cut per side, also with 3 clients
-                assert int(controller["strategy"]["trim_fraction"] * setting.clients) >= 1
-            if rule == "multi_krum":
-                assert controller["strategy"]["keep"] == setting.clients - 1
+    a = bench.parse_args(["--settings", *bench.SETTINGS, "--results-dir", str(tmp_path)])
+    sweep = load(write_spec(bench.sweep_spec(a), tmp_path / "robust.json"))  # each cell through the launcher's parser
+    assert len(sweep.cells) == len(bench.SETTINGS) * len(bench.RULES) * 2
+    for cell in sweep.cells:
+        name, rule, attacked = bench.jobs(a)[cell.entry]
+        clients = bench.SETTINGS[name].clients
+        controller, _ = build_configs(parse_args(cell.argv(tmp_path, 5)[3:]))  # raises ConfigError on a bad flag
+        assert controller["expected_clients"] == clients and ("attack" in cell.config) == attacked
+        if rule == "trimmed_mean":  # one value cut per side, also with 3 clients
+            assert int(controller["strategy"]["trim_fraction"] * clients) >= 1
+        if rule == "multi_krum":
+            assert controller["strategy"]["keep"] == clients - 1
 
 
 def test_deltas_and_verdict_per_setting():

@@ -146,3 +146,33 @@ def test_csv_watcher_counts_steps_from_zero_and_a_resumed_run_from_its_position(
     assert watcher.progress.done == 102 and watcher.rows == 2
     assert watcher.progress.eta_s() == pytest.approx(10 * 98)  # 2 steps in 20 s here, 98 left
     watcher.stop()
+
+
+def test_detail_lines_follow_the_plain_line_each_marked_and_indented(clock):
+    out = io.StringIO()
+    with Progress(8, "cell", out, clock=clock) as p:
+        clock.now += 60
+        p.update(2, "ok 2, running 2, failed 0", ["fl-a codec=int8, seed 0: round 1/3", "fl-b codec=fp32, seed 1: round 0/3"])
+        p.update(2, "ok 2, running 1, failed 0", [])
+    assert out.getvalue().splitlines() == [
+        "[progress] cell 2/8 (25%), elapsed 1m00s, ETA 3m00s, ok 2, running 2, failed 0",
+        "[progress]   fl-a codec=int8, seed 0: round 1/3",
+        "[progress]   fl-b codec=fp32, seed 1: round 0/3",
+        "[progress] cell 2/8 (25%), elapsed 1m00s, ETA 3m00s, ok 2, running 1, failed 0"]
+
+
+def test_terminal_detail_lines_sit_under_the_bar_and_are_erased_with_it(clock, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    tty = FakeTty()
+    p = Progress(8, "cell", tty, clock=clock)
+    p.update(1, "ok 1", ["fl-a: round 1/3", "fl-b: round 2/3"])
+    first = tty.getvalue()
+    assert first == "\r\x1b[K[##..................] 1/8 cells  12%  elapsed 0s  ETA 0s  ok 1\n  fl-a: round 1/3\n  fl-b: round 2/3"
+    p.update(1, "ok 1", ["fl-b: round 3/3"])
+    redraw = tty.getvalue()[len(first):]
+    assert redraw.startswith("\x1b[2A\r\x1b[J[##")  # up over the two detail lines, erase to the end
+    assert redraw.endswith("ok 1\n  fl-b: round 3/3")
+    p.log("[sweep] ok fl-a")
+    assert tty.getvalue()[len(first) + len(redraw):].startswith("\x1b[1A\r\x1b[J")
+    assert capsys.readouterr().out == "[sweep] ok fl-a\n"
+    p.close()

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 CLEAR_LINE = "\r\x1b[K"  # back to column 0, erase to the end of the line
+UP = "\x1b[{}A"  # the cursor up that many lines
+CLEAR_BELOW = "\r\x1b[J"  # back to column 0, erase to the end of the screen
 BAR_WIDTH = 20
 POLL_S = 0.5
 
@@ -60,6 +62,7 @@ class Progress:
         self._last_line_at: float | None = None
         self._unprinted = False  # plain mode: an update held back by min_line_interval_s
         self._shown: str | None = None  # terminal: the bar as drawn now (None: not on screen)
+        self.details: list[str] = []  # lines under the bar: the parts' own progress (a sweep's running cells)
         self._closed = False
         self._lock = threading.RLock()  # node relays and the CSV watcher call in from their own threads
         if self.in_place:
@@ -72,9 +75,13 @@ class Progress:
             return None
         return (self.clock() - self.started) / done_here * max(0, self.total - self.done)
 
-    def update(self, done: int, note: str = "") -> None:
+    def update(self, done: int, note: str = "", details: list[str] | None = None) -> None:
+        """`details`: the lines under the bar (each part's own progress, e.g. a sweep's running
+        cells); None keeps the ones shown."""
         with self._lock:
             self.done, self.note = done, note
+            if details is not None:
+                self.details = list(details)
             if self.in_place:
                 self._draw()
                 return
@@ -97,7 +104,7 @@ class Progress:
         line = line if line.endswith("\n") else line + "\n"
         with self._lock:
             if self.in_place and not self._closed:
-                self._write(CLEAR_LINE)
+                self._write(self._erase())
                 self._shown = None
                 sys.stdout.write(line)
                 sys.stdout.flush()
@@ -148,17 +155,24 @@ class Progress:
         return f"{line}  {self.note}" if self.note else line
 
     def plain_line(self) -> str:
-        """`[progress] round 3/10 (30%), elapsed 1m02s, ETA 2m25s, acc 0.9712`"""
+        """`[progress] round 3/10 (30%), elapsed 1m02s, ETA 2m25s, acc 0.9712`, and under it a
+        `[progress]   <detail>` line per detail."""
         percent, elapsed, eta = self._counts()
         line = f"[progress] {self.unit} {self.done}/{self.total} ({percent}), elapsed {elapsed}, ETA {eta}"
-        return f"{line}, {self.note}" if self.note else line
+        line = f"{line}, {self.note}" if self.note else line
+        return "\n".join([line, *(f"[progress]   {d}" for d in self.details)])
+
+    def _erase(self) -> str:
+        """Escape codes back to the start of the bar as drawn, erasing it and its detail lines."""
+        rows = 0 if self._shown is None else self._shown.count("\n")
+        return UP.format(rows) + CLEAR_BELOW if rows else CLEAR_LINE
 
     def _draw(self) -> None:
         # A line wider than the terminal wraps, and `\r` would then redraw only its last part.
         width = shutil.get_terminal_size().columns - 1
-        text = self.bar_line()[:width]
+        text = "\n".join(line[:width] for line in [self.bar_line(), *(f"  {d}" for d in self.details)])
         if text != self._shown:  # a redraw of the same text would only fill recorded logs
-            self._write(CLEAR_LINE + text)
+            self._write(self._erase() + text)
             self._shown = text
 
     def _write(self, text: str) -> None:

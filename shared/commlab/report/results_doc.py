@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -18,10 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from commlab.bench.options import table_stem
+from commlab.bench.options import QUICK_SUFFIX, table_stem
 
 from .provenance import git_commit, header, machine
 
+SWEEPS = Path("experiments/sweeps")  # relative to the checkout
 # Accuracy against epsilon at settings that take about half an hour on two shared cores.
 PRIVACY_ARGS = ("--codecs", "fp32", "--rounds", "20", "--samples", "200")
 Column = tuple[str, str]  # (heading, format spec for float(value); "" keeps the value as written)
@@ -30,18 +32,38 @@ PROBE_COLUMNS: dict[str, Column] = {"link": ("link", ""), "size": ("message byte
                                     "count": ("messages", ""), "repeat": ("repetitions (median)", "")}
 
 
-def accuracy_gaps(rows: list[dict]) -> list[str]:
-    """Per mode of a compressor matrix: the best and the worst compressor by test accuracy and the
-    gap between them in percentage points (the centralized peer, a ceiling without a link, apart)."""
+def accuracy_gaps(rows: list[dict], runs: list[dict]) -> list[str]:
+    """Per mode of a compressor matrix: the best and the worst compressor by median test accuracy
+    (``rows``, one per compressor), and the best-to-worst gap in percentage points within each seed
+    (``runs``, one per compressor and seed): its median, min and max over the seeds. The centralized
+    peer, a ceiling without a link, is no compressor and stays out."""
+    def scored(items: list[dict], mode: str) -> list[dict]:
+        return [r for r in items if r["mode"] == mode and r["compressor"] != "centralized"
+                and r["test_accuracy"] not in ("", None)]
+
     lines = []
     for mode in dict.fromkeys(r["mode"] for r in rows):
-        ranked = sorted((float(r["test_accuracy"]), r["compressor"]) for r in rows
-                        if r["mode"] == mode and r["compressor"] != "centralized" and r["test_accuracy"] not in ("", None))
-        if ranked:
-            (worst, worst_name), (best, best_name) = ranked[0], ranked[-1]
-            lines.append(f"- {mode.upper()}: best {best_name} {100 * best:.2f} %, worst {worst_name} "
-                         f"{100 * worst:.2f} %, best-to-worst gap {100 * (best - worst):.2f} pp")
+        ranked = sorted((float(r["test_accuracy"]), r["compressor"]) for r in scored(rows, mode))
+        if not ranked:
+            continue
+        (worst, worst_name), (best, best_name) = ranked[0], ranked[-1]
+        line = (f"- {mode.upper()}: best {best_name} {100 * best:.2f} %, worst {worst_name} {100 * worst:.2f} % "
+                f"(median accuracy over seeds), best-to-worst gap {100 * (best - worst):.2f} pp")
+        by_seed: dict[str, list[float]] = {}
+        for r in (r for r in scored(runs, mode) if r["status"] == "ok"):
+            by_seed.setdefault(str(r["seed"]), []).append(float(r["test_accuracy"]))
+        gaps = sorted(100 * (max(acc) - min(acc)) for acc in by_seed.values())
+        if gaps:
+            seeds = f"{len(gaps)} seed{'s' if len(gaps) > 1 else ''}"
+            line += (f"; within each seed ({seeds}): median {statistics.median(gaps):.2f} pp, "
+                     f"min {gaps[0]:.2f} pp, max {gaps[-1]:.2f} pp")
+        lines.append(line)
     return lines
+
+
+def matrix_gaps(table_csv: Path) -> list[str]:
+    """accuracy_gaps of a matrix's table and of its per-run rows beside it (<name>-runs.csv: bench_matrix)."""
+    return accuracy_gaps(read_rows(table_csv), read_rows(table_csv.with_name(table_csv.stem + "-runs.csv")))
 
 
 @dataclass(frozen=True)
@@ -50,7 +72,13 @@ class Bench:
     script: str
     columns: dict[str, Column]
     args: tuple[str, ...] = ()  # the published settings (--quick is added after them)
-    summary: Callable[[list[dict]], list[str]] | None = None  # lines under the table, from its rows
+    summary: Callable[[Path], list[str]] | None = None  # lines under the table, from its CSV (and those beside it)
+    # Its runs are a sweep file's cells (experiments/sweeps/<name>[-quick].json, the benchmark's own
+    # with these args): the sweep runs them, then the benchmark builds its table from them (--resume).
+    sweep: bool = False
+
+    def sweep_file(self, name: str, quick: bool) -> Path:
+        return SWEEPS / f"{name}{QUICK_SUFFIX if quick else ''}.json"
 
 
 BENCHES = {
@@ -97,7 +125,7 @@ BENCHES = {
          "delta_max_pp": ("delta max (pp)", ".2f"), "comm_time_s": ("comm time (s)", ".3f")},
         args=("--dataset", "fashion_mnist", "--name", "matrix-fashion_mnist", "--seeds", "0", "1", "2",
               "--fl-rounds", "1", "--fl-samples", "1000", "--ddp-train-subset", "3000"),
-        summary=accuracy_gaps),
+        summary=matrix_gaps, sweep=True),
     "privacy": Bench(
         "Privacy: DP-FedAvg accuracy against epsilon, MNIST, 100 clients, 10 per round",
         "benchmarks/bench_privacy.py",
@@ -144,21 +172,28 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def run(name: str, quick: bool, out_dir: Path, root: Path) -> Path:
-    """Run benchmark ``name`` in ``root`` (its output goes to the terminal) and write its table from
-    the rows it saved (results/bench/<name>[-quick].csv: commlab.bench)."""
+    """Run benchmark ``name`` in ``root`` (its output goes to the terminal; a sweep benchmark's
+    cells through its sweep file first) and write its table from the rows it saved
+    (results/bench/<name>[-quick].csv: commlab.bench)."""
     bench = BENCHES[name]
     args = [bench.script, *bench.args, *(["--quick"] if quick else [])]
-    command = f"`{shlex.join(['python', *args])}` (run by `make results{' QUICK=1' if quick else ''}`)"
+    steps = [args]
+    if bench.sweep:
+        steps = [["-m", "commlab.sweep", str(bench.sweep_file(name, quick))], [*args, "--resume"]]
+    command = " then ".join(f"`{shlex.join(['python', *step])}`" for step in steps)
+    command += f" (run by `make results{' QUICK=1' if quick else ''}`)"
     commit, date, start = git_commit(root), datetime.now(timezone.utc), time.monotonic()
-    done = subprocess.run([sys.executable, *args], cwd=root)
+    for step in steps:
+        done = subprocess.run([sys.executable, *step], cwd=root)
+        if done.returncode != 0:
+            raise SystemExit(f"{name}: `{shlex.join(step)}` exited {done.returncode}; {out_dir} left as it was")
     wall_s = time.monotonic() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{name}: `{shlex.join(args)}` exited {done.returncode}; {out_dir} left as it was")
     out = out_dir / f"{name}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     head = header(command, commit, date, machine(), wall_s)
-    rows = read_rows(table_stem(root / "results", name, quick).with_suffix(".csv"))
-    out.write_text(document(bench.title, head, rows, bench.columns, bench.summary(rows) if bench.summary else []))
+    table_csv = table_stem(root / "results", name, quick).with_suffix(".csv")
+    rows = read_rows(table_csv)
+    out.write_text(document(bench.title, head, rows, bench.columns, bench.summary(table_csv) if bench.summary else []))
     return out
 
 

@@ -7,8 +7,10 @@ rest from scratch: a run folder without an outcome is what an interrupted run le
 first, since the nodes append to their tables.
 
 How many cells run at once: at most `jobs` (default: the cores divided by the training processes
-of a cell), and a cell starts only when the memory available holds its processes
-(NODE_MEMORY_BYTES each) and a DDS domain is free to claim (commlab.runs.claims).
+of a cell; never more than the sweep file's own `jobs`), and a cell starts only when the memory
+available holds its processes (NODE_MEMORY_BYTES each) and a DDS domain is free to claim
+(commlab.runs.claims). While a cell runs, the sweep's watched stop conditions end it
+(commlab.sweep.watch).
 """
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ from commlab.runs.claims import ClaimError, Claims
 from commlab.output.run_folder import write_json_atomic
 from commlab.output.progress import Progress, echo
 
+from .cell_progress import cell_line
 from .spec import USES_DDS, Cell, Sweep, differing, label
+from .watch import Ended, watcher
 
 NODE_MEMORY_BYTES = 700 * 2**20  # peak RSS of one node process training the MNIST CNN, with headroom
 INTERRUPTED = "sweep interrupted"
@@ -98,37 +102,49 @@ class Runner:
     def __init__(self, sweep: Sweep, root: Path, jobs: int | None = None, retry_failed: bool = False,
                  memory: Callable[[], int] = memory_available, execute: Execute = run_cell) -> None:
         self.sweep, self.paths = sweep, Paths(root)
-        self.jobs = jobs or default_jobs(sweep.cells)
+        wanted = jobs or default_jobs(sweep.cells)
+        self.jobs = min(wanted, sweep.jobs) if sweep.jobs else wanted
         self.retry_failed = retry_failed
         self.memory, self.execute = memory, execute
         self.interrupted = threading.Event()
-        self.finished: queue.Queue[tuple[Cell, Outcome, Claims]] = queue.Queue()
+        self.finished: queue.Queue[tuple[Cell, Outcome, Claims, Ended | None]] = queue.Queue()
         self.counts = {"ok": 0, "failed": 0}
         self.varying = differing([c.config for c in sweep.cells])  # what the progress lines name a cell by
         self.most_at_once = 0  # the most cells that ran at the same time
-
-    def _stop(self) -> str | None:
-        return INTERRUPTED if self.interrupted.is_set() else None
+        self.running: list[Cell] = []  # in the order they started: the lines under the sweep's bar
 
     def _start(self, cell: Cell, claims: Claims) -> None:
         domain = claims.take("domain") if cell.launcher in USES_DDS else None
         run_dir = self.paths.runs / cell.run_id
         if run_dir.exists():
             shutil.rmtree(run_dir)  # left by an interrupted run: its tables would be appended to
+        check = watcher(self.sweep.watch, run_dir, lambda: self.memory() / 2**20)
+        ended: list[Ended] = []
+
+        def stop() -> str | None:
+            if self.interrupted.is_set():
+                return INTERRUPTED
+            found = check()
+            if found is not None:
+                ended.append(found)
+                return found.reason
+            return None
 
         def work() -> None:
-            outcome = self.execute(cell.argv(self.paths.runs, domain), self.paths.log(cell), self._stop,
+            outcome = self.execute(cell.argv(self.paths.runs, domain), self.paths.log(cell), stop,
                                    self.sweep.cell_timeout_s)
-            self.finished.put((cell, outcome, claims))
+            self.finished.put((cell, outcome, claims, ended[0] if ended else None))
         threading.Thread(target=work, name=cell.run_id, daemon=True).start()
 
-    def _record(self, cell: Cell, outcome: Outcome) -> str | None:
+    def _record(self, cell: Cell, outcome: Outcome, ended: Ended | None) -> str | None:
         """Write the cell's outcome; None (nothing written) when the sweep interrupted it."""
         if outcome.stopped == INTERRUPTED or self.interrupted.is_set() and not outcome.ok:
             return None  # ended by the interruption (a Ctrl-C reaches the nodes too): rerun on resume
-        status = "ok" if outcome.ok else "failed"
+        ok = outcome.ok and (ended is None or ended.ok)
+        status = "ok" if ok else "failed"
         write_json_atomic(self.paths.outcome(cell), {
-            "status": status, "reason": None if outcome.ok else (outcome.failures or [outcome.status])[0],
+            "status": status, "reason": None if ok else (outcome.failures or [outcome.status])[0],
+            "ended": outcome.status,  # ok, why it was ended (a watched stop), or exit N
             "wall_s": round(outcome.wall_s, 2), "run_id": cell.run_id, "settings": cell.settings,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         return status
@@ -150,10 +166,9 @@ class Runner:
         progress = Progress(total, "cell")
         progress.start = progress.done = total - len(todo)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        running = 0
         try:
-            while (todo or running) and not (self.interrupted.is_set() and not running):
-                while todo and not self.interrupted.is_set() and self._fits(todo[0], running):
+            while (todo or self.running) and not (self.interrupted.is_set() and not self.running):
+                while todo and not self.interrupted.is_set() and self._fits(todo[0], len(self.running)):
                     claims = Claims()
                     try:
                         self._start(todo[0], claims)
@@ -161,24 +176,24 @@ class Runner:
                         claims.release()
                         break  # every domain is held: wait for a cell of ours (or another run) to end
                     echo(f"[sweep] started {todo[0].run_id}: {label(todo[0].config, self.varying)}, seed {todo[0].seed}")
-                    todo.pop(0)
-                    running += 1
-                    self.most_at_once = max(self.most_at_once, running)
-                if self._note(running) != progress.note:
-                    progress.update(progress.done, self._note(running))
+                    self.running.append(todo.pop(0))
+                    self.most_at_once = max(self.most_at_once, len(self.running))
+                note, details = self._note(), self.cell_lines()
+                if note != progress.note or details != progress.details:
+                    progress.update(progress.done, note, details)
                 progress.refresh()
                 try:
-                    cell, outcome, claims = self.finished.get(timeout=POLL_S)
+                    cell, outcome, claims, ended = self.finished.get(timeout=POLL_S)
                 except queue.Empty:
                     continue
                 claims.release()
-                running -= 1
-                status = self._record(cell, outcome)
+                self.running.remove(cell)
+                status = self._record(cell, outcome, ended)
                 if status is not None:
                     self.counts[status] += 1
                     echo(f"[sweep] {status} {cell.run_id} in {outcome.wall_s:.0f}s"
                          + ("" if status == "ok" else f": {read_outcome(self.paths, cell)['reason']}"))
-                    progress.update(progress.done + 1, self._note(running))
+                    progress.update(progress.done + 1, self._note(), self.cell_lines())
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -188,8 +203,12 @@ class Runner:
                  f"the same command resumes from there")
         return self.counts
 
-    def _note(self, running: int) -> str:
-        return f"ok {self.counts['ok']}, running {running}, failed {self.counts['failed']}"
+    def cell_lines(self) -> list[str]:
+        """Each running cell's own progress (commlab.sweep.cell_progress), under the sweep's bar."""
+        return [cell_line(c, label(c.config, self.varying), self.paths.runs / c.run_id) for c in self.running]
+
+    def _note(self) -> str:
+        return f"ok {self.counts['ok']}, running {len(self.running)}, failed {self.counts['failed']}"
 
     def _on_signal(self, signum: int, frame: object) -> None:
         echo(f"[sweep] {signal.Signals(signum).name}: ending the running cells (they rerun on resume)")

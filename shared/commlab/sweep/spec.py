@@ -7,7 +7,7 @@ settings, so the same settings always name the same run folder.
      "grid": {"codec": ["fp32", "int8"], "profile": ["lan", "wan"]},
      "cells": [{"strategy": "median"}, {"strategy": "fedavg", "per-round": 1}],
      "seeds": [0, 1],
-     "stop": {"rounds": 10, "accuracy": 0.95},
+     "stop": {"rounds": 10, "accuracy": 0.95, "test_loss_above": 1000},
      "target_accuracy": 0.9}
 
 Every cell is one entry of `cells` (default: one empty entry) crossed with every combination of
@@ -15,6 +15,13 @@ Every cell is one entry of `cells` (default: one empty entry) crossed with every
 (`samples-per-round` or `samples_per_round`); true is a bare flag, a list repeats the flag. An entry
 may set its own `launcher` (fl: commlab.fl.run, ddp: commlab.ddp.run, centralized: the
 centralized peer, commlab.peers.run). JSON, or YAML when PyYAML is installed.
+
+`stop` ends a run early: `rounds`, `epochs`, `accuracy` and `time_s` are the launcher's own flags;
+`test_loss_above` (the run diverged: its result is decided) and `free_memory_below_mb` (the host
+ran short: the cell fails, and reruns with --retry-failed) the runner watches while the cell runs.
+`jobs` caps the cells at once (1: cells that measure time do not share the cores);
+`interleave_seeds` runs seed 0 of every cell, then seed 1, ..., so that a machine's changing load
+hits every cell alike.
 """
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ import io
 import itertools
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,10 +43,12 @@ LAUNCHERS: dict[str, list[str]] = {
 USES_DDS = {"fl", "ddp"}  # launchers that take --domain-id (the sweep claims one per running cell)
 # The stop metric's keys and the launcher flag each becomes.
 STOP_FLAGS = {"accuracy": "stop-accuracy", "rounds": "rounds", "time_s": "round-time-budget", "epochs": "epochs"}
+# The stop conditions the runner watches in a running cell (commlab.sweep.watch).
+WATCHED = ("test_loss_above", "free_memory_below_mb")
 # Flags the sweep sets itself for every cell.
 RESERVED = {"results-dir", "run-id", "domain-id", "seed", "launcher", "backend"}
 TOP_KEYS = {"name", "launcher", "fixed", "grid", "cells", "seeds", "repeats", "stop", "target_accuracy",
-            "cell_timeout_s", "backend", "timeline"}
+            "cell_timeout_s", "backend", "timeline", "jobs", "interleave_seeds"}
 HASH_CHARS = 12
 
 
@@ -49,10 +58,12 @@ class SweepError(ValueError):
 
 @dataclass(frozen=True)
 class Cell:
-    """One run of the sweep: its launcher, its flags (sorted, dashes), its seed."""
+    """One run of the sweep: its launcher, its flags (sorted, dashes), its seed; `entry`, which of
+    the file's `cells` it came from, is not part of its settings."""
     launcher: str
     flags: tuple[tuple[str, Any], ...]
     seed: int
+    entry: int = field(default=0, compare=False)
 
     @property
     def settings(self) -> dict:
@@ -94,6 +105,8 @@ class Sweep:
     target_accuracy: float | None
     cell_timeout_s: float
     timeline: str | None  # the run whose per-round timeline the report draws (default: the first)
+    watch: dict[str, float] = field(default_factory=dict)  # stop conditions the runner checks (WATCHED)
+    jobs: int | None = None  # the most cells at once this sweep allows
 
 
 def differing(configs: list[dict]) -> list[str]:
@@ -174,16 +187,18 @@ def seeds_of(path: Path, data: dict) -> list[int]:
     return seeds
 
 
-def stop_flags(path: Path, raw: Any) -> dict:
+def stop_of(path: Path, raw: Any) -> tuple[dict, dict]:
+    """`stop` split into launcher flags and the conditions the runner watches."""
     if not isinstance(raw, dict):
         raise SweepError(f"{path}: stop must be an object such as {{\"rounds\": 10, \"accuracy\": 0.95}}")
-    unknown = set(raw) - set(STOP_FLAGS)
+    unknown = set(raw) - set(STOP_FLAGS) - set(WATCHED)
     if unknown:
-        raise SweepError(f"{path}: unknown stop metric {sorted(unknown)}; known: {', '.join(STOP_FLAGS)}")
+        raise SweepError(f"{path}: unknown stop metric {sorted(unknown)}; known: {', '.join([*STOP_FLAGS, *WATCHED])}")
     for k, v in raw.items():
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
             raise SweepError(f"{path}: stop.{k} must be a positive number, got {v!r}")
-    return {STOP_FLAGS[k]: v for k, v in raw.items()}
+    return ({STOP_FLAGS[k]: v for k, v in raw.items() if k in STOP_FLAGS},
+            {k: float(v) for k, v in raw.items() if k in WATCHED})
 
 
 def load(path: Path, check: Callable[[Cell], str | None] | None = None) -> Sweep:
@@ -203,7 +218,7 @@ def load(path: Path, check: Callable[[Cell], str | None] | None = None) -> Sweep
     entries = data.get("cells", [{}])
     if not isinstance(entries, list) or not entries:
         raise SweepError(f"{path}: cells must be a non-empty list of objects")
-    stop = stop_flags(path, data.get("stop", {}))
+    stop, watch = stop_of(path, data.get("stop", {}))
     backend = {"backend": data.get("backend", "local")}
     cells: list[Cell] = []
     for i, entry in enumerate(entries):
@@ -216,7 +231,11 @@ def load(path: Path, check: Callable[[Cell], str | None] | None = None) -> Sweep
             flags = {**fixed, **dict(zip((k for k, _ in axes), combo)), **own}
             flags = {**flags, **{k: v for k, v in stop.items() if k not in own}, **backend}
             for seed in seeds_of(path, data):
-                cells.append(Cell(launcher, tuple(sorted(flags.items())), seed))
+                cells.append(Cell(launcher, tuple(sorted(flags.items())), seed, i))
+    if data.get("interleave_seeds", False) is True:
+        cells.sort(key=lambda c: c.seed)  # stable: each seed keeps the cells' order
+    elif data.get("interleave_seeds", False) is not False:
+        raise SweepError(f"{path}: interleave_seeds must be true or false")
     ids = [c.run_id for c in cells]
     if len(set(ids)) != len(ids):
         twice = next(c for c in cells if ids.count(c.run_id) > 1)
@@ -231,7 +250,10 @@ def load(path: Path, check: Callable[[Cell], str | None] | None = None) -> Sweep
     timeout = data.get("cell_timeout_s", 3600)
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise SweepError(f"{path}: cell_timeout_s must be a positive number of seconds")
-    return Sweep(str(data.get("name") or path.stem), cells, target, float(timeout), data.get("timeline"))
+    jobs = data.get("jobs")
+    if jobs is not None and not (isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 1):
+        raise SweepError(f"{path}: jobs must be a whole number of cells, at least 1, got {jobs!r}")
+    return Sweep(str(data.get("name") or path.stem), cells, target, float(timeout), data.get("timeline"), watch, jobs)
 
 
 def launcher_refuses(cell: Cell) -> str | None:
