@@ -29,6 +29,7 @@ from typing import Callable
 import pandas as pd
 
 from commlab.bench import BenchParser, BenchRun
+from commlab.runs.claims import Claims
 from commlab.runs.launch import NODES_DIR
 from commlab.testbed.node_procs import NodeProcess, start_ddp, start_fl
 
@@ -85,10 +86,13 @@ def node_name(p: NodeProcess) -> str:
 
 
 class Chaos:
-    def __init__(self, work: Path, domain: int, bench_run: BenchRun, only: list[str] | None = None):
-        self.work, self.domain, self.bench_run, self.only = work, domain, bench_run, only
+    def __init__(self, work: Path, bench_run: BenchRun, only: list[str] | None = None):
+        self.work, self.bench_run, self.only = work, bench_run, only
         self.rows: list[Row] = []
         self._live: list[NodeProcess] = []  # ended after each case, whatever happened
+        # Each run's DDS domain is claimed, so test suites and other runs on the machine never share it;
+        # released after each case, once its nodes have ended.
+        self._domains = Claims()
 
     def fl_run(self, work: Path, halt: dict[str, str] | None = None, run_id: str = "fault", **kw) -> dict[str, NodeProcess]:
         kw.setdefault("deadline", 200.0)
@@ -102,8 +106,7 @@ class Chaos:
         return procs
 
     def next_domain(self) -> int:
-        self.domain += 1
-        return self.domain
+        return self._domains.take("domain")
 
     def case(self, name: str, fault: str, expected: str, run: Callable[[Path], tuple[str, bool]]) -> None:
         if self.only and not any(fnmatch(name, pattern) for pattern in self.only):
@@ -119,6 +122,7 @@ class Chaos:
             for p in self._live:
                 p.stop()
             self._live.clear()
+            self._domains.release()
         row = Row(name, fault, expected, outcome, passed, time.monotonic() - start)
         self.bench_run.step(f"{name}: {'pass' if passed else 'FAIL'}, {outcome} ({row.wall_s:.0f} s)")
         self.rows.append(row)
@@ -238,7 +242,6 @@ class Chaos:
 def main(argv: list[str] | None = None) -> int:
     p = BenchParser(__doc__, "chaos", {"pauses": "10"})
     p.add_argument("--pauses", default="2,10,60", help="pause lengths in seconds, comma-separated")
-    p.add_argument("--domain", type=int, default=140, help="first DDS domain; each run takes the next")
     p.add_argument("--work", default="results/bench/chaos-runs", help="each case's node logs and results (emptied first)")
     p.add_argument("--cases", help="only the cases whose names match these comma-separated patterns, e.g. '*-link-*'")
     a = p.parse_args(argv)
@@ -248,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True)
     links = os.geteuid() == 0  # namespaces, tc and iptables
     with BenchRun(a, 3 * len(pauses) + 5 + 4 * links, "case") as s:
-        chaos = Chaos(work, a.domain, s, a.cases.split(",") if a.cases else None)
+        chaos = Chaos(work, s, a.cases.split(",") if a.cases else None)
         fl_want, ddp_want = chaos.baselines()
         for pause_s in pauses:
             chaos.fl_pause("controller", "after_round@1", pause_s, fl_want)
