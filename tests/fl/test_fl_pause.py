@@ -14,7 +14,8 @@ from commlab.testbed.node_procs import start_fl
 
 # Seconds each node is paused; `make chaos` adds a pause of 30 leases (COMMLAB_PAUSES=8,60).
 PAUSES = [float(s) for s in os.environ.get("COMMLAB_PAUSES", "8").split(",")]
-RUN_S, STEP_S, HALT_S = 240.0, 60.0, 120.0  # hang guards: a run's end, each wait for a log line, the fault point
+RUN_S, STEP_S, HALT_S = 240.0, 60.0, 600.0  # hang guards: a run's end, each wait for a log line,
+# reaching the fault point (three processes that import torch start in minutes on a loaded machine)
 # The first test also runs the module fixture's undisturbed run, and every guard must fire before
 # pytest's own timeout, whose message would not say which node hung.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_S + HALT_S + 2 * STEP_S + max(PAUSES) + RUN_S)]
