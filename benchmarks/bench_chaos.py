@@ -33,7 +33,7 @@ from commlab.runs.claims import Claims
 from commlab.runs.launch import NODES_DIR
 from commlab.testbed.node_procs import NodeProcess, start_ddp, start_fl
 
-from chaos_links import add_link_cases
+from chaos_links import START_S, add_link_cases
 
 LEASE_S = 2.0
 FL_ROUNDS = 3
@@ -139,7 +139,7 @@ class Chaos:
     def fl_pause(self, node: str, point: str, pause_s: float, want: list) -> None:
         def run(folder: Path) -> tuple[str, bool]:
             procs = self.fl_run(folder, halt={node: point})
-            procs[node].wait_for(f"HALTED at {point}")
+            procs[node].wait_for(f"HALTED at {point}", timeout=START_S)
             pause(procs[node], [p for n, p in procs.items() if n != node], pause_s)
             codes = finish_all(procs.values())
             same = fl_hashes(procs) == want
@@ -152,7 +152,7 @@ class Chaos:
 
         def run(folder: Path) -> tuple[str, bool]:
             procs = self.ddp_run(folder, halt={1: point})
-            procs[1].wait_for(f"HALTED at {point}")
+            procs[1].wait_for(f"HALTED at {point}", timeout=START_S)
             pause(procs[1], [procs[0], procs[2]], pause_s)
             codes = finish_all(procs)
             same = ddp_hashes(procs) == want
@@ -163,7 +163,7 @@ class Chaos:
     def fl_kill_client(self) -> None:
         def run(folder: Path) -> tuple[str, bool]:
             procs = self.fl_run(folder, halt={"client-1": "before_upload@2"}, deadline=10.0)
-            procs["client-1"].wait_for("HALTED at before_upload@2")
+            procs["client-1"].wait_for("HALTED at before_upload@2", timeout=START_S)
             procs["client-1"].proc.send_signal(signal.SIGKILL)
             codes = finish_all([procs["controller"], procs["client-0"]])
             rounds = len(fl_hashes(procs))
@@ -176,7 +176,7 @@ class Chaos:
         def run(folder: Path) -> tuple[str, bool]:
             procs = self.fl_run(folder, halt={"controller": "after_round@2"}, deadline=6.0)
             ctl = procs["controller"]
-            after_2 = ctl.wait_for(rf"round 2/{FL_ROUNDS} .* model ([0-9a-f]{{16}})").group(1)
+            after_2 = ctl.wait_for(rf"round 2/{FL_ROUNDS} .* model ([0-9a-f]{{16}})", timeout=START_S).group(1)
             ctl.wait_for("HALTED at after_round@2")
             ctl.proc.send_signal(signal.SIGKILL)
             ctl.proc.wait()
@@ -187,7 +187,8 @@ class Chaos:
             procs["controller"] = NodeProcess(folder, "controller-2", [sys.executable, str(NODES_DIR / "controller.py"),
                                                                        str(path)])
             self._live.append(procs["controller"])
-            resumed = procs["controller"].wait_for(r"resuming at round (\d+) .* model ([0-9a-f]{16})").groups()
+            resumed = procs["controller"].wait_for(r"resuming at round (\d+) .* model ([0-9a-f]{16})",
+                                                   timeout=START_S).groups()
             codes = finish_all(procs.values())
             return (f"exit codes {codes}, resumed at round {resumed[0]} from model {resumed[1]}",
                     codes == [0] * len(codes) and resumed == ("3", after_2))
@@ -199,7 +200,7 @@ class Chaos:
 
         def run(folder: Path) -> tuple[str, bool]:
             procs = self.ddp_run(folder, halt={2: "before_exchange@5"}, peer_return_s=DDP_RETURN_S)
-            procs[2].wait_for("HALTED at before_exchange@5")
+            procs[2].wait_for("HALTED at before_exchange@5", timeout=START_S)
             procs[2].proc.send_signal(signal.SIGKILL)
             killed = time.monotonic()
             codes = finish_all(procs[:2], timeout=bound)
