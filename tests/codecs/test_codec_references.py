@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from commlab.codecs import bitpack, decode_any, draws, get_codec, qsgd, signsgd, topk, wire
+from commlab.codecs import bitpack, decode_any, draws, get_codec, int8, minmax, qsgd, signsgd, topk, wire
 
 HEADER = wire.HEADER.size
 pytestmark = pytest.mark.filterwarnings("error")
@@ -123,3 +123,33 @@ def test_encoders_in_threads_give_the_frames_they_give_alone(name):
     alone = [frames(v) for v in vecs]
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(frames, vecs)) == alone
+
+
+# Chunks of values whose magnitudes span 2**-30..2**30, with zeros, signed zeros and repeats (ties
+# at the rounding points): every chunk's scale is normal, so the references' reciprocals are finite.
+moderate = arrays(np.float32, st.integers(1, 3000),
+                  elements=st.one_of(st.sampled_from([0.0, -0.0, 1.0, -1.0, 0.5, 2.5]),
+                                     st.floats(-2.0**30, 2.0**30, width=32).filter(lambda v: v == 0 or abs(v) > 2.0**-30)))
+
+
+@given(moderate, st.sampled_from([1, 7, 64, 8192]))
+@quick
+def test_int8_frames_are_its_reference(x, chunk):
+    frame = get_codec("int8", chunk=chunk).encode(x)
+    scales, levels = int8.reference_quantize(x, chunk)
+    nc = scales.size
+    ref_scales, ref_levels = frame_parts(frame, 4 * nc)
+    assert np.array_equal(bits(ref_scales.view("<f4")), bits(scales)) and np.array_equal(ref_levels.view(np.int8), levels)
+    assert np.array_equal(bits(decode_any(frame)), bits(levels.astype(np.float32) * np.repeat(scales, chunk)[: x.size]))
+
+
+@given(moderate, st.integers(1, 8), st.sampled_from([1, 9, 256, 8192]))
+@quick
+def test_minmax_frames_are_its_reference(x, n, chunk):
+    frame = get_codec(f"minmax{n}", chunk=chunk).encode(x)
+    lows, scales, levels = minmax.reference_levels(x, n, chunk)
+    head, packed = frame_parts(frame, 8 * lows.size)
+    assert np.array_equal(bits(head.view("<f4")), bits(np.stack([lows, scales], axis=1).reshape(-1)))
+    assert np.array_equal(packed, bitpack.reference_pack(levels, n))
+    ref = levels.astype(np.float32) * np.repeat(scales, chunk)[: x.size] + np.repeat(lows, chunk)[: x.size]
+    assert np.array_equal(bits(decode_any(frame)), bits(ref))

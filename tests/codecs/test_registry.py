@@ -110,3 +110,12 @@ def test_memory_and_schedule_parameters_default_by_setting():
         build_compression("powersgd2", {"residual_clip": 1.0}, LAYOUT, setting="ddp")
     assert get_codec("dgc").takes("warmup_length") and get_codec("qsgd").takes("levels")
     assert not get_codec("int8").takes("warmup_length")
+
+
+def test_warm_compiles_every_codec_with_its_defaults(monkeypatch):
+    # The node images run warm() when built: it must reach every registered codec.
+    seen = []
+    real = Codec.encode
+    monkeypatch.setattr(Codec, "encode", lambda self, vec: seen.append(self.codec_id) or real(self, vec))
+    commlab.codecs.warm()
+    assert sorted(seen) == sorted(_BY_ID)

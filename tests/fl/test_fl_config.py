@@ -38,6 +38,8 @@ def test_built_configs_round_trip(tmp_path):
     (lambda c: c.update(rounds=True), "rounds: expected int, got bool"),
     (lambda c: c["dds"].update(peers="127.0.0.1"), "dds.peers: expected a list"),
     (lambda c: c["training"].update(lr=-1.0), "training.lr: must be > 0"),
+    (lambda c: c["training"].update(lr_decay=0.0), "training.lr_decay: must be in (0, 1], got 0.0"),
+    (lambda c: c["training"].update(lr_decay=1.5), "training.lr_decay: must be in (0, 1], got 1.5"),
     (lambda c: c.pop("expected_clients"), "missing key expected_clients"),
     (lambda c: c.update(min_clients=3, expected_clients=2), "min_clients: 3 > expected_clients 2"),
     (lambda c: c.update(init_path="/no/such/checkpoint.npz"), "init_path: file not found: /no/such/checkpoint.npz"),

@@ -48,6 +48,12 @@ def test_server_momentum_accumulates_and_is_state():
     np.testing.assert_array_equal(t.momentum, [1.5])
 
 
+def test_lr_decays_per_round_from_the_first():
+    s = fedavg([0.0], lr_decay=0.5)
+    assert [s.configure_round(rnd).lr for rnd in (1, 2, 3)] == pytest.approx([0.1, 0.05, 0.025])
+    assert fedavg([0.0]).configure_round(7).lr == 0.1
+
+
 def test_fedavg_refuses_empty_round_and_wrong_shape():
     s = fedavg([0.0, 0.0])
     with pytest.raises(ValueError, match="nothing to aggregate"):

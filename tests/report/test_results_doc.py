@@ -2,6 +2,7 @@
 under docs/results/ has it, and the writer produces it for a small table."""
 from __future__ import annotations
 
+import csv
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from commlab.report.provenance import HEADER_FIELDS, header, machine
-from commlab.report.results_doc import accuracy_gaps, document
+from commlab.report.results_doc import accuracy_gaps, document, matrix_gaps
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 PATTERNS = {"command": r"`[^`]+`", "commit": r"`[0-9a-f]{7,}(\+dirty)?`", "date": r"\d{4}-\d\d-\d\d \d\d:\d\d UTC",
@@ -44,14 +45,30 @@ def test_writer_produces_the_header() -> None:
     assert "| int8 | 0.2501 |" in text
 
 
-def test_matrix_gaps_name_the_best_and_worst_compressor_of_each_mode() -> None:
-    rows = [{"mode": "fl", "compressor": "fp32", "test_accuracy": "0.80"},
-            {"mode": "fl", "compressor": "signsgd", "test_accuracy": "0.7525"},
-            {"mode": "fl", "compressor": "centralized", "test_accuracy": "0.95"},
-            {"mode": "fl", "compressor": "dgc", "test_accuracy": ""},  # every seed failed: no accuracy
-            {"mode": "ddp", "compressor": "fp32", "test_accuracy": "0.70"}]
-    assert accuracy_gaps(rows) == ["- FL: best fp32 80.00 %, worst signsgd 75.25 %, best-to-worst gap 4.75 pp",
-                                   "- DDP: best fp32 70.00 %, worst fp32 70.00 %, best-to-worst gap 0.00 pp"]
-    text = document("Matrix", ["- command: `x`"], rows[:1], {"compressor": ("compressor", "")}, accuracy_gaps(rows))
-    assert text.endswith("| fp32 |\n\n- FL: best fp32 80.00 %, worst signsgd 75.25 %, best-to-worst gap 4.75 pp\n"
-                         "- DDP: best fp32 70.00 %, worst fp32 70.00 %, best-to-worst gap 0.00 pp\n")
+def test_matrix_gaps_name_the_best_and_worst_compressor_and_the_gap_within_each_seed(tmp_path: Path) -> None:
+    rows = [{"mode": "fl", "compressor": "fp32", "test_accuracy": "0.80", "status": "ok"},
+            {"mode": "fl", "compressor": "signsgd", "test_accuracy": "0.7525", "status": "ok"},
+            {"mode": "fl", "compressor": "centralized", "test_accuracy": "0.95", "status": "ok"},
+            {"mode": "fl", "compressor": "dgc", "test_accuracy": "", "status": "failed"},  # every seed failed
+            {"mode": "ddp", "compressor": "fp32", "test_accuracy": "0.70", "status": "ok"}]
+    runs = [{"mode": "fl", "compressor": c, "seed": seed, "test_accuracy": acc, "status": status}
+            for c, seed, acc, status in [("fp32", 0, "0.80", "ok"), ("signsgd", 0, "0.75", "ok"),
+                                         ("fp32", 1, "0.81", "ok"), ("signsgd", 1, "0.70", "ok"),
+                                         ("fp32", 2, "0.79", "ok"), ("signsgd", 2, "0.76", "ok"),
+                                         ("dgc", 2, "0.10", "exit 1"),  # a failed run counts in no gap
+                                         ("centralized", 1, "0.99", "ok")]]
+    runs.append({"mode": "ddp", "compressor": "fp32", "seed": 0, "test_accuracy": "0.70", "status": "ok"})
+    fl = ("- FL: best fp32 80.00 %, worst signsgd 75.25 % (median accuracy over seeds), best-to-worst gap 4.75 pp; "
+          "within each seed (3 seeds): median 5.00 pp, min 3.00 pp, max 11.00 pp")
+    ddp = ("- DDP: best fp32 70.00 %, worst fp32 70.00 % (median accuracy over seeds), best-to-worst gap 0.00 pp; "
+           "within each seed (1 seed): median 0.00 pp, min 0.00 pp, max 0.00 pp")
+    assert accuracy_gaps(rows, runs) == [fl, ddp]
+    table_csv = tmp_path / "matrix.csv"
+    for path, items in ((table_csv, rows), (tmp_path / "matrix-runs.csv", runs)):
+        with path.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(items[0]))
+            writer.writeheader()
+            writer.writerows(items)
+    assert matrix_gaps(table_csv) == [fl, ddp]
+    text = document("Matrix", ["- command: `x`"], rows[:1], {"compressor": ("compressor", "")}, [fl, ddp])
+    assert text.endswith(f"| fp32 |\n\n{fl}\n{ddp}\n")

@@ -1,45 +1,32 @@
 """Pack unsigned integers of 1..8 bits densely: value i takes bits [b*i, b*(i+1)) of a
 little-endian stream of ceil(D*b/8) bytes; 8 values make b whole bytes.
 
-Vectorised, no loop over values. Packing is one BLAS dot of groups of levels with the powers of
-two of their bit positions, in float32 (the sums stay below 2**24, so they are exact), then the
-sums' low bytes. Unpacking cuts the stream into fields of whole values (a byte for 1, 2, 4 and 8
-bits; 12 bits holding 4 values of 3; 10 or 12 bits holding 2 values of 5 or 6; 7 bits) and looks
-each field up in a table of the levels it holds, as float32: what every decoder multiplies next.
+Packing and unpacking are compiled loops (jit.py) over groups of 8 values, b bytes each: for 2,
+4 and 8 bits byte by byte, for the other widths through one 64-bit word a group. Levels come in
+and go out as float32: what every encoder rounds and every decoder multiplies next. (A BLAS dot of
+groups of levels with the powers of two of their bit positions packed some widths faster on an idle
+machine, but BLAS's threads slowed it tenfold while other processes ran.)
 
 The definition in a few lines, which the tests compare against: ``reference_pack``,
 ``reference_unpack``.
 """
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
+from numba import literal_unroll
 
 from commlab.codecs.errors import CodecError
+from commlab.codecs.jit import kernel
 
 
 def packed_size(count: int, bits: int) -> int:
     return -(-count * bits // 8)
 
 
-# Values summed by one float32 dot: at most 24 bits (exact in float32), and 16 where that makes
-# whole uint16 words (1, 2 and 4 bits); 3 and 6 bits make 3 bytes, 5 and 7 bits are joined in pairs
-# or fours into 5 or 7 bytes of a uint64.
-_PER_DOT = {1: 16, 2: 8, 3: 8, 4: 4, 5: 4, 6: 4, 7: 2}
 # A float32 array whose length is a multiple of this is packed in place, without a padded copy.
 PAD = 16
-
-
-def _bytes_of_words(words: np.ndarray, nbytes: int) -> np.ndarray:
-    """The low ``nbytes`` bytes of each little-endian word, concatenated; the words' higher bytes
-    are zero. Each word is stored whole at offset nbytes * i, in increasing i, so its zero high
-    bytes land where the next word is stored next (numpy's 1-D strided copy runs forward, and the
-    tests compare with the bit-by-bit reference): several times faster than moving
-    nbytes-byte items one by one."""
-    out = np.empty(nbytes * words.size + words.itemsize, np.uint8)
-    np.ndarray(words.shape, words.dtype, out, strides=(nbytes,))[...] = words
-    return out[: nbytes * words.size]
+# The widths packed through a 64-bit word a group of 8 (the others byte by byte).
+_WORD_WIDTHS = (1, 3, 5, 6, 7)
 
 
 def pack(values: np.ndarray, bits: int, count: int | None = None) -> np.ndarray:
@@ -52,53 +39,74 @@ def pack(values: np.ndarray, bits: int, count: int | None = None) -> np.ndarray:
         padded = np.zeros(-(-values.size // PAD) * PAD, np.float32)
         padded[: values.size] = values
         values = padded
-    per_dot = _PER_DOT[bits]
-    sums = np.empty(values.size // per_dot, np.float32)
-    np.dot(values.reshape(-1, per_dot), np.ldexp(np.float32(1), bits * np.arange(per_dot)), out=sums)
-    dot_bits = bits * per_dot
-    if dot_bits == 16:
-        stream = sums.astype(np.uint16).view(np.uint8)
-    elif dot_bits == 24:
-        stream = _bytes_of_words(sums.astype(np.uint32), 3)
-    else:
-        parts = sums.reshape(-1, 8 // per_dot)
-        words = parts[:, 0].astype(np.uint64)
-        for k in range(1, parts.shape[1]):
-            part = parts[:, k].astype(np.uint64)
-            part <<= np.uint64(dot_bits * k)
-            words |= part
-        stream = _bytes_of_words(words, bits)
+    stream = np.empty(values.size * bits // 8, np.uint8)
+    _pack(values, bits, stream)
     return stream[: packed_size(count, bits)]
 
 
-def _values_per_field(bits: int) -> int:
-    return {1: 8, 2: 4, 3: 4, 4: 2, 5: 2, 6: 2, 7: 1, 8: 1}[bits]
+@kernel(inline="always")
+def _pack_words(values: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """Group g of 8 levels becomes bytes [bits g, bits (g + 1)): two 32-bit halves of 4 levels
+    (int32 conversions measured twice as fast as 64-bit ones), joined in one word; inlined with a
+    constant ``bits``, so that its loops unroll."""
+    for g in range(values.size // 8):
+        v = values[8 * g : 8 * g + 8]
+        low = np.int32(v[0]) | (np.int32(v[1]) << bits) | (np.int32(v[2]) << (2 * bits)) | (np.int32(v[3]) << (3 * bits))
+        high = np.int32(v[4]) | (np.int32(v[5]) << bits) | (np.int32(v[6]) << (2 * bits)) | (np.int32(v[7]) << (3 * bits))
+        word = np.uint64(low) | (np.uint64(high) << np.uint64(4 * bits))
+        for b in range(bits):
+            out[bits * g + b] = np.uint8((word >> np.uint64(8 * b)) & np.uint64(0xFF))
 
 
-@cache
-def _table(bits: int) -> np.ndarray:
-    """float32 levels of every field: row f holds the values packed in field f, first value first."""
-    per_field = _values_per_field(bits)
-    fields = np.arange(1 << (bits * per_field), dtype=np.int64)[:, None]
-    return ((fields >> (bits * np.arange(per_field))) & ((1 << bits) - 1)).astype(np.float32)
+@kernel
+def _pack(values: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """float32 levels (values.size a multiple of 8) -> the stream of bits * values.size / 8 bytes."""
+    if bits == 4:
+        for j in range(out.size):
+            out[j] = np.uint8(values[2 * j]) | (np.uint8(values[2 * j + 1]) << 4)
+    elif bits == 2:
+        for j in range(out.size):
+            out[j] = (np.uint8(values[4 * j]) | (np.uint8(values[4 * j + 1]) << 2)
+                      | (np.uint8(values[4 * j + 2]) << 4) | (np.uint8(values[4 * j + 3]) << 6))
+    else:
+        for width in literal_unroll(_WORD_WIDTHS):  # a copy of the loop per width, each unrolled
+            if bits == width:
+                _pack_words(values, width, out)
 
 
-def _fields(stream: np.ndarray, count: int, bits: int) -> np.ndarray:
-    """The stream cut into fields of whole values (see _values_per_field), the last group zero-padded."""
-    if bits in (1, 2, 4, 8):
-        return stream
-    groups = -(-count // 8)
-    padded = np.zeros(groups * bits + 8, np.uint8)
-    padded[: stream.size] = stream
-    # Overlapping reads: word g starts at group g's first byte; the bytes above its 8 * bits bits
-    # belong to the next group and are masked off with the fields.
-    words = np.ndarray((groups,), "<u8", padded, strides=(bits,))
-    width = bits * _values_per_field(bits)
-    per_word = 8 // _values_per_field(bits)
-    fields = np.empty((groups, per_word), np.int64)
-    for k in range(per_word):
-        np.bitwise_and(words >> np.uint64(width * k), np.uint64((1 << width) - 1), out=fields[:, k], casting="unsafe")
-    return fields.reshape(-1)
+@kernel(inline="always")
+def _unpack_words(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """Group g of 8 values is bytes [bits g, bits (g + 1)) read as one little-endian word; inlined
+    with a constant ``bits``, so that its loops unroll."""
+    mask = np.uint64((1 << bits) - 1)
+    for g in range(out.size // 8):
+        word = np.uint64(0)
+        for b in range(bits):
+            word |= np.uint64(stream[bits * g + b]) << np.uint64(8 * b)
+        for t in range(8):
+            out[8 * g + t] = np.float32((word >> np.uint64(bits * t)) & mask)
+
+
+@kernel
+def _unpack(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """float32 levels of a stream of whole groups (out.size a multiple of 8, stream bits * out.size / 8 bytes)."""
+    if bits == 8:
+        for i in range(out.size):
+            out[i] = np.float32(stream[i])
+    elif bits == 4:
+        for j in range(stream.size):
+            out[2 * j] = np.float32(stream[j] & 15)
+            out[2 * j + 1] = np.float32(stream[j] >> 4)
+    elif bits == 2:
+        for j in range(stream.size):
+            out[4 * j] = np.float32(stream[j] & 3)
+            out[4 * j + 1] = np.float32((stream[j] >> 2) & 3)
+            out[4 * j + 2] = np.float32((stream[j] >> 4) & 3)
+            out[4 * j + 3] = np.float32(stream[j] >> 6)
+    else:
+        for width in literal_unroll(_WORD_WIDTHS):
+            if bits == width:
+                _unpack_words(stream, width, out)
 
 
 def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | None = None) -> np.ndarray:
@@ -112,10 +120,14 @@ def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | No
     spare = 8 * stream.size - count * bits
     if spare and stream[-1] >> (8 - spare):
         raise CodecError("packed stream has non-zero padding bits")
-    if bits == 8:
-        levels = stream.astype(np.float32)
-    else:
-        levels = _table(bits).take(_fields(stream, count, bits), axis=0).reshape(-1)[:count]
+    levels = np.empty(-(-count // 8) * 8, np.float32)
+    whole = count // 8 * bits  # bytes of the whole groups; the last group's, zero-padded, on its own
+    _unpack(stream[:whole], bits, levels[: count // 8 * 8])
+    if whole < stream.size:
+        tail = np.zeros(bits, np.uint8)
+        tail[: stream.size - whole] = stream[whole:]
+        _unpack(tail, bits, levels[count // 8 * 8 :])
+    levels = levels[:count]
     if max_level is not None and max_level < (1 << bits) - 1 and count and levels.max() > max_level:
         raise CodecError(f"level {int(levels.max())} exceeds the {max_level} levels in the header")
     return levels

@@ -14,6 +14,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from commlab.codecs import scratch
+from commlab.codecs.jit import kernel
 
 _BLOCK = 16  # AES block bytes: update_into may write up to one block beyond its input
 _NONCE = bytes(16)  # every key encrypts one stream only
@@ -33,10 +34,23 @@ def keystream(key: bytes, nbytes: int, out: np.ndarray | None = None) -> np.ndar
     return out[:nbytes]
 
 
+def words(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n random uint32 words under a fresh key from ``rng``: what ``uniforms`` turns into floats, for
+    the compiled loops that turn them themselves (``uniform``). A scratch array (scratch.py): valid
+    until this thread's next call."""
+    return keystream(rng.bytes(16), 4 * n, scratch.buffer("draws.bits", 4 * n + _BLOCK, np.uint8)).view("<u4")
+
+
+@kernel(inline="always")
+def uniform(word: np.uint32) -> np.float32:
+    """One word's uniform, as ``uniforms`` makes it."""
+    return np.float32(word >> np.uint32(8)) * np.float32(2.0**-24)
+
+
 def uniforms(rng: np.random.Generator, n: int) -> np.ndarray:
     """n float32 uniforms on [0, 1): (32 random bits >> 8) * 2**-24, as numpy's float32 draws.
     A scratch array (scratch.py): valid until this thread's next call."""
-    bits = keystream(rng.bytes(16), 4 * n, scratch.buffer("draws.bits", 4 * n + _BLOCK, np.uint8)).view("<u4")
+    bits = words(rng, n)
     np.right_shift(bits, np.uint32(8), out=bits)
     out = scratch.buffer("draws.uniforms", n, np.float32)
     np.copyto(out, bits.view(np.int32), casting="unsafe")  # below 2**24: exact; int32 converts vectorised

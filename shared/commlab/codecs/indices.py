@@ -1,12 +1,13 @@
 """Compact coding of sorted sparse indices: delta + LEB128 varint, or a bitmap, whichever is smaller.
 
-Both are vectorised numpy: the varint loop runs over byte positions (at most 5), never elements.
+Varints are written and read by compiled loops (jit.py), one pass over the indices or bytes.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from commlab.codecs.errors import CodecError
+from commlab.codecs.jit import kernel
 
 VARINT = 0
 BITMAP = 1
@@ -22,36 +23,72 @@ def bound(numel: int, k: int) -> int:
     return min(-(-numel // 8), k * varint_len(max(numel - 1, 0)))
 
 
-def _varint_lengths(deltas: np.ndarray) -> np.ndarray:
-    lengths = np.ones(deltas.size, np.uint8)
-    for j in range(1, _MAX_VARINT_BYTES):
-        lengths += deltas >= np.uint32(1 << (7 * j))
-    return lengths
+@kernel
+def _varint_bytes(idx: np.ndarray) -> int:
+    """Bytes of the varints of the deltas of increasing indices."""
+    total, prev = 0, 0
+    for i in idx:
+        total += 1 + (i - prev >= 1 << 7) + (i - prev >= 1 << 14) + (i - prev >= 1 << 21) + (i - prev >= 1 << 28)
+        prev = i
+    return total
+
+
+@kernel
+def _write_varints(idx: np.ndarray, out: np.ndarray) -> None:
+    """LEB128 of each delta: 7 bits a byte, low groups first, the high bit set on all but the last."""
+    at, prev = 0, 0
+    for i in idx:
+        delta, prev = i - prev, i
+        while delta >= 0x80:
+            out[at] = (delta & 0x7F) | 0x80
+            delta >>= 7
+            at += 1
+        out[at] = delta
+        at += 1
+
+
+# What _read_varints found wrong (bits of its result), in the order the errors are reported.
+_TOO_LONG, _NOT_INCREASING, _BEYOND = 1, 2, 4
+
+
+@kernel
+def _read_varints(data: np.ndarray, numel: int, out: np.ndarray) -> int:
+    """Decode len(out) varints (the caller checked that data holds exactly that many complete
+    ones) into their cumulative sums; return the _TOO_LONG | _NOT_INCREASING | _BEYOND found."""
+    errors, at, total = 0, 0, 0
+    for j in range(out.size):
+        delta, shift, length = 0, 0, 0
+        while True:
+            byte = data[at]
+            at += 1
+            length += 1
+            if length <= _MAX_VARINT_BYTES:
+                delta |= np.int64(byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                break
+        if length > _MAX_VARINT_BYTES:
+            errors |= _TOO_LONG
+        elif delta >= numel or (j > 0 and delta == 0):
+            errors |= _NOT_INCREASING
+        else:
+            total += delta
+        out[j] = total
+    if out.size and out[-1] >= numel:
+        errors |= _BEYOND
+    return errors
 
 
 def encode(idx: np.ndarray, numel: int) -> tuple[int, np.ndarray]:
     """Strictly increasing int64 indices -> (mode, uint8 bytes)."""
-    deltas = np.diff(idx, prepend=0).astype(np.uint32)  # each below numel <= 2**31
-    lengths = _varint_lengths(deltas)
-    total = int(lengths.sum(dtype=np.int64))
+    total = _varint_bytes(idx)
     bitmap_len = -(-numel // 8)
     if bitmap_len < total:
         mask = np.zeros(numel, bool)
         mask[idx] = True
         return BITMAP, np.packbits(mask, bitorder="little")
-    # Byte j of every varint at once, j up to the longest one: a loop over byte positions.
     out = np.empty(total, np.uint8)
-    starts = np.cumsum(lengths, dtype=np.int64)
-    starts -= lengths
-    first = (deltas & np.uint32(0x7F)).astype(np.uint8)
-    first |= (lengths > 1).view(np.uint8) << np.uint8(7)
-    out[starts] = first
-    longer = np.flatnonzero(lengths > 1)
-    for j in range(1, int(lengths.max(initial=1))):
-        group = (deltas[longer] >> np.uint32(7 * j)) & np.uint32(0x7F)
-        group |= (lengths[longer] > j + 1).astype(np.uint32) << np.uint32(7)
-        out[starts[longer] + j] = group
-        longer = longer[lengths[longer] > j + 1]
+    _write_varints(idx, out)
     return VARINT, out
 
 
@@ -73,26 +110,17 @@ def decode(mode: int, data: np.ndarray, numel: int, k: int) -> np.ndarray:
         if data.size:
             raise CodecError(f"{data.size} index bytes for zero indices")
         return np.zeros(0, np.int64)
-    ends = np.flatnonzero(data < 0x80)
-    if ends.size != k or ends[-1] != data.size - 1:
-        raise CodecError(f"varint index section holds {ends.size} complete values in {data.size} bytes "
+    ends = np.count_nonzero(data < 0x80)
+    if ends != k or data[-1] >= 0x80:
+        raise CodecError(f"varint index section holds {ends} complete values in {data.size} bytes "
                          f"(a truncated value at the end counts as none), header says {k}")
-    starts = np.empty(k, np.int64)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    lengths = ends - starts + 1
-    if lengths.max() > _MAX_VARINT_BYTES:
+    idx = np.empty(k, np.int64)
+    errors = _read_varints(data, numel, idx)
+    if errors & _TOO_LONG:
         raise CodecError(f"varint index longer than {_MAX_VARINT_BYTES} bytes")
-    # The j-th group of every varint at once, j up to the longest one: loops over byte positions.
-    deltas = (data[ends] & 0x7F).astype(np.uint64)  # a varint's last byte is its highest group
-    for j in range(1, int(lengths.max())):
-        longer = np.flatnonzero(lengths > j)
-        deltas[longer] <<= np.uint64(7)
-        deltas[longer] |= data[ends[longer] - j] & np.uint8(0x7F)
-    # Each delta below numel (<= 2**31) keeps the cumulative sum far from uint64 overflow.
-    if deltas.max() >= numel or (deltas[1:] == 0).any():
+    # Each delta below numel (<= 2**31) keeps the cumulative sum far from int64 overflow.
+    if errors & _NOT_INCREASING:
         raise CodecError("sparse indices out of range or not strictly increasing")
-    idx = np.cumsum(deltas).astype(np.int64)
-    if idx[-1] >= numel:
+    if errors & _BEYOND:
         raise CodecError(f"sparse index {idx[-1]} out of range for {numel} elements")
     return idx

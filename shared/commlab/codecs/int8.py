@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 
 import numpy as np
 
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
 from commlab.codecs.errors import CodecError, chunk_size
+from commlab.codecs.jit import kernel
 
-# Elements processed at once: keeps a block and its float32 temporary (~1 MiB each) in cache.
-_BLOCK_ELEMS = 1 << 18
 # The largest scale the encoder can produce (same float32 rounding), so q * s stays finite.
 _MAX_SCALE = np.float32(MAX_MAGNITUDE) / np.float32(127)
 
@@ -20,41 +18,46 @@ def _num_chunks(numel: int, chunk: int) -> int:
     return -(-numel // chunk)
 
 
-def _blocks(n: int, chunk: int) -> Iterator[tuple[int, int, int]]:
-    """(start, stop, row width) spans covering [0, n): blocks of whole chunks of about
-    _BLOCK_ELEMS elements, then the ragged last chunk on its own."""
-    full = n // chunk * chunk
-    step = max(1, _BLOCK_ELEMS // chunk) * chunk
-    for a in range(0, full, step):
-        yield a, min(full, a + step), chunk
-    if full < n:
-        yield full, n, n - full
+@kernel
+def _quantize(vec: np.ndarray, chunk: int, amax: np.ndarray, q: np.ndarray) -> None:
+    """Per chunk, while it is in cache: amax = max |w| (an integer max of the bits without the
+    sign: vectorised, and NaN comes out above inf), then q = rint(w * 127 / amax) as int8. Chunks
+    whose amax is 0, NaN, too large or subnormal (127 / amax overflows) keep q = 0 here."""
+    keys, amax_bits = vec.view(np.uint32), amax.view(np.uint32)
+    for c in range(amax.size):
+        # Loops over a chunk's own views (not offsets into the whole arrays) are the ones LLVM vectorises.
+        x, k, y = vec[c * chunk : (c + 1) * chunk], keys[c * chunk : (c + 1) * chunk], q[c * chunk : (c + 1) * chunk]
+        top = np.uint32(0)
+        for i in range(k.size):
+            top = max(top, k[i] & np.uint32(0x7FFFFFFF))
+        amax_bits[c] = top
+        factor = np.float32(127) / amax[c] if 0 < amax[c] <= MAX_MAGNITUDE else np.float32(0)
+        if factor == np.inf:
+            factor = np.float32(0)
+        for i in range(x.size):
+            y[i] = np.int8(np.rint(x[i] * factor))
+
+
+@kernel
+def _values(q: np.ndarray, chunk: int, scales: np.ndarray, out: np.ndarray) -> None:
+    """out = float32(q) * s per chunk."""
+    for c in range(scales.size):
+        x, y, scale = q[c * chunk : (c + 1) * chunk], out[c * chunk : (c + 1) * chunk], scales[c]
+        for i in range(x.size):
+            y[i] = np.float32(x[i]) * scale
 
 
 def quantize(vec: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
     """Return (scales float32 [ceil(D/C)], levels int8 [D]); raises CodecError on non-finite input."""
-    n = vec.size
-    amax = np.empty(_num_chunks(n, chunk), np.float32)
-    inv = np.zeros_like(amax)  # all-zero chunks keep 0 and quantize to 0
-    q = np.empty(n, np.int8)
-    tmp = np.empty(min(n, max(1, _BLOCK_ELEMS // chunk) * chunk), np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):  # NaN/inf raise below; subnormal chunks redone
-        for a, b, width in _blocks(n, chunk):
-            # The block is read from memory once (by max) and stays in cache, with its float32
-            # temporary, for the min, scale, multiply, round and cast that follow. max and min
-            # (two reads, no write) measured faster than abs into the temporary and one max.
-            x = vec[a:b].reshape(-1, width)
-            t = tmp[: b - a].reshape(x.shape)
-            rows = slice(a // chunk, a // chunk + len(x))
-            np.maximum(x.max(axis=1), -x.min(axis=1), out=amax[rows])
-            np.divide(np.float32(127), amax[rows], out=inv[rows], where=amax[rows] > 0)
-            np.multiply(x, inv[rows, None], out=t)
-            np.rint(t, out=t)
-            np.copyto(q[a:b].reshape(x.shape), t, casting="unsafe")
-    if not (amax <= MAX_MAGNITUDE).all():
+    amax = np.empty(_num_chunks(vec.size, chunk), np.float32)
+    q = np.empty(vec.size, np.int8)
+    _quantize(vec, chunk, amax, q)
+    if not (amax <= MAX_MAGNITUDE).all():  # NaN fails too
         raise CodecError(f"int8: values must be finite with magnitude <= {MAX_MAGNITUDE:g}")
     scales = amax / np.float32(127)
-    for c in np.flatnonzero(np.isinf(inv)):  # rare: subnormal chunks, where 127/amax overflows
+    with np.errstate(divide="ignore", over="ignore"):
+        subnormal = np.flatnonzero(np.isinf(np.float32(127) / amax))
+    for c in subnormal:  # rare: subnormal amax (or 0, whose levels stay 0), where 127/amax overflows
         part = slice(c * chunk, (c + 1) * chunk)
         t = np.divide(vec[part], scales[c], out=np.zeros_like(vec[part]), where=scales[c] > 0)
         # The subnormal scale is rounded, so |w/s| may exceed 127: clip as the definition says.
@@ -62,14 +65,22 @@ def quantize(vec: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
     return scales, q
 
 
+def reference_quantize(vec: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """The definition, chunk by chunk, for chunks whose 127 / max|w| is finite in float32:
+    s = max|w| / 127, q = rint(w * (127 / max|w|)) (q = 0 in an all-zero chunk)."""
+    scales, levels = [], []
+    for a in range(0, vec.size, chunk):
+        amax = np.abs(vec[a : a + chunk]).max()
+        factor = np.float32(127) / amax if amax > 0 else np.float32(0)
+        scales.append(amax / np.float32(127))
+        levels.append(np.rint(vec[a : a + chunk] * factor).astype(np.int8))
+    return np.array(scales, np.float32), np.concatenate(levels)
+
+
 def dequantize(scales: np.ndarray, q: np.ndarray, chunk: int) -> np.ndarray:
     """Inverse of quantize: q * s per chunk, float32."""
-    n = q.size
-    out = np.empty(n, np.float32)
-    for a, b, width in _blocks(n, chunk):
-        o = out[a:b].reshape(-1, width)
-        np.copyto(o, q[a:b].reshape(o.shape), casting="unsafe")
-        o *= scales[a // chunk : a // chunk + len(o), None]
+    out = np.empty(q.size, np.float32)
+    _values(q, chunk, scales, out)
     return out
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from commlab.codecs import bitpack, chunks, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
 from commlab.codecs.errors import CodecError, chunk_size, integer_in
+from commlab.codecs.jit import kernel
 
 _TINY = np.finfo(np.float32).tiny  # below it 1/scale overflows float32
 
@@ -25,6 +26,61 @@ def _max_scale(bits: int) -> np.float32:
     """The largest scale the encoder can produce (the same float32 rounding of a range of at most
     2 * MAX_MAGNITUDE), so |min| + q * scale stays below float32 max for every level q."""
     return np.float32(2 * MAX_MAGNITUDE / ((1 << bits) - 1))
+
+
+@kernel
+def _ranges(vec: np.ndarray, chunk: int, lo: np.ndarray, hi: np.ndarray) -> None:
+    """Min and max per chunk, as integer min and max (vectorised, unlike float ones) of keys
+    ordered as the floats: the bits, with the magnitude bits flipped for negative values (-0.0
+    below 0.0, NaN beyond the infinities, so NaN comes out as a min or a max)."""
+    keys = vec.view(np.int32)
+    for c in range(lo.size):
+        k = keys[c * chunk : (c + 1) * chunk]
+        low, high = np.int32(2**31 - 1), np.int32(-(2**31))
+        for i in range(k.size):
+            key = k[i] ^ ((k[i] >> 31) & np.int32(0x7FFFFFFF))
+            low, high = min(low, key), max(high, key)
+        lo[c : c + 1].view(np.int32)[0] = low ^ ((low >> 31) & np.int32(0x7FFFFFFF))
+        hi[c : c + 1].view(np.int32)[0] = high ^ ((high >> 31) & np.int32(0x7FFFFFFF))
+
+
+@kernel
+def _levels(vec: np.ndarray, chunk: int, lo: np.ndarray, inv: np.ndarray, scale: np.ndarray, top: float,
+            out: np.ndarray) -> None:
+    """out = min(rint((w - min) * inv), top) per chunk; chunks with a subnormal scale (inv 0,
+    scale > 0) divide by the scale instead. One pass over chunk views (which LLVM vectorises)."""
+    for c in range(lo.size):
+        x, y, low, factor = vec[c * chunk : (c + 1) * chunk], out[c * chunk : (c + 1) * chunk], lo[c], inv[c]
+        if factor == 0 and scale[c] > 0:
+            for i in range(x.size):
+                y[i] = min(np.rint((x[i] - low) / scale[c]), top)
+        else:
+            for i in range(x.size):
+                y[i] = min(np.rint((x[i] - low) * factor), top)
+
+
+@kernel
+def _values(levels: np.ndarray, chunk: int, lo: np.ndarray, scale: np.ndarray) -> None:
+    """levels = min + level * scale per chunk, in place (two roundings, as the definition)."""
+    for c in range(lo.size):
+        y, low, step = levels[c * chunk : (c + 1) * chunk], lo[c], scale[c]
+        for i in range(y.size):
+            y[i] = y[i] * step + low
+
+
+def reference_levels(vec: np.ndarray, bits: int, chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The definition, chunk by chunk, for chunks whose 1 / scale is finite in float32: (min,
+    scale = (max - min) / (2**n - 1) rounded once from float64, levels = min(rint((w - min) * (1 /
+    scale)), 2**n - 1), 0 in a constant chunk)."""
+    top, lows, scales, levels = (1 << bits) - 1, [], [], []
+    for a in range(0, vec.size, chunk):
+        x = vec[a : a + chunk]
+        scale = np.float32((np.float64(x.max()) - np.float64(x.min())) / top)
+        inv = np.float32(1) / scale if scale > 0 else np.float32(0)
+        lows.append(x.min())
+        scales.append(scale)
+        levels.append(np.minimum(np.rint((x - x.min()) * inv), top))
+    return np.array(lows, np.float32), np.array(scales, np.float32), np.concatenate(levels)
 
 
 @register
@@ -47,10 +103,9 @@ class MinMax(Codec):
         top = (1 << self.bits) - 1
         head = np.empty((chunks.count(vec.size, self.chunk), 2), np.float32)  # (min, scale) per chunk
         lo, hi = head[:, 0], np.empty(len(head), np.float32)
-        views = chunks.rows(vec, self.chunk)
-        for rows, x in views:
-            x.min(axis=1, out=lo[rows])
-            x.max(axis=1, out=hi[rows])
+        _ranges(vec, self.chunk, lo, hi)
+        for c in np.flatnonzero((lo == 0) | (hi == 0)):  # the sign of a zero min or max: numpy's
+            lo[c], hi[c] = vec[c * self.chunk : (c + 1) * self.chunk].min(), vec[c * self.chunk : (c + 1) * self.chunk].max()
         if not ((np.abs(lo) <= MAX_MAGNITUDE) & (np.abs(hi) <= MAX_MAGNITUDE)).all():  # NaN fails too
             raise CodecError(f"{self.name}: values must be finite with magnitude <= {MAX_MAGNITUDE:g}")
         scale = head[:, 1]
@@ -59,20 +114,9 @@ class MinMax(Codec):
         # constant chunks (scale 0) keep level 0.
         inv = np.zeros_like(scale)
         np.divide(1, scale, out=inv, where=scale >= _TINY)
-        subnormal = (scale > 0) & (scale < _TINY)
         padded = scratch.buffer("minmax.levels", -(-vec.size // bitpack.PAD) * bitpack.PAD, np.float32)
         padded[vec.size :] = 0
-        t = padded[: vec.size]
-        for (rows, x), (_, tx) in zip(views, chunks.rows(t, self.chunk)):
-            np.subtract(x, lo[rows, None], out=tx)
-            sub = subnormal[rows]
-            slow = tx[sub] / scale[rows][sub, None] if sub.any() else None
-            tx *= inv[rows, None]
-            if slow is not None:
-                tx[sub] = slow
-        np.rint(t, out=t)  # >= 0: w >= min
-        if t.size and t.max() > top:  # float32 rounding of the scale can push a value a hair past top
-            np.minimum(t, top, out=t)
+        _levels(vec, self.chunk, lo, inv, scale, np.float32(top), padded[: vec.size])
         return (self.bits, self.chunk), [head, bitpack.pack(padded, self.bits, vec.size)]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
@@ -96,9 +140,7 @@ class MinMax(Codec):
             out = bitpack.unpack_levels(np.frombuffer(payload, np.uint8, offset=8 * nchunks), numel, bits)
         except CodecError as e:
             raise CodecError(f"minmax: {e}") from None
-        for rows, o in chunks.rows(out, chunk):
-            o *= scale[rows, None]
-            o += lo[rows, None]
+        _values(out, chunk, lo, scale)
         return out
 
     def payload_size(self, numel: int) -> int:

@@ -34,9 +34,11 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from commlab.codecs import indices
 from commlab.codecs.base import LOWRANK, Codec, Context, Layout, register
@@ -78,6 +80,19 @@ def plan(layout: Layout, rank: int, min_compression_rate: float) -> tuple[list[M
         dense.append(np.arange(offset, offset + numel, dtype=np.int64))
         offset += numel
     return matrices, (np.concatenate(dense) if dense else np.zeros(0, np.int64))
+
+
+@cache
+def _blas() -> ThreadpoolController:
+    return ThreadpoolController()
+
+
+def one_blas_thread() -> Any:
+    """A context in which numpy's BLAS runs on one thread. The frame's products are a matrix times
+    r columns: memory-bound, so more threads gain little, and while other processes run (a node's
+    training, other nodes) OpenBLAS's threads wait on each other: ten times slower, measured with
+    make bench-codecs. Each output is one thread's dot product either way: the same bits."""
+    return _blas().limit(limits=1, user_api="blas")
 
 
 def orthogonalize(p: np.ndarray) -> np.ndarray:
@@ -146,12 +161,13 @@ class PowerSgd(Codec):
         if self.whole:
             return (0, self.rank, vec.size, indices.VARINT, 0), [vec]
         parts = []
-        for k, mat in enumerate(self.matrices):
-            m = self.view(vec, mat)
-            for _ in range(self.power_iters):
-                p = orthogonalize(m @ self.qs[k])
-                self.qs[k] = m.T @ p
-            parts += [ENTRY.pack(mat.offset, mat.n, mat.m), p, self.qs[k]]
+        with one_blas_thread():
+            for k, mat in enumerate(self.matrices):
+                m = self.view(vec, mat)
+                for _ in range(self.power_iters):
+                    p = orthogonalize(m @ self.qs[k])
+                    self.qs[k] = m.T @ p
+                parts += [ENTRY.pack(mat.offset, mat.n, mat.m), p, self.qs[k]]
         mode, idx_bytes = self.dense_code
         parts += [idx_bytes, vec[self.dense_idx]]
         return (len(self.matrices), self.rank, self.dense_idx.size, mode, idx_bytes.size), parts
@@ -169,7 +185,7 @@ class PowerSgd(Codec):
                 raise CodecError(f"powersgd: matrix {k} ({n} x {m} at {offset}, rank {r}) does not fit")
             factors = np.frombuffer(payload[pos + ENTRY.size:end], "<f4")
             p, q = factors[:n * r].reshape(n, r), factors[n * r:].reshape(m, r)
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"), one_blas_thread():
                 product = p @ q.T
             if not np.isfinite(product).all():
                 raise CodecError(f"powersgd: matrix {k}: factors are not finite or their product overflows float32")

@@ -22,10 +22,30 @@ import zstandard
 from commlab.codecs import bitpack, chunks, draws, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
 from commlab.codecs.errors import CodecError, chunk_size, integer_in
+from commlab.codecs.jit import kernel
 
 
 def _bits(levels: int) -> int:
     return int(levels).bit_length()
+
+
+@kernel
+def _quantize(vec: np.ndarray, bucket: int, norms: np.ndarray, factor: np.ndarray, top: np.float32,
+              words: np.ndarray, levels: np.ndarray, negative: np.ndarray) -> None:
+    """levels = min(floor(|w| * factor + u), s) per bucket, u from ``words`` (draws.uniform);
+    buckets whose factor overflowed take |w| / norm * s; negative = w < 0 where the level is > 0.
+    One loop over each bucket's own views."""
+    for c in range(norms.size):
+        span = slice(c * bucket, (c + 1) * bucket)
+        x, w, t, neg, f = vec[span], words[span], levels[span], negative[span], factor[c]
+        if f == np.inf:
+            for i in range(x.size):
+                t[i] = min(np.floor(abs(x[i]) / norms[c] * top + draws.uniform(w[i])), top)
+        else:
+            for i in range(x.size):
+                t[i] = min(np.floor(abs(x[i]) * f + draws.uniform(w[i])), top)
+        for i in range(x.size):
+            neg[i] = (x[i] < 0) & (t[i] > 0)
 
 
 @register
@@ -46,37 +66,26 @@ class QSGD(RandomCodec):
         self.name = f"qsgd{levels}"
         self.rng = np.random.default_rng(seed)
 
-    def _quantize(self, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(float32 bucket norms, float32 levels in 0..s, zero-padded to a multiple of bitpack.PAD, a
-        scratch array); the sign is the vector's where a level is > 0."""
+    def _quantize(self, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(float32 bucket norms, float32 levels in 0..s zero-padded to a multiple of bitpack.PAD,
+        the signs of the non-zero levels as bools); the two arrays are scratch arrays."""
         n, bucket = vec.size, self.bucket
         norms = bucket_norms(vec, bucket)
         if not (norms <= MAX_MAGNITUDE).all():
             raise CodecError(f"{self.name}: values must be finite with bucket norms <= {MAX_MAGNITUDE:g}")
         t = scratch.buffer("qsgd.levels", -(-n // bitpack.PAD) * bitpack.PAD, np.float32)
         t[n:] = 0
-        np.abs(vec, out=t[:n])
         # s / norm per bucket, rounded once; all-zero buckets keep 0. Where s / norm overflows
         # float32 (tiny norms) the bucket takes |w| / norm first, then times s.
         with np.errstate(divide="ignore", over="ignore"):
             factor = (self.levels / norms.astype(np.float64)).astype(np.float32)
         factor[norms == 0] = 0
-        with np.errstate(invalid="ignore"):  # 0 x inf in a tiny-norm bucket: recomputed just below
-            for span, tx in chunks.rows(t[:n], bucket):
-                tx *= factor[span, None]
-        for b in np.flatnonzero(np.isinf(factor)):
-            part = slice(b * bucket, min(n, (b + 1) * bucket))
-            t[part] = np.abs(vec[part]) / norms[b] * np.float32(self.levels)
-        t[:n] += draws.uniforms(self.rng, n)
-        np.floor(t, out=t)
-        if n and t.max() > self.levels:  # rounding of the float32 norm can push |w|/norm a hair above 1
-            np.minimum(t, self.levels, out=t)
-        return norms, t
+        negative = scratch.buffer("qsgd.negative", n, np.bool_)
+        _quantize(vec, bucket, norms, factor, np.float32(self.levels), draws.words(self.rng, n), t[:n], negative)
+        return norms, t, negative
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
-        norms, levels = self._quantize(vec)
-        negative = vec < 0
-        negative &= levels[: vec.size] > 0
+        norms, levels, negative = self._quantize(vec)
         packed = bitpack.pack(levels, _bits(self.levels), vec.size)
         return (self.levels, self.bucket), [norms, np.packbits(negative, bitorder="little"), packed]
 
@@ -154,6 +163,36 @@ def _steps(norms: np.ndarray, levels: int) -> np.ndarray:
     return (norms.astype(np.float64) / levels).astype(np.float32)
 
 
+@kernel
+def _signed_values(q: np.ndarray, bucket: int, steps: np.ndarray, signs: np.ndarray) -> int:
+    """qsgdz's values in place: level * step of its bucket, negated where the sign bit of its
+    non-zero level is set (one bit per non-zero level, in order). Returns the count of non-zero
+    levels. A sign past the end of ``signs`` reads its last byte: the caller checks the length
+    against the count afterwards."""
+    words, last, nonzero = q.view(np.uint32), signs.size - 1, 0
+    for c in range(steps.size):
+        span = slice(c * bucket, (c + 1) * bucket)
+        t, w, step = q[span], words[span], steps[c]
+        for i in range(t.size):
+            kept = np.uint8(t[i] > 0)
+            negative = (signs[min(nonzero >> 3, last)] >> (nonzero & 7)) & kept
+            nonzero += kept
+            t[i] *= step
+            w[i] |= np.uint32(negative) << np.uint32(31)
+    return nonzero
+
+
+@kernel
+def _nonzero_signs(levels: np.ndarray, negative: np.ndarray, out: np.ndarray) -> int:
+    """The signs of the non-zero levels, in order, into ``out`` (one longer than their count);
+    their count. Branch-free: every sign is stored, the count advances past the non-zero levels."""
+    count = 0
+    for i in range(negative.size):
+        out[count] = negative[i]
+        count += levels[i] > 0
+    return count
+
+
 def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int, bucket: int) -> np.ndarray:
     """norm * sign * level / s per value, in place in the float32 levels ``q``; ``signs`` is the
     packed bitmap of one bit per value (set: negative)."""
@@ -163,6 +202,7 @@ def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int
 
 
 _LENGTH = struct.Struct("<I")
+_NO_SIGNS = np.zeros(1, np.uint8)  # what _signed_values reads when a frame has no sign bytes
 # Packed levels look like random bytes with a skewed histogram: long matches are rare and the
 # Huffman coding of the literals does the work, so a small match table (zstd's fast strategy with
 # 2**8 entries) loses nothing against zstd's level 1 and spends less time looking for matches.
@@ -188,11 +228,11 @@ class QSGDZ(QSGD):
         self.name = f"qsgdz{levels}"
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
-        norms, q = self._quantize(vec)
+        norms, q, negative = self._quantize(vec)
         packed = bitpack.pack(q, _bits(self.levels), vec.size)
         stream = zstandard.ZstdCompressor(compression_params=_ZSTD).compress(packed)
-        # Index lists, not boolean masks: numpy's masked selection branches on every value.
-        signs = np.packbits(vec[np.flatnonzero(q[: vec.size] > 0)] < 0, bitorder="little")
+        kept = scratch.buffer("qsgd.kept_signs", vec.size + 1, np.bool_)
+        signs = np.packbits(kept[: _nonzero_signs(q, negative, kept)], bitorder="little")
         return (self.levels, self.bucket), [norms, _LENGTH.pack(len(stream)), stream, signs]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
@@ -210,16 +250,13 @@ class QSGDZ(QSGD):
             raise CodecError(f"{name}: level stream of {stream_len} bytes overruns the {len(payload)}-byte payload")
         packed = _unzstd(name, payload[start:start + stream_len], packed_len, f"{numel} levels of {_bits(levels)} bits")
         out = _levels(name, np.frombuffer(packed, np.uint8), numel, levels)
-        nonzero = np.flatnonzero(out > 0)  # a bool mask: numpy's nonzero of floats is far slower
         signs = np.frombuffer(payload, np.uint8, offset=start + stream_len)
-        if signs.size != -(-nonzero.size // 8):
-            raise CodecError(f"{name}: {signs.size} sign bytes, {nonzero.size} non-zero levels need "
-                             f"{-(-nonzero.size // 8)}")
-        if nonzero.size % 8 and signs[-1] >> (nonzero.size % 8):
+        # The values and the count of non-zero levels in one pass, checked before anything returns.
+        nonzero = _signed_values(out, bucket, _steps(norms, levels), signs if signs.size else _NO_SIGNS)
+        if signs.size != -(-nonzero // 8):
+            raise CodecError(f"{name}: {signs.size} sign bytes, {nonzero} non-zero levels need {-(-nonzero // 8)}")
+        if nonzero % 8 and signs[-1] >> (nonzero % 8):
             raise CodecError(f"{name}: sign bits set past the last non-zero level")
-        chunks.scale_rows(out, bucket, _steps(norms, levels))
-        negative = nonzero[np.unpackbits(signs, count=nonzero.size, bitorder="little").view(bool)]
-        out[negative] = -out[negative]
         return out
 
     def payload_size(self, numel: int) -> int:

@@ -35,13 +35,75 @@ import numpy as np
 from commlab.codecs import draws, topk
 from commlab.codecs.base import RandomCodec, register
 from commlab.codecs.errors import CodecError
+from commlab.codecs.jit import kernel
+
+
+def _cut(seed: int, numel: int, m: int) -> tuple[np.ndarray, int, np.ndarray]:
+    """The top level of ``_subset`` over range(numel): (its random bytes, the byte value ``cut``
+    below which every position is in the subset, and which of the positions whose byte is ``cut``
+    are, in order, as a mask)."""
+    keys = draws.keystream(struct.pack("<QQ", seed, 0), numel)
+    cut, below = _below(keys, m)
+    tied = int(np.count_nonzero(keys == cut))
+    while below + tied < m:
+        below += tied
+        cut += 1
+        tied = int(np.count_nonzero(keys == cut))
+    return keys, cut, _subset(seed, 1, tied, m - below)
+
+
+@kernel(inline="always")
+def _chosen(key: np.uint8, cut: int, tied: np.ndarray, tie: int) -> tuple[bool, int]:
+    """Whether a position of byte ``key`` is in the subset, and the count of tied positions seen
+    after it: below the cut it is; at the cut, as ``tied`` says of the next tied position."""
+    if key == cut:
+        return tied[tie], tie + 1
+    return key < cut, tie
+
+
+@kernel
+def _gather(keys: np.ndarray, cut: int, tied: np.ndarray, complement: bool, vec: np.ndarray, out: np.ndarray) -> None:
+    """The values of the selected positions, in order, into ``out`` (one longer than their count):
+    a position is selected when its byte is below ``cut``, or equal to it and picked by ``tied``
+    (the complement of that when ``complement``). Every value is stored and the count advances
+    past the selected ones: no branch to mispredict."""
+    count, tie = 0, 0
+    for i in range(keys.size):
+        chosen, tie = _chosen(keys[i], cut, tied, tie)
+        out[count] = vec[i]
+        count += chosen != complement
+
+
+@kernel
+def _scatter(keys: np.ndarray, cut: int, tied: np.ndarray, complement: bool, values: np.ndarray, out: np.ndarray) -> None:
+    """The whole vector: the values at the selected positions (as in _gather), zero elsewhere;
+    ``values`` has one more value, a zero, last. Each position reads a value, its own or that zero,
+    by arithmetic on the index: a select of floats compiles to a branch, mispredicted half the time."""
+    zero = values.size - 1
+    count, tie = 0, 0
+    for i in range(keys.size):
+        chosen, tie = _chosen(keys[i], cut, tied, tie)
+        taken = np.int64(chosen != complement)
+        out[i] = values[zero + (count - zero) * taken]
+        count += taken
+
+
+def _below(keys: np.ndarray, m: int) -> tuple[int, int]:
+    """The byte value ``cut`` where the m-th smallest byte lies, and how many bytes are below it."""
+    cut = min(255, m * 256 // keys.size)  # about where the m-th smallest byte lies
+    below = np.count_nonzero(keys < cut)
+    while below > m:
+        cut -= 1
+        below = np.count_nonzero(keys < cut)
+    return cut, int(below)
 
 
 def positions(seed: int, numel: int, k: int) -> np.ndarray:
     """The k sorted distinct int64 indices below ``numel`` that a frame seed selects: a uniformly
     random subset of m = min(k, D - k) positions (its complement when k > D / 2), see ``_subset``.
     Built from the AES-128-CTR keystream of (seed, level) alone (draws.py), so sender and receiver
-    agree whatever their numpy."""
+    agree whatever their numpy. The codec itself walks the selection without listing it
+    (_gather, _scatter)."""
     m = min(k, numel - k)
     chosen = _subset(seed, 0, numel, m)
     return np.flatnonzero(chosen if m == k else ~chosen)
@@ -56,11 +118,7 @@ def _subset(seed: int, level: int, n: int, m: int) -> np.ndarray:
     if m == 0 or m == n:
         return np.full(n, m == n)
     keys = draws.keystream(struct.pack("<QQ", seed, level), n)
-    cut = min(255, m * 256 // n)  # about where the m-th smallest byte lies
-    below = np.count_nonzero(keys < cut)
-    while below > m:
-        cut -= 1
-        below = np.count_nonzero(keys < cut)
+    cut, below = _below(keys, m)
     tied = np.flatnonzero(keys == cut)
     while below + tied.size < m:
         below += tied.size
@@ -86,7 +144,11 @@ class RandomK(RandomCodec):
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         k = topk.num_kept(vec.size, self.ratio)
         seed = int(self.rng.integers(2**64, dtype=np.uint64))
-        return (seed, k), [vec[positions(seed, vec.size, k)]]
+        out = np.empty(k + 1, np.float32)
+        if k:
+            m = min(k, vec.size - k)
+            _gather(*self._selection(seed, vec.size, m), m != k, vec, out)
+        return (seed, k), [out[:k]]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         seed, k = params
@@ -94,9 +156,20 @@ class RandomK(RandomCodec):
             raise CodecError(f"{self.name}: {k} kept values for only {numel} elements")
         if len(payload) != 4 * k:
             raise CodecError(f"{self.name}: payload {len(payload)} bytes, {k} float32 values need {4 * k}")
-        out = np.zeros(numel, np.float32)
-        out[positions(seed, numel, k)] = np.frombuffer(payload, "<f4")
+        if k == 0:
+            return np.zeros(numel, np.float32)
+        out, values = np.empty(numel, np.float32), np.zeros(k + 1, np.float32)
+        values[:k] = np.frombuffer(payload, "<f4")
+        m = min(k, numel - k)
+        _scatter(*self._selection(seed, numel, m), m != k, values, out)
         return out
+
+    @staticmethod
+    def _selection(seed: int, numel: int, m: int) -> tuple[np.ndarray, int, np.ndarray]:
+        """(bytes, cut, tied picks) of the m-subset (``_cut``); every byte above the cut when m is 0."""
+        if m == 0:
+            return np.zeros(numel, np.uint8), -1, np.zeros(0, np.bool_)
+        return _cut(seed, numel, m)
 
     def payload_size(self, numel: int) -> int:
         return 4 * topk.num_kept(numel, self.ratio)

@@ -25,10 +25,11 @@ import struct
 
 import numpy as np
 
-from commlab.codecs import chunks, scratch, wire
+from commlab.codecs import chunks, wire
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
 from commlab.codecs.bitpack import SIGNS, bitmap, bitmap_size, expand, read_bitmap
 from commlab.codecs.errors import CodecError
+from commlab.codecs.jit import kernel
 
 BLOCK = struct.Struct("<I")
 
@@ -40,14 +41,59 @@ def check_block(block: int, what: str) -> int:
     return int(block)
 
 
-def block_abs_sums(vec: np.ndarray, block: int) -> np.ndarray:
-    """float64 sum of |x| over each block. np.add.reduceat measured faster than a float64 einsum
-    over the (blocks, 64) rows once the blocks whose sum is inexact in float64 are found and
-    redone in reduceat's order (short rows make numpy's per-row max and min slow)."""
-    if not vec.size:
-        return np.zeros(0, np.float64)
-    magnitudes = np.abs(vec, out=scratch.buffer("signsgd.magnitudes", vec.size, np.float32))
-    return np.add.reduceat(magnitudes, np.arange(0, vec.size, block, dtype=np.int64), dtype=np.float64)
+@kernel(inline="always")
+def _pairwise_leaf(x: np.ndarray) -> float:
+    """numpy's pairwise float64 sum of |x| for at most 128 values: 8 running sums of every 8th
+    value, added ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the rest in order."""
+    n = x.size
+    if n < 8:
+        total = 0.0
+        for i in range(n):
+            total += abs(x[i])
+        return total
+    r0, r1, r2, r3 = np.float64(abs(x[0])), np.float64(abs(x[1])), np.float64(abs(x[2])), np.float64(abs(x[3]))
+    r4, r5, r6, r7 = np.float64(abs(x[4])), np.float64(abs(x[5])), np.float64(abs(x[6])), np.float64(abs(x[7]))
+    whole = n - n % 8
+    for i in range(8, whole, 8):
+        r0 += abs(x[i])
+        r1 += abs(x[i + 1])
+        r2 += abs(x[i + 2])
+        r3 += abs(x[i + 3])
+        r4 += abs(x[i + 4])
+        r5 += abs(x[i + 5])
+        r6 += abs(x[i + 6])
+        r7 += abs(x[i + 7])
+    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    for i in range(whole, n):
+        total += abs(x[i])
+    return total
+
+
+@kernel
+def _pairwise(x: np.ndarray) -> float:
+    """numpy's pairwise float64 sum of |x| (np.abs(x).astype(np.float64).sum()): halves of a
+    multiple of 8 values down to leaves of at most 128."""
+    if x.size <= 128:
+        return _pairwise_leaf(x)
+    half = x.size // 2
+    half -= half % 8
+    return _pairwise(x[:half]) + _pairwise(x[half:])
+
+
+@kernel
+def _block_means(vec: np.ndarray, block: int, means: np.ndarray) -> None:
+    """float32 of (float64 sum of |x| over the block) / its length, per block."""
+    for c in range(means.size):
+        x = vec[c * block : (c + 1) * block]
+        means[c] = np.float32((_pairwise_leaf(x) if x.size <= 128 else _pairwise(x)) / x.size)
+
+
+def block_means(vec: np.ndarray, block: int) -> np.ndarray:
+    """The mean |x| of each block (the last may be shorter), float32 of a float64 accumulation:
+    the float32 sum of a large block overflows or loses precision."""
+    means = np.empty(num_blocks(vec.size, block), np.float32)
+    _block_means(vec, block, means)
+    return means
 
 
 def num_blocks(numel: int, block: int) -> int:
@@ -83,11 +129,10 @@ class SignSGD(Codec):
         self.block = check_block(block, self.name)
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
-        # float64 accumulation: the float32 sum of a large block overflows or loses precision.
-        means = block_abs_sums(vec, self.block) / block_sizes(vec.size, self.block)
-        if not (means <= MAX_MAGNITUDE).all():
+        means = block_means(vec, self.block)
+        if not (means <= MAX_MAGNITUDE).all():  # NaN fails too
             raise CodecError(f"{self.name}: values must be finite with mean magnitude <= {MAX_MAGNITUDE:g}")
-        return (self.block,), [means.astype("<f4"), bitmap(vec < 0)]
+        return (self.block,), [means, bitmap(vec < 0)]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         block = check_block(params[0], self.name)

@@ -31,7 +31,29 @@ from commlab.codecs import chunks, draws, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
 from commlab.codecs.bitpack import ONES, SIGNS, bitmap, bitmap_size, expand, read_bitmap
 from commlab.codecs.errors import CodecError
+from commlab.codecs.jit import kernel
 from commlab.codecs.signsgd import BLOCK, check_block, num_blocks, read_scales
+
+
+@kernel
+def _ternarize(vec: np.ndarray, block: int, words: np.ndarray, s: np.ndarray, nonzero: np.ndarray,
+               negative: np.ndarray) -> None:
+    """Per block, while it is in cache: s_b = max |g| (an integer max of the magnitude bits:
+    vectorised, and NaN comes out above inf), then per value b = u < |g| / s_b (an all-zero block
+    divides by 1) and its sign, as 0/1 bytes. One loop over each block's own views."""
+    keys, s_bits = vec.view(np.uint32), s.view(np.uint32)
+    for c in range(s.size):
+        span = slice(c * block, (c + 1) * block)
+        x, k, w, nz, neg = vec[span], keys[span], words[span], nonzero[span], negative[span]
+        top = np.uint32(0)
+        for i in range(k.size):
+            top = max(top, k[i] & np.uint32(0x7FFFFFFF))
+        s_bits[c] = top
+        divisor = s[c] if s[c] > 0 else np.float32(1)
+        for i in range(x.size):
+            kept = draws.uniform(w[i]) < abs(x[i]) / divisor
+            nz[i] = kept
+            neg[i] = kept & (x[i] < 0)
 
 
 @register
@@ -48,20 +70,13 @@ class TernGrad(RandomCodec):
         self.rng = np.random.default_rng(seed)
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
+        # |g| <= s_b, so the float32 quotient |g| / s_b is <= 1 (no overflow even if s_b is subnormal).
         s = np.empty(num_blocks(vec.size, self.block), np.float32)
-        for span, x in chunks.rows(vec, self.block):
-            np.maximum(x.max(axis=1), -x.min(axis=1), out=s[span])  # max |g|, without an |g| pass
-        if not (s <= MAX_MAGNITUDE).all():
+        nonzero = scratch.buffer("terngrad.nonzero", vec.size, np.bool_)
+        negative = scratch.buffer("terngrad.negative", vec.size, np.bool_)
+        _ternarize(vec, self.block, draws.words(self.rng, vec.size), s, nonzero, negative)
+        if not (s <= MAX_MAGNITUDE).all():  # NaN fails too
             raise CodecError(f"{self.name}: values must be finite with magnitude <= {MAX_MAGNITUDE:g}")
-        # |g| <= s_b, so the float32 quotient is <= 1 (no overflow even if s_b is subnormal);
-        # all-zero blocks keep p = 0.
-        p = np.abs(vec, out=scratch.buffer("terngrad.p", vec.size, np.float32))
-        divisor = np.where(s > 0, s, np.float32(1))
-        for span, x in chunks.rows(p, self.block):
-            x /= divisor[span, None]
-        nonzero = draws.uniforms(self.rng, vec.size) < p
-        negative = vec < 0
-        negative &= nonzero
         return (self.block,), [s, bitmap(nonzero), bitmap(negative)]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:

@@ -10,6 +10,7 @@ import numpy as np
 from commlab.codecs import indices, scratch
 from commlab.codecs.base import Codec, register
 from commlab.codecs.errors import CodecError
+from commlab.codecs.jit import kernel
 
 
 def check_ratio(ratio: float) -> float:
@@ -30,8 +31,50 @@ def magnitudes(vec: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 # The sample that places the threshold: about this many values, and the rank this many standard
 # deviations below the k-th largest, so that at least k values pass unless the data is adversarial.
-_SAMPLE = 1 << 16
+# The result does not depend on the sample, only the time: a larger sample costs its partition, a
+# smaller one a wider band of candidates to partition.
+_SAMPLE = 1 << 15
 _MARGIN_SIGMAS = 6.0
+_MAGNITUDE = np.uint32(0x7FFFFFFF)
+
+
+@kernel
+def _at_least(vec: np.ndarray, low: np.uint32, positions: np.ndarray, keys: np.ndarray) -> int:
+    """Write the positions whose magnitude key is >= low, in order, and their keys to
+    ``positions`` and ``keys`` (n long each); return their count. Every position is stored and
+    the count advances past the ones that pass: no branch to mispredict."""
+    bits = vec.view(np.uint32)
+    count = 0
+    for i in range(bits.size):
+        key = bits[i] & _MAGNITUDE
+        positions[count] = i
+        keys[count] = key
+        count += key >= low
+    return count
+
+
+@kernel
+def _below(keys: np.ndarray, high: np.uint32, out: np.ndarray) -> int:
+    """The keys below ``high`` into ``out``; their count."""
+    count = 0
+    for key in keys:
+        out[count] = key
+        count += key < high
+    return count
+
+
+@kernel
+def _keep(vec: np.ndarray, candidates: np.ndarray, kth: np.uint32, ties: int, out: np.ndarray) -> None:
+    """The candidates above ``kth``, and the first ``ties`` equal to it, in order, into ``out`` (one
+    longer than their count); branch-free, as _at_least."""
+    keys = vec.view(np.uint32)
+    count = 0
+    for j in range(candidates.size):
+        key = keys[candidates[j]] & _MAGNITUDE
+        tie = (key == kth) & (ties > 0)
+        ties -= tie
+        out[count] = candidates[j]
+        count += (key > kth) | tie
 
 
 def select(vec: np.ndarray, ratio: float) -> np.ndarray:
@@ -42,32 +85,36 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
     k = num_kept(n, ratio)
     if k == n:
         return np.arange(k, dtype=np.int64)
-    keys = magnitudes(vec, scratch.buffer("topk.keys", n, np.uint32))
     stride = max(1, n // _SAMPLE)
-    sample = keys[::stride]
+    sample = magnitudes(vec[::stride])
     # Ranks in the sample just below and above the k-th largest: the margin is in binomial
     # standard deviations, so that the k-th largest lies between them.
     expect = sample.size * (n - k) / n
     margin = _MARGIN_SIGMAS * math.sqrt(sample.size * (k / n) * (1 - k / n)) + 1
     low, high = int(expect - margin), int(expect + margin)
-    candidates, sure_above = np.arange(n, dtype=np.int64), None
+    candidates, sure_above = None, None
     if 0 < low and high < sample.size:
         sample = np.partition(sample, (low, high))
-        candidates, sure_above = np.flatnonzero(keys >= sample[low]), sample[high]
-    if candidates.size < k:  # the sample misled the low mark: every value is a candidate
+        found, keys = scratch.buffer("topk.candidates", n, np.int64), scratch.buffer("topk.keys", n, np.uint32)
+        count = _at_least(vec, sample[low], found, keys)
+        candidates, chosen, sure_above = found[:count], keys[:count], sample[high]
+    if candidates is None or candidates.size < k:  # no sample, or it misled the low mark: every value is a candidate
         candidates, sure_above = np.arange(n, dtype=np.int64), None
-    chosen = keys[candidates]
+    if sure_above is None:
+        chosen = magnitudes(vec)
     # When at most k candidates reach the high mark, all of them are kept, and the k-th
     # magnitude is found among the others.
-    band = np.flatnonzero(chosen < sure_above) if sure_above is not None else np.arange(chosen.size)
+    band = chosen
+    if sure_above is not None:
+        band = scratch.buffer("topk.band", chosen.size, np.uint32)
+        band = band[: _below(chosen, sure_above, band)]
     need = k - (chosen.size - band.size)
     if need <= 0:
-        band, need = np.arange(chosen.size), k
-    kth = np.partition(chosen[band], band.size - need)[band.size - need]
-    keep = chosen > kth
-    ties = np.flatnonzero(chosen == kth)
-    keep[ties[: k - np.count_nonzero(keep)]] = True
-    return candidates[keep]
+        band, need = chosen, k
+    kth = np.partition(band, band.size - need)[band.size - need]
+    out = np.empty(k + 1, np.int64)
+    _keep(vec, candidates, kth, k - np.count_nonzero(chosen > kth), out)
+    return out[:k]
 
 
 def reference_select(vec: np.ndarray, ratio: float) -> np.ndarray:

@@ -3,7 +3,8 @@ compressor's frames (schedule: training.collective, ring unless data is multicas
 SGD. With fp32 (method "dense") it is the reference every compressed method is compared with;
 fp16 and bf16 halve its bytes. Their values are summed in transit: every rank ends with the same
 mean, and no rank sees its own frame come back, so such compressors carry no memory (Codec.exchange
-ALLREDUCE)."""
+ALLREDUCE). fp32 values cross as the collective's own raw float32 blocks: the same bytes without
+a frame header, so no block is copied to build or to parse a frame."""
 from __future__ import annotations
 
 import time
@@ -11,6 +12,7 @@ import time
 import torch
 
 from commlab.codecs import Compression
+from commlab.codecs.fp32 import Fp32
 from commlab.dds import Group
 from commlab.ddp.config import TrainingSection
 from commlab.models import flatten_grads, load_grads
@@ -20,6 +22,7 @@ class DenseAllreduce:
     def __init__(self, group: Group, model: torch.nn.Module, training: TrainingSection, compression: Compression,
                  steps_per_epoch: int):
         self.group, self.model, self.codec = group, model, compression.codec
+        self.wire = None if isinstance(self.codec, Fp32) else self.codec  # None: the collective's raw float32
         group.collective = training.collective  # auto (default), ring or naive, for every allreduce
         self.optimizer = torch.optim.SGD(model.parameters(), lr=training.lr, momentum=training.momentum,
                                          nesterov=training.nesterov, weight_decay=training.weight_decay)
@@ -30,7 +33,7 @@ class DenseAllreduce:
         t0 = time.perf_counter()
         local = flatten_grads(self.model)
         t1 = time.perf_counter()
-        mean = self.group.allreduce(f"{step}/grads", local, op="mean", codec=self.codec)
+        mean = self.group.allreduce(f"{step}/grads", local, op="mean", codec=self.wire)
         t2 = time.perf_counter()
         load_grads(self.model, mean)
         return t1 - t0, time.perf_counter() - t2, 1.0

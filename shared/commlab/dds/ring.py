@@ -119,13 +119,13 @@ class Ring:
         except Exception as e:  # the next rank may be the one that is gone
             log.info("group %s: abort of %r not passed on: %s", self.group.name, key, e)
 
-    def start(self, key: str, vec: np.ndarray, codec: "FrameCodec") -> "RingHandle":
-        """Claim `key`; every step runs in the handle's wait()."""
+    def start(self, key: str, vec: np.ndarray, codec: "FrameCodec", out: np.ndarray) -> "RingHandle":
+        """Claim `key`; every step runs in the handle's wait(), which writes the sum to `out`."""
         with self._cond:
             if key in self._active or key in self._finished:
                 raise DdsError(f"group {self.group.name!r}: key {key!r} was already used")
             self._active.add(key)
-        return RingHandle(self, key, vec, codec)
+        return RingHandle(self, key, vec, codec, out)
 
     def gone(self) -> list[int]:
         """Ranks of the group whose node is known to be gone."""
@@ -163,8 +163,8 @@ class Ring:
 class RingHandle:
     """A ring allreduce (sum) of one vector on one ring; wait() runs its 2(W-1) steps."""
 
-    def __init__(self, ring: Ring, key: str, vec: np.ndarray, codec: "FrameCodec"):
-        self.ring, self.key, self.vec, self.codec = ring, key, vec, codec
+    def __init__(self, ring: Ring, key: str, vec: np.ndarray, codec: "FrameCodec", out: np.ndarray):
+        self.ring, self.key, self.vec, self.codec, self.out = ring, key, vec, codec, out
         self.sibling: Ring | None = None  # the rank's other ring, told first if this one fails
         world, n = ring.group.world, vec.size
         self.edges = [j * n // world for j in range(world + 1)]
@@ -211,8 +211,8 @@ class RingHandle:
             raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a bad block of {length} values: {e}") from None
 
     def wait(self) -> np.ndarray:
-        ring, world, rank = self.ring, self.ring.group.world, self.ring.position
-        out = np.empty(self.vec.size, dtype=np.float32)
+        """Runs the steps; the sum lands in `out` (a view of the caller's result), returned."""
+        ring, world, rank, out = self.ring, self.ring.group.world, self.ring.position, self.out
         try:
             for b, (lo, hi) in enumerate(self.blocks(rank)):  # step 0: this rank's own segment
                 self.send(0, b, self.codec.encode(self.vec[lo:hi]))
@@ -252,19 +252,20 @@ class TwoRings:
 
     def start(self, key: str, vec: np.ndarray, op: str, codec: "FrameCodec") -> "TwoRingsHandle":
         half = vec.size // 2
-        first = self.rings[0].start(key, vec[:half], codec)
+        out = np.empty(vec.size, dtype=np.float32)  # each ring fills its half in place
+        first = self.rings[0].start(key, vec[:half], codec, out[:half])
         try:
-            second = self.rings[1].start(key, vec[half:], codec)
+            second = self.rings[1].start(key, vec[half:], codec, out[half:])
         except BaseException:
             self.rings[0].finish(key)
             raise
         first.sibling, second.sibling = self.rings[1], self.rings[0]
-        return TwoRingsHandle(self.group, (first, second), op)
+        return TwoRingsHandle(self.group, (first, second), op, out)
 
 
 class TwoRingsHandle:
-    def __init__(self, group: "Group", halves: tuple[RingHandle, RingHandle], op: str):
-        self.group, self.halves, self.op = group, halves, op
+    def __init__(self, group: "Group", halves: tuple[RingHandle, RingHandle], op: str, out: np.ndarray):
+        self.group, self.halves, self.op, self.out = group, halves, op, out
 
     def wait(self) -> np.ndarray:
         """Both halves at once (the backward one in a thread); the first failure is raised. Both
@@ -272,12 +273,11 @@ class TwoRingsHandle:
         time is taken off again, so wait_s stays a share of wall time."""
         stats, start = self.group.node.stats, time.perf_counter()
         waited = stats.snapshot()["wait_s"]
-        results: list[np.ndarray | None] = [None, None]
         errors: list[BaseException] = []
 
         def run(k: int) -> None:
             try:
-                results[k] = self.halves[k].wait()
+                self.halves[k].wait()
             except BaseException as e:  # re-raised in the caller's thread below
                 errors.append(e)
         helper = threading.Thread(target=run, args=(1,), name=f"ring {self.halves[1].key}", daemon=True)
@@ -289,7 +289,6 @@ class TwoRingsHandle:
             stats.add(wait_s=-excess)
         if errors:
             raise errors[0]
-        out = np.concatenate(results)
         if self.op == "mean":
-            out /= np.float32(self.group.world)
-        return out
+            self.out /= np.float32(self.group.world)
+        return self.out

@@ -76,10 +76,13 @@ class TrainingSection:
     batch_size: int = 64
     lr: float = 0.05
     samples_per_round: int = 6000  # per client and round, drawn from its partition
+    lr_decay: float = 1.0  # round r trains at lr * lr_decay**(r - 1); 1: the same lr every round
 
     def check(self, where: str) -> None:
         positive(where, local_epochs=self.local_epochs, batch_size=self.batch_size, lr=self.lr,
                   samples_per_round=self.samples_per_round)
+        if not 0 < self.lr_decay <= 1:
+            raise ConfigError(f"{where}lr_decay: must be in (0, 1], got {self.lr_decay}")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.data.partition import SCHEMES
 from commlab.fl.config import BATCHNORM, ClientConfig, ControllerConfig
+from commlab.fl.defaults import fill_defaults
 from commlab.runs.claims import hold
 from commlab.runs.launch import CsvProgress, Launch, NodeProcesses, codec_params, launch, write_node_config
 from commlab.links.profiles import profile_arg
@@ -34,7 +35,8 @@ def add_experiment_args(p: argparse.ArgumentParser) -> None:
     shared with the Flower peer (commlab.peers.flower_run) so both run the same one."""
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--rounds", type=int, default=10)
-    p.add_argument("--samples-per-round", type=int, default=6000)
+    # Training flags default to None: the dataset's default (commlab.fl.defaults), set by fill_defaults.
+    p.add_argument("--samples-per-round", type=int, help="per client and round (default: the dataset's)")
     p.add_argument("--model", default="mnist_cnn", help="a model by name (docs/workloads.md), sized for the dataset")
     p.add_argument("--model-param", action="append", default=[], metavar="KEY=JSON",
                    help="model parameter, e.g. hidden=256 (repeatable)")
@@ -45,10 +47,11 @@ def add_experiment_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=float, default=0.5, help="dirichlet concentration")
     p.add_argument("--labels-per-client", type=int, default=2, help="shards, label_quantity")
     p.add_argument("--exponent", type=float, default=1.0, help="quantity: client shares follow k^-exponent")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--epochs", type=int, help="local epochs (default: the dataset's, commlab.fl.defaults)")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--lr", type=float, help="the clients' SGD learning rate in round 1")
+    p.add_argument("--lr-decay", type=float, help="round r trains at lr * lr_decay**(r - 1)")
+    p.add_argument("--momentum", type=float, help="the clients' SGD momentum")
     p.add_argument("--seed", type=int, default=0, help="the run seed: model init, sampling, local training, "
                    "codecs (commlab.runs.seeds)")
     p.add_argument("--data-seed", type=int, help="the data subsets and the clients' shares (default: --seed)")
@@ -59,6 +62,12 @@ def add_experiment_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-step", default=DEFAULT_TRAIN_STEP, metavar="SPEC",
                    help="every client's loss of one batch: package.module:function or path/to/file.py:function "
                    "(default %(default)s; docs/fl.md)")
+
+
+def training_section(a: argparse.Namespace) -> dict:
+    """The training section of add_experiment_args' flags (controller's and Flower server's)."""
+    return {"local_epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "lr_decay": a.lr_decay,
+            "samples_per_round": a.samples_per_round}
 
 
 def experiment_sections(a: argparse.Namespace) -> dict:
@@ -124,8 +133,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep", type=int, help="krum: best-scored updates averaged (default 1: Krum; more: Multi-Krum)")
     p.add_argument("--root-samples", type=int, help="fltrust: training samples the server holds as its clean "
                    "root set (default 100)")
-    p.add_argument("--server-lr", type=float, default=1.0, help="step on the averaged update (1: FedAvg)")
-    p.add_argument("--server-momentum", type=float, default=0.0, help="FedAvgM's beta (0: FedAvg)")
+    p.add_argument("--server-lr", type=float, help="step on the averaged update (1: FedAvg; default: the dataset's)")
+    p.add_argument("--server-momentum", type=float, help="FedAvgM's beta (0: FedAvg; default: the dataset's)")
     p.add_argument("--attack", choices=("sign_flip",), help="TEST ONLY: the last --attackers clients forge "
                    "their updates (sign_flip: send -scale * delta)")
     p.add_argument("--attack-scale", type=float, default=10.0)
@@ -166,7 +175,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "<run>/secagg-levels (a client its levels, the controller the sum), to check the sum")
     p.add_argument("--speed-factors", help="compute heterogeneity: speed per client, cycling, e.g. 1,1,0.5,0.25 "
                    "(training stretched by a measured sleep to 1/speed of its time)")
-    return p.parse_args(argv)
+    return fill_defaults(p.parse_args(argv))
 
 
 def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
@@ -182,8 +191,7 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
                   "rounds": a.rounds, "expected_clients": a.clients, "min_clients": a.min_clients,
                   "codec": {"name": a.codec, "params": codec_params(a.codec_param)},
                   "downlink": {"name": a.downlink_codec, "params": codec_params(a.downlink_param)},
-                  "training": {"local_epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
-                               "samples_per_round": a.samples_per_round},
+                  "training": training_section(a),
                   "strategy": {"name": a.strategy, "trim_fraction": a.trim_fraction, "clip_norm": a.clip_norm,
                                "num_malicious": a.num_malicious, "keep": a.keep, "root_samples": a.root_samples,
                                # fltrust's server update trains like the clients

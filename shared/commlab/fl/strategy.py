@@ -62,18 +62,19 @@ class Strategy(ABC):
 
 class FedAvg(Strategy):
     """FedAvg (McMahan et al. 2017) on deltas, weighted by num_samples, with optional server
-    momentum (FedAvgM): m = beta*m + mean_delta; w += server_lr * m. beta=0, lr=1 is plain FedAvg."""
+    momentum (FedAvgM): m = beta*m + mean_delta; w += server_lr * m. beta=0, lr=1 is plain FedAvg.
+    Round r's clients train at lr * lr_decay**(r - 1)."""
 
     def __init__(self, weights: np.ndarray, *, epochs: int, lr: float, batch_size: int,
-                 subset_size: int, server_lr: float = 1.0, server_momentum: float = 0.0):
+                 subset_size: int, server_lr: float = 1.0, server_momentum: float = 0.0, lr_decay: float = 1.0):
         self.weights = np.array(weights, dtype=np.float32)  # own copy: never alias a caller's buffer
         self.momentum = np.zeros_like(self.weights)
-        self.epochs, self.lr, self.batch_size = epochs, lr, batch_size
+        self.epochs, self.lr, self.batch_size, self.lr_decay = epochs, lr, batch_size, lr_decay
         self.subset_size = subset_size
         self.server_lr, self.server_momentum = server_lr, server_momentum
 
     def configure_round(self, rnd: int) -> FitIns:
-        return FitIns(round=rnd, epochs=self.epochs, lr=self.lr, batch_size=self.batch_size,
+        return FitIns(round=rnd, epochs=self.epochs, lr=self.lr * self.lr_decay ** (rnd - 1), batch_size=self.batch_size,
                       subset_size=self.subset_size)
 
     def aggregate(self, rnd: int, results: list[FitRes], failures: list[tuple[str, str]]) -> np.ndarray:

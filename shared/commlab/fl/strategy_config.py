@@ -65,7 +65,7 @@ def build_strategy(cfg: ControllerConfig, weights: np.ndarray) -> FedAvg:
     t = cfg.training
     common: dict[str, Any] = dict(epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size,
                                   subset_size=t.samples_per_round, server_lr=cfg.strategy.server_lr,
-                                  server_momentum=cfg.strategy.server_momentum)
+                                  server_momentum=cfg.strategy.server_momentum, lr_decay=t.lr_decay)
     if cfg.privacy is not None:
         return DPFedAvg(weights, **common, **cfg.privacy.params(cfg.expected_clients, cfg.per_round(),
                                                                 cfg.privacy.seed()))

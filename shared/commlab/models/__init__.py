@@ -152,7 +152,7 @@ def weights_digest(weights: np.ndarray) -> str:
 def flatten_grads(model: nn.Module) -> np.ndarray:
     """All gradients as one float32 vector in flatten_params order; zeros where a grad is None."""
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).float()
-                      for p in model.parameters()]).numpy().copy()
+                      for p in model.parameters()]).numpy()  # cat made a new tensor: the array is its own
 
 
 def load_grads(model: nn.Module, vec: np.ndarray) -> None:

@@ -95,7 +95,7 @@ def _plan(cfg: FlowerConfig, weights: np.ndarray):
     from commlab.fl.strategy import FedAvg
     t = cfg.training
     return FedAvg(weights, epochs=t.local_epochs, lr=t.lr, batch_size=t.batch_size,
-                  subset_size=t.samples_per_round)
+                  subset_size=t.samples_per_round, lr_decay=t.lr_decay)
 
 
 def server_parts(cfg: FlowerConfig):

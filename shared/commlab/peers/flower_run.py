@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 from commlab.config.schema import ConfigError, from_dict, to_dict
-from commlab.fl.run import add_experiment_args, experiment_sections
+from commlab.fl.defaults import fill_defaults
+from commlab.fl.run import add_experiment_args, experiment_sections, training_section
 from commlab.links.profiles import profile_arg
 from commlab.models.train_step import resolve_spec_path
 from commlab.output.progress import echo
@@ -56,7 +57,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--transport", default="grpc-bidi",
                    help=f"{' | '.join(TRANSPORTS)}: Flower's legacy start_server/start_client, or its deployment "
                    "runtime (SuperLink, SuperNodes, flwr run)")
-    return p.parse_args(argv)
+    return fill_defaults(p.parse_args(argv))
 
 
 def build_config(a: argparse.Namespace) -> dict:
@@ -65,8 +66,7 @@ def build_config(a: argparse.Namespace) -> dict:
            "clients": a.clients, "rounds": a.rounds, "server_address": f"127.0.0.1:{hold('port')}",
            "transport": a.transport,
            "link_profile": a.profile, **experiment_sections(a),
-           "training": {"local_epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
-                        "samples_per_round": a.samples_per_round},
+           "training": training_section(a),
            "optimizer": {"momentum": a.momentum}, "round_timeout_s": a.deadline,
            "train_step": resolve_spec_path(a.train_step)}
     return to_dict(from_dict(FlowerConfig, cfg))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -28,18 +29,38 @@ PROBE_COLUMNS: dict[str, Column] = {"link": ("link", ""), "size": ("message byte
                                     "count": ("messages", ""), "repeat": ("repetitions (median)", "")}
 
 
-def accuracy_gaps(rows: list[dict]) -> list[str]:
-    """Per mode of a compressor matrix: the best and the worst compressor by test accuracy and the
-    gap between them in percentage points (the centralized peer, a ceiling without a link, apart)."""
+def accuracy_gaps(rows: list[dict], runs: list[dict]) -> list[str]:
+    """Per mode of a compressor matrix: the best and the worst compressor by median test accuracy
+    (``rows``, one per compressor), and the best-to-worst gap in percentage points within each seed
+    (``runs``, one per compressor and seed): its median, min and max over the seeds. The centralized
+    peer, a ceiling without a link, is no compressor and stays out."""
+    def scored(items: list[dict], mode: str) -> list[dict]:
+        return [r for r in items if r["mode"] == mode and r["compressor"] != "centralized"
+                and r["test_accuracy"] not in ("", None)]
+
     lines = []
     for mode in dict.fromkeys(r["mode"] for r in rows):
-        ranked = sorted((float(r["test_accuracy"]), r["compressor"]) for r in rows
-                        if r["mode"] == mode and r["compressor"] != "centralized" and r["test_accuracy"] not in ("", None))
-        if ranked:
-            (worst, worst_name), (best, best_name) = ranked[0], ranked[-1]
-            lines.append(f"- {mode.upper()}: best {best_name} {100 * best:.2f} %, worst {worst_name} "
-                         f"{100 * worst:.2f} %, best-to-worst gap {100 * (best - worst):.2f} pp")
+        ranked = sorted((float(r["test_accuracy"]), r["compressor"]) for r in scored(rows, mode))
+        if not ranked:
+            continue
+        (worst, worst_name), (best, best_name) = ranked[0], ranked[-1]
+        line = (f"- {mode.upper()}: best {best_name} {100 * best:.2f} %, worst {worst_name} {100 * worst:.2f} % "
+                f"(median accuracy over seeds), best-to-worst gap {100 * (best - worst):.2f} pp")
+        by_seed: dict[str, list[float]] = {}
+        for r in (r for r in scored(runs, mode) if r["status"] == "ok"):
+            by_seed.setdefault(str(r["seed"]), []).append(float(r["test_accuracy"]))
+        gaps = sorted(100 * (max(acc) - min(acc)) for acc in by_seed.values())
+        if gaps:
+            seeds = f"{len(gaps)} seed{'s' if len(gaps) > 1 else ''}"
+            line += (f"; within each seed ({seeds}): median {statistics.median(gaps):.2f} pp, "
+                     f"min {gaps[0]:.2f} pp, max {gaps[-1]:.2f} pp")
+        lines.append(line)
     return lines
+
+
+def matrix_gaps(table_csv: Path) -> list[str]:
+    """accuracy_gaps of a matrix's table and of its per-run rows beside it (<name>-runs.csv: bench_matrix)."""
+    return accuracy_gaps(read_rows(table_csv), read_rows(table_csv.with_name(table_csv.stem + "-runs.csv")))
 
 
 @dataclass(frozen=True)
@@ -48,7 +69,7 @@ class Bench:
     script: str
     columns: dict[str, Column]
     args: tuple[str, ...] = ()  # the published settings (--quick is added after them)
-    summary: Callable[[list[dict]], list[str]] | None = None  # lines under the table, from its rows
+    summary: Callable[[Path], list[str]] | None = None  # lines under the table, from its CSV (and those beside it)
 
 
 BENCHES = {
@@ -95,7 +116,7 @@ BENCHES = {
          "delta_max_pp": ("delta max (pp)", ".2f"), "comm_time_s": ("comm time (s)", ".3f")},
         args=("--dataset", "fashion_mnist", "--name", "matrix-fashion_mnist", "--seeds", "0", "1", "2",
               "--fl-rounds", "1", "--fl-samples", "1000", "--ddp-train-subset", "3000"),
-        summary=accuracy_gaps),
+        summary=matrix_gaps),
 }
 
 
@@ -136,8 +157,9 @@ def run(name: str, quick: bool, out_dir: Path, root: Path) -> Path:
     out = out_dir / f"{name}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     head = header(command, commit, date, machine(), wall_s)
-    rows = read_rows(table_stem(root / "results", name, quick).with_suffix(".csv"))
-    out.write_text(document(bench.title, head, rows, bench.columns, bench.summary(rows) if bench.summary else []))
+    table_csv = table_stem(root / "results", name, quick).with_suffix(".csv")
+    rows = read_rows(table_csv)
+    out.write_text(document(bench.title, head, rows, bench.columns, bench.summary(table_csv) if bench.summary else []))
     return out
 
 

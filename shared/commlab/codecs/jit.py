@@ -1,0 +1,19 @@
+"""The decorator of the codecs' compiled inner loops (numba, nopython mode).
+
+cache=True: the first process on a machine compiles each loop (about a second each) and stores the
+machine code beside the module, or in the user's cache directory where that is read-only; later
+processes load it. nogil=True: encoders run in threads (FL clients, DDP's exchange) and a compiled
+loop holds no Python state. error_model numpy: a division by zero gives inf or NaN, as in
+numpy, instead of a check in every loop. The loops are written over scalars, one pass each, so that LLVM
+vectorises them; reductions numpy already vectorises (max, min) stay numpy's. No fastmath: every
+loop rounds as numpy's float32 arithmetic does, so frames are bit-identical to the references.
+"""
+from __future__ import annotations
+
+import numba
+
+
+def kernel(fn=None, **options):
+    """numba.njit with the options above (plus any given: ``@kernel(inline="always")``)."""
+    jit = numba.njit(cache=True, nogil=True, error_model="numpy", **options)
+    return jit if fn is None else jit(fn)
