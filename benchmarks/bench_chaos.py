@@ -29,10 +29,11 @@ from typing import Callable
 import pandas as pd
 
 from commlab.bench import BenchParser, BenchRun
+from commlab.runs.claims import Claims
 from commlab.runs.launch import NODES_DIR
 from commlab.testbed.node_procs import NodeProcess, start_ddp, start_fl
 
-from chaos_links import add_link_cases
+from chaos_links import START_S, add_link_cases
 
 LEASE_S = 2.0
 FL_ROUNDS = 3
@@ -85,10 +86,13 @@ def node_name(p: NodeProcess) -> str:
 
 
 class Chaos:
-    def __init__(self, work: Path, domain: int, bench_run: BenchRun, only: list[str] | None = None):
-        self.work, self.domain, self.bench_run, self.only = work, domain, bench_run, only
+    def __init__(self, work: Path, bench_run: BenchRun, only: list[str] | None = None):
+        self.work, self.bench_run, self.only = work, bench_run, only
         self.rows: list[Row] = []
         self._live: list[NodeProcess] = []  # ended after each case, whatever happened
+        # Each run's DDS domain is claimed, so test suites and other runs on the machine never share it;
+        # released after each case, once its nodes have ended.
+        self._domains = Claims()
 
     def fl_run(self, work: Path, halt: dict[str, str] | None = None, run_id: str = "fault", **kw) -> dict[str, NodeProcess]:
         kw.setdefault("deadline", 200.0)
@@ -102,8 +106,7 @@ class Chaos:
         return procs
 
     def next_domain(self) -> int:
-        self.domain += 1
-        return self.domain
+        return self._domains.take("domain")
 
     def case(self, name: str, fault: str, expected: str, run: Callable[[Path], tuple[str, bool]]) -> None:
         if self.only and not any(fnmatch(name, pattern) for pattern in self.only):
@@ -119,6 +122,7 @@ class Chaos:
             for p in self._live:
                 p.stop()
             self._live.clear()
+            self._domains.release()
         row = Row(name, fault, expected, outcome, passed, time.monotonic() - start)
         self.bench_run.step(f"{name}: {'pass' if passed else 'FAIL'}, {outcome} ({row.wall_s:.0f} s)")
         self.rows.append(row)
@@ -135,7 +139,7 @@ class Chaos:
     def fl_pause(self, node: str, point: str, pause_s: float, want: list) -> None:
         def run(folder: Path) -> tuple[str, bool]:
             procs = self.fl_run(folder, halt={node: point})
-            procs[node].wait_for(f"HALTED at {point}")
+            procs[node].wait_for(f"HALTED at {point}", timeout=START_S)
             pause(procs[node], [p for n, p in procs.items() if n != node], pause_s)
             codes = finish_all(procs.values())
             same = fl_hashes(procs) == want
@@ -148,7 +152,7 @@ class Chaos:
 
         def run(folder: Path) -> tuple[str, bool]:
             procs = self.ddp_run(folder, halt={1: point})
-            procs[1].wait_for(f"HALTED at {point}")
+            procs[1].wait_for(f"HALTED at {point}", timeout=START_S)
             pause(procs[1], [procs[0], procs[2]], pause_s)
             codes = finish_all(procs)
             same = ddp_hashes(procs) == want
@@ -159,7 +163,7 @@ class Chaos:
     def fl_kill_client(self) -> None:
         def run(folder: Path) -> tuple[str, bool]:
             procs = self.fl_run(folder, halt={"client-1": "before_upload@2"}, deadline=10.0)
-            procs["client-1"].wait_for("HALTED at before_upload@2")
+            procs["client-1"].wait_for("HALTED at before_upload@2", timeout=START_S)
             procs["client-1"].proc.send_signal(signal.SIGKILL)
             codes = finish_all([procs["controller"], procs["client-0"]])
             rounds = len(fl_hashes(procs))
@@ -172,7 +176,7 @@ class Chaos:
         def run(folder: Path) -> tuple[str, bool]:
             procs = self.fl_run(folder, halt={"controller": "after_round@2"}, deadline=6.0)
             ctl = procs["controller"]
-            after_2 = ctl.wait_for(rf"round 2/{FL_ROUNDS} .* model ([0-9a-f]{{16}})").group(1)
+            after_2 = ctl.wait_for(rf"round 2/{FL_ROUNDS} .* model ([0-9a-f]{{16}})", timeout=START_S).group(1)
             ctl.wait_for("HALTED at after_round@2")
             ctl.proc.send_signal(signal.SIGKILL)
             ctl.proc.wait()
@@ -183,7 +187,8 @@ class Chaos:
             procs["controller"] = NodeProcess(folder, "controller-2", [sys.executable, str(NODES_DIR / "controller.py"),
                                                                        str(path)])
             self._live.append(procs["controller"])
-            resumed = procs["controller"].wait_for(r"resuming at round (\d+) .* model ([0-9a-f]{16})").groups()
+            resumed = procs["controller"].wait_for(r"resuming at round (\d+) .* model ([0-9a-f]{16})",
+                                                   timeout=START_S).groups()
             codes = finish_all(procs.values())
             return (f"exit codes {codes}, resumed at round {resumed[0]} from model {resumed[1]}",
                     codes == [0] * len(codes) and resumed == ("3", after_2))
@@ -195,7 +200,7 @@ class Chaos:
 
         def run(folder: Path) -> tuple[str, bool]:
             procs = self.ddp_run(folder, halt={2: "before_exchange@5"}, peer_return_s=DDP_RETURN_S)
-            procs[2].wait_for("HALTED at before_exchange@5")
+            procs[2].wait_for("HALTED at before_exchange@5", timeout=START_S)
             procs[2].proc.send_signal(signal.SIGKILL)
             killed = time.monotonic()
             codes = finish_all(procs[:2], timeout=bound)
@@ -238,7 +243,6 @@ class Chaos:
 def main(argv: list[str] | None = None) -> int:
     p = BenchParser(__doc__, "chaos", {"pauses": "10"})
     p.add_argument("--pauses", default="2,10,60", help="pause lengths in seconds, comma-separated")
-    p.add_argument("--domain", type=int, default=140, help="first DDS domain; each run takes the next")
     p.add_argument("--work", default="results/bench/chaos-runs", help="each case's node logs and results (emptied first)")
     p.add_argument("--cases", help="only the cases whose names match these comma-separated patterns, e.g. '*-link-*'")
     a = p.parse_args(argv)
@@ -248,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True)
     links = os.geteuid() == 0  # namespaces, tc and iptables
     with BenchRun(a, 3 * len(pauses) + 5 + 4 * links, "case") as s:
-        chaos = Chaos(work, a.domain, s, a.cases.split(",") if a.cases else None)
+        chaos = Chaos(work, s, a.cases.split(",") if a.cases else None)
         fl_want, ddp_want = chaos.baselines()
         for pause_s in pauses:
             chaos.fl_pause("controller", "after_round@1", pause_s, fl_want)

@@ -23,7 +23,9 @@ from commlab.testbed.node_procs import NodeProcess
 LINK_RATE = "100mbit"  # the undisturbed link of every node in the link cases
 FLAP_BPS = 8000  # "near zero": tbf's smallest rate here (commlab.links.profiles.set_rate)
 FAULT_S = 5.0
-START_S = 600.0  # how long a node may take to reach its fault point: ranks start slowly on a loaded machine
+# How long a node may take to reach its fault point (every case of the table): nodes start, and
+# run their first rounds, slowly on a loaded machine.
+START_S = 600.0
 
 
 def flap(lab: NetnsLab, node: str) -> Callable[[], None]:

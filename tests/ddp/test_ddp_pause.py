@@ -13,9 +13,13 @@ import pytest
 from commlab.runs.claims import Claims
 from commlab.testbed.node_procs import NodeProcess, start_ddp
 
-pytestmark = pytest.mark.slow
 # Seconds the rank is paused; `make chaos` adds a pause of 30 leases (COMMLAB_PAUSES=8,60).
 PAUSES = [float(s) for s in os.environ.get("COMMLAB_PAUSES", "8").split(",")]
+RUN_S, STEP_S, HALT_S = 300.0, 60.0, 600.0  # hang guards: a run's end, each wait for a log line,
+# reaching the fault point (three processes that import torch start in minutes on a loaded machine)
+# The first test also runs the module fixture's undisturbed runs, and every guard must fire
+# before pytest's own timeout, whose message would not say which node hung.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * RUN_S + HALT_S + 2 * STEP_S + max(PAUSES) + RUN_S)]
 EPOCH = r"\[worker (\d)\] epoch (\d+): .* model ([0-9a-f]{16})"
 WORLD = 3
 # dense: the ring allreduce (two rings of blocks); int8: an allgather of frames.
@@ -29,7 +33,7 @@ def epochs(procs: list[NodeProcess]) -> list[tuple[str, str, str]]:
 def finish(procs: list) -> None:
     try:
         for p in procs:
-            assert p.finish(300) == 0, p.text()[-3000:]
+            assert p.finish(RUN_S) == 0, p.text()[-3000:]
     finally:
         for p in procs:
             p.stop()
@@ -56,16 +60,16 @@ def test_a_paused_rank_rejoins_and_every_epoch_ends_with_the_same_model(tmp_path
     procs = start_ddp(tmp_path, method, domain, halt={1: point})
     paused, others = procs[1], [procs[0], procs[2]]
     try:
-        paused.wait_for(f"HALTED at {point}")
+        paused.wait_for(f"HALTED at {point}", timeout=HALT_S)
         paused.proc.send_signal(signal.SIGSTOP)
         start_s = time.monotonic()
         for p in others:
-            p.wait_for("peer 'worker-1' lost", timeout=60)
+            p.wait_for("peer 'worker-1' lost", timeout=STEP_S)
         time.sleep(max(0.0, pause_s - (time.monotonic() - start_s)))
         paused.proc.send_signal(signal.SIGCONT)
         paused.proc.send_signal(signal.SIGUSR1)
         for p in others:
-            p.wait_for("peer 'worker-1' is back", timeout=60)
+            p.wait_for("peer 'worker-1' is back", timeout=STEP_S)
     except BaseException:
         for p in procs:
             p.stop()

@@ -142,8 +142,9 @@ class ChunkWriter:
                 ret = write_iov(self.writer._ref, self._sertype, [p for p in pieces if p[1]])
                 waited += time.perf_counter() - start
                 if ret == RETCODE_TIMEOUT:
-                    raise DdsWriteTimeout(self.name, self.node.peer_names(self.matched_participants()),
-                                          f"chunk {chunk.index + 1}/{chunk.count} blocked for {s.write_timeout_s:.1f}s")
+                    peers, unannounced = self.node.peer_names(self.matched_participants())
+                    raise DdsWriteTimeout(self.name, peers, f"chunk {chunk.index + 1}/{chunk.count} blocked for "
+                                                            f"{s.write_timeout_s:.1f}s", unannounced)
                 if ret < 0:
                     raise DDSException(ret, f"writing chunk {chunk.index} on topic {self.name!r}")
                 sent += copies * wire_bytes(len(head) + n + pad, s.fragment_bytes, s.ip_mtu)

@@ -58,9 +58,12 @@ class EndpointHost:
     def add_closable(self, thing: Any) -> None:
         self._closables.append(thing)
 
-    def peer_names(self, participants: set[str]) -> list[str]:
+    def peer_names(self, participants: set[str]) -> tuple[list[str], list[str]]:
+        """(the names of the announced peers among `participants`, the ids of the others): a
+        participant that no authenticated node announced is a process on the domain without a key."""
         by_id = {p.participant: n for n, p in self.announcer.directory.peers.items()}
-        return sorted(by_id.get(p, f"unannounced participant {p}") for p in participants if p != self.participant_id)
+        others = participants - {self.participant_id}
+        return sorted(by_id[p] for p in others if p in by_id), sorted(p for p in others if p not in by_id)
 
     def close(self) -> None:
         for thing in reversed(self._closables):
