@@ -32,6 +32,11 @@ before it returns), which fails with the same names, and so on round the ring: a
 gives up and leaves is then not mistaken for the rank that vanished first.
 Progress happens inside wait(), so every rank must wait for its ring allreduces in the same
 order, as with any collective library; allreduce() does.
+
+Overlap: a caller may start the ring before its vector holds all its values (DDP during backward)
+and pass `ready(lo, hi)`, which blocks until vec[lo:hi] is final. A step reads this rank's values
+of a block only after ready() for that block, so every element is summed in the same order, with
+the same bytes, as without overlap; blocks whose values are final early travel meanwhile.
 """
 from __future__ import annotations
 
@@ -40,7 +45,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -54,6 +59,7 @@ if TYPE_CHECKING:
     from .collectives import FrameCodec, Group
 
 log = logging.getLogger(__name__)
+Ready = Callable[[int, int], None]  # ready(lo, hi) returns once vec[lo:hi] holds this rank's final values
 POLL_S = 0.05
 ABORT_ACK_S = 1.0
 REMEMBERED_KEYS = 4096
@@ -119,13 +125,14 @@ class Ring:
         except Exception as e:  # the next rank may be the one that is gone
             log.info("group %s: abort of %r not passed on: %s", self.group.name, key, e)
 
-    def start(self, key: str, vec: np.ndarray, codec: "FrameCodec", out: np.ndarray) -> "RingHandle":
+    def start(self, key: str, vec: np.ndarray, codec: "FrameCodec", out: np.ndarray,
+              ready: Ready | None = None) -> "RingHandle":
         """Claim `key`; every step runs in the handle's wait(), which writes the sum to `out`."""
         with self._cond:
             if key in self._active or key in self._finished:
                 raise DdsError(f"group {self.group.name!r}: key {key!r} was already used")
             self._active.add(key)
-        return RingHandle(self, key, vec, codec, out)
+        return RingHandle(self, key, vec, codec, out, ready)
 
     def gone(self) -> list[int]:
         """Ranks of the group whose node is known to be gone."""
@@ -163,17 +170,22 @@ class Ring:
 class RingHandle:
     """A ring allreduce (sum) of one vector on one ring; wait() runs its 2(W-1) steps."""
 
-    def __init__(self, ring: Ring, key: str, vec: np.ndarray, codec: "FrameCodec", out: np.ndarray):
+    def __init__(self, ring: Ring, key: str, vec: np.ndarray, codec: "FrameCodec", out: np.ndarray,
+                 ready: Ready | None = None):
         self.ring, self.key, self.vec, self.codec, self.out = ring, key, vec, codec, out
+        self.ready = ready
         self.sibling: Ring | None = None  # the rank's other ring, told first if this one fails
         world, n = ring.group.world, vec.size
         self.edges = [j * n // world for j in range(world + 1)]
         self.block = max(1, ring.group.node.settings.chunk_bytes // 4)  # floats per message
 
-    def blocks(self, segment: int) -> list[tuple[int, int]]:
-        """(lo, hi) of each block of a segment; an empty segment still has one (empty) block."""
+    def blocks(self, segment: int) -> list[tuple[int, int, int]]:
+        """(number, lo, hi) of each block of a segment, the last first: during a model's backward
+        the end of its gradient vector is ready first (overlap). An empty segment still has one
+        (empty) block."""
         lo, hi = self.edges[segment], self.edges[segment + 1]
-        return [(a, min(a + self.block, hi)) for a in range(lo, hi, self.block)] or [(lo, lo)]
+        spans = [(a, min(a + self.block, hi)) for a in range(lo, hi, self.block)] or [(lo, lo)]
+        return [(b, a, z) for b, (a, z) in reversed(list(enumerate(spans)))]
 
     def send(self, step: int, block: int, frame: bytes | memoryview) -> None:
         g = self.ring.group
@@ -210,18 +222,24 @@ class RingHandle:
         except ValueError as e:
             raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a bad block of {length} values: {e}") from None
 
+    def own(self, lo: int, hi: int) -> np.ndarray:
+        """This rank's values vec[lo:hi], once final."""
+        if self.ready is not None:
+            self.ready(lo, hi)
+        return self.vec[lo:hi]
+
     def wait(self) -> np.ndarray:
         """Runs the steps; the sum lands in `out` (a view of the caller's result), returned."""
         ring, world, rank, out = self.ring, self.ring.group.world, self.ring.position, self.out
         try:
-            for b, (lo, hi) in enumerate(self.blocks(rank)):  # step 0: this rank's own segment
-                self.send(0, b, self.codec.encode(self.vec[lo:hi]))
+            for b, lo, hi in self.blocks(rank):  # step 0: this rank's own segment
+                self.send(0, b, self.codec.encode(self.own(lo, hi)))
             for step in range(1, 2 * world - 1):  # receive step-1, then send step (none after the last)
                 segment = (rank - step) % world  # what arrived at step-1 is what goes out at step
-                for b, (lo, hi) in enumerate(self.blocks(segment)):
+                for b, lo, hi in self.blocks(segment):
                     frame, got = self.receive(step - 1, b, hi - lo)
                     if step <= world - 1:  # reduce-scatter: add this rank's values, in ring order
-                        frame = self.codec.encode(got + self.vec[lo:hi])
+                        frame = self.codec.encode(got + self.own(lo, hi))
                     if step == world - 1:  # the complete sum as every other rank will decode it
                         got = self.codec.decode(frame, hi - lo)
                     if step >= world - 1:  # complete: this rank's own sum, then the allgather's
@@ -250,12 +268,14 @@ class TwoRings:
         """Write again the recent blocks of each ring whose next rank is among `ranks`; how many."""
         return sum(ring.write_again() for ring in self.rings if ring.next in ranks)
 
-    def start(self, key: str, vec: np.ndarray, op: str, codec: "FrameCodec") -> "TwoRingsHandle":
+    def start(self, key: str, vec: np.ndarray, op: str, codec: "FrameCodec",
+              ready: Ready | None = None) -> "TwoRingsHandle":
         half = vec.size // 2
         out = np.empty(vec.size, dtype=np.float32)  # each ring fills its half in place
-        first = self.rings[0].start(key, vec[:half], codec, out[:half])
+        second_ready = None if ready is None else (lambda lo, hi: ready(half + lo, half + hi))
+        first = self.rings[0].start(key, vec[:half], codec, out[:half], ready)
         try:
-            second = self.rings[1].start(key, vec[half:], codec, out[half:])
+            second = self.rings[1].start(key, vec[half:], codec, out[half:], second_ready)
         except BaseException:
             self.rings[0].finish(key)
             raise
