@@ -4,7 +4,6 @@ training thread, and the worker's steps train the same models with and without o
 from __future__ import annotations
 
 import multiprocessing as mp
-import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -43,7 +42,7 @@ def test_the_flat_vector_is_flatten_grads_to_the_bit():
     reducer.flat[:] = np.nan  # what the hooks and the unused parameter's zeros must overwrite
     with reducer.filling():
         backward(model)
-    reducer.wait_ready(0, reducer.flat.size)
+    assert reducer.ready(0, reducer.flat.size)
     expected = flatten_grads(model)
     assert reducer.flat.tobytes() == expected.tobytes() and not expected[-6:].any()
 
@@ -68,28 +67,17 @@ def test_hooks_copy_only_while_filling():
     assert (reducer.flat == 7.0).all()
 
 
-def test_a_failed_backward_releases_a_ring_waiting_for_values():
+def test_a_ring_waits_for_the_blocks_values_and_learns_when_backward_failed():
     model = small_model()
     reducer = Reducer(model)
-    errors: list[BaseException] = []
-    entered = threading.Event()
-
-    def ring() -> None:
-        entered.set()
-        try:
-            reducer.wait_ready(0, reducer.flat.size)
-        except DdsError as e:
-            errors.append(e)
+    layer2 = reducer.starts[2], reducer.starts[4]  # model[2]'s weight and bias
     with pytest.raises(ZeroDivisionError):
         with reducer.filling():
-            waiter = threading.Thread(target=ring)
-            waiter.start()
-            entered.wait()
+            assert not reducer.ready(*layer2) and not reducer.ready(0, reducer.flat.size)
             raise ZeroDivisionError("in backward")
-    waiter.join(timeout=60)
-    assert not waiter.is_alive()
-    assert [str(e) for e in errors] == ["allreduce stopped waiting for this rank's gradients: backward failed: "
-                                        "ZeroDivisionError: in backward"]
+    with pytest.raises(DdsError, match="^allreduce stopped waiting for this rank's gradients: backward failed: "
+                                       "ZeroDivisionError: in backward$"):
+        reducer.ready(*layer2)
 
 
 def test_pending_raises_the_rings_error_in_the_callers_thread():

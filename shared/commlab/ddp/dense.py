@@ -32,7 +32,7 @@ class DenseAllreduce:
         self.wire = None if isinstance(self.codec, Fp32) else self.codec  # None: the collective's raw float32
         group.collective = training.collective  # auto (default), ring or naive, for every allreduce
         overlap = training.overlap and self.wire is None and group.world > 1 and group.schedule() == "ring"
-        self.reducer = Reducer(model) if overlap else None
+        self.reducer = Reducer(model, group.node.announcer.directory.changed) if overlap else None
         self._pending: Pending | None = None
         self._waited = 0.0  # CommStats.wait_s when the overlapped allreduce started
         self.optimizer = torch.optim.SGD(model.parameters(), lr=training.lr, momentum=training.momentum,
@@ -48,7 +48,7 @@ class DenseAllreduce:
         self._waited = self.group.node.stats.wait_s
         with self.reducer.filling():
             handle = self.group.allreduce_async(f"{step}/grads", self.reducer.flat, op="mean",
-                                                ready=self.reducer.wait_ready)
+                                                ready=self.reducer.ready)
             self._pending = Pending(handle.wait, f"allreduce {step}/grads")
             yield
 

@@ -3,13 +3,14 @@
 Each parameter's gradient is copied into one preallocated flat float32 vector (flatten_grads order)
 by a post-accumulate-grad hook the moment backward has produced it. The ring allreduce starts before
 backward, in a thread of its own, and reads this rank's values of each block only once every
-parameter overlapping that block is in (Group.allreduce_async `ready`). The last layers' gradients,
-ready first, cross the network while the first layers' backward still runs. Every element is summed
+parameter overlapping that block is in (Group.allreduce_async `ready`); until then it runs the
+blocks that can go. The last layers' gradients, ready first, cross the network while the first
+layers' backward still runs. Every element is summed
 in the same order as without overlap, so the bytes on the wire and the trained models are the same.
 
-    reducer = Reducer(model)
+    reducer = Reducer(model, node.announcer.directory.changed)
     with reducer.filling():                  # the hooks copy gradients into reducer.flat
-        pending = Pending(group.allreduce_async("7/grads", reducer.flat, ready=reducer.wait_ready).wait)
+        pending = Pending(group.allreduce_async("7/grads", reducer.flat, ready=reducer.ready).wait)
         loss.backward()
     mean = pending.result()                  # raises the ring's PeerLost here, in the training thread
 
@@ -31,7 +32,8 @@ from commlab.dds import DdsError
 class Reducer:
     """One flat gradient vector filled during backward, with which of its parameters are in."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, changed: threading.Condition | None = None):
+        """`changed`: the condition the ring waits on (the node directory's), notified as gradients come in."""
         self.params = list(model.parameters())
         sizes = [p.numel() for p in self.params]
         self.starts = [0, *np.cumsum(sizes).tolist()]  # parameter i is flat[starts[i]:starts[i + 1]]
@@ -40,7 +42,7 @@ class Reducer:
         self._in = [False] * len(self.params)
         self._filling = False
         self._cancelled: str | None = None
-        self._cond = threading.Condition()
+        self._cond = changed if changed is not None else threading.Condition()
         for i, p in enumerate(self.params):
             if p.requires_grad:  # a frozen parameter never has a gradient: complete() writes its zeros
                 p.register_post_accumulate_grad_hook(lambda p, i=i: self._on_grad(i))
@@ -86,15 +88,15 @@ class Reducer:
             self._in = [True] * len(self.params)
             self._cond.notify_all()
 
-    def wait_ready(self, lo: int, hi: int) -> None:
-        """Return once flat[lo:hi] holds this rank's final values (DdsError if backward failed)."""
+    def ready(self, lo: int, hi: int) -> bool:
+        """flat[lo:hi] holds this rank's final values (DdsError if backward failed). The ring asks
+        under the lock of `changed`, which the hooks notify."""
         first = bisect.bisect_right(self.starts, lo) - 1
         last = max(first, bisect.bisect_left(self.starts, hi) - 1)  # the parameters overlapping [lo, hi)
         with self._cond:
-            while not all(self._in[first:last + 1]):
-                if self._cancelled is not None:
-                    raise DdsError(f"allreduce stopped waiting for this rank's gradients: {self._cancelled}")
-                self._cond.wait()
+            if self._cancelled is not None:
+                raise DdsError(f"allreduce stopped waiting for this rank's gradients: {self._cancelled}")
+            return all(self._in[first:last + 1])
 
 
 class Pending:

@@ -34,9 +34,11 @@ Progress happens inside wait(), so every rank must wait for its ring allreduces 
 order, as with any collective library; allreduce() does.
 
 Overlap: a caller may start the ring before its vector holds all its values (DDP during backward)
-and pass `ready(lo, hi)`, which blocks until vec[lo:hi] is final. A step reads this rank's values
-of a block only after ready() for that block, so every element is summed in the same order, with
-the same bytes, as without overlap; blocks whose values are final early travel meanwhile.
+and pass `ready(lo, hi)`, true once vec[lo:hi] is final (evaluated under the lock of the node's
+directory, whose condition the caller notifies). A block adds this rank's values only once ready()
+holds for it, so every element is summed in the same order, with the same bytes, as without
+overlap; meanwhile the blocks whose values are final travel, at any step: a rank runs each block
+of each step as soon as it can.
 """
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
     from .collectives import FrameCodec, Group
 
 log = logging.getLogger(__name__)
-Ready = Callable[[int, int], None]  # ready(lo, hi) returns once vec[lo:hi] holds this rank's final values
+Ready = Callable[[int, int], bool]  # ready(lo, hi): vec[lo:hi] holds this rank's final values
 POLL_S = 0.05
 ABORT_ACK_S = 1.0
 REMEMBERED_KEYS = 4096
@@ -179,13 +181,10 @@ class RingHandle:
         self.edges = [j * n // world for j in range(world + 1)]
         self.block = max(1, ring.group.node.settings.chunk_bytes // 4)  # floats per message
 
-    def blocks(self, segment: int) -> list[tuple[int, int, int]]:
-        """(number, lo, hi) of each block of a segment, the last first: during a model's backward
-        the end of its gradient vector is ready first (overlap). An empty segment still has one
-        (empty) block."""
+    def blocks(self, segment: int) -> list[tuple[int, int]]:
+        """(lo, hi) of each block of a segment; an empty segment still has one (empty) block."""
         lo, hi = self.edges[segment], self.edges[segment + 1]
-        spans = [(a, min(a + self.block, hi)) for a in range(lo, hi, self.block)] or [(lo, lo)]
-        return [(b, a, z) for b, (a, z) in reversed(list(enumerate(spans)))]
+        return [(a, min(a + self.block, hi)) for a in range(lo, hi, self.block)] or [(lo, lo)]
 
     def send(self, step: int, block: int, frame: bytes | memoryview) -> None:
         g = self.ring.group
@@ -202,18 +201,18 @@ class RingHandle:
                 raise
             log.info("group %s: ring block to gone rank %d kept for when it asks: %s", g.name, self.ring.next, e)
 
+    def runnable(self, step: int, block: int, lo: int, hi: int) -> bool:
+        """Block `block` of step `step` can go now (under the ring's lock): what it adds to or passes
+        on arrived, and this rank's values of it, if it adds them, are final."""
+        world = self.ring.group.world
+        return ((step == 0 or (self.key, step - 1, block) in self.ring._blocks)
+                and (step > world - 1 or self.ready is None or self.ready(lo, hi)))
+
     def receive(self, step: int, block: int, length: int) -> tuple[bytes, np.ndarray]:
-        """(the frame of block `block` of step `step`, its `length` decoded values)."""
-        ring, g = self.ring, self.ring.group
-        want = (self.key, step, block)
-        g.await_ranks(lambda: want in ring._blocks or self.key in ring._aborts, lambda: [ring.prev], self.key,
-                      f"no ring block from the previous rank within {g.timeout_s:.1f}s")
+        """(the frame of block `block` of step `step`, which has arrived, and its `length` decoded values)."""
+        ring = self.ring
         with ring._cond:
-            item = ring._blocks.pop(want, None)
-            abort = ring._aborts.get(self.key)
-        if item is None:  # the previous rank gave up first: the same verdict
-            raise PeerLost(abort[0], g.name, self.key, abort[1])
-        numel, payload = item
+            numel, payload = ring._blocks.pop((self.key, step, block))
         if numel != self.vec.size:
             raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a block of a {numel}-float vector, "
                            f"this one has {self.vec.size}")
@@ -222,30 +221,45 @@ class RingHandle:
         except ValueError as e:
             raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a bad block of {length} values: {e}") from None
 
-    def own(self, lo: int, hi: int) -> np.ndarray:
-        """This rank's values vec[lo:hi], once final."""
-        if self.ready is not None:
-            self.ready(lo, hi)
-        return self.vec[lo:hi]
+    def run(self, step: int, block: int, lo: int, hi: int) -> None:
+        """Step 0 sends this rank's values; a later step receives step-1's block, adds this rank's
+        values during the reduce-scatter and passes it on (none after the last step)."""
+        world, out = self.ring.group.world, self.out
+        if step == 0:
+            self.send(0, block, self.codec.encode(self.vec[lo:hi]))
+            return
+        frame, got = self.receive(step - 1, block, hi - lo)
+        if step <= world - 1:  # reduce-scatter: add this rank's values, in ring order
+            frame = self.codec.encode(got + self.vec[lo:hi])
+        if step == world - 1:  # the complete sum as every other rank will decode it
+            got = self.codec.decode(frame, hi - lo)
+        if step >= world - 1:  # complete: this rank's own sum, then the allgather's
+            out[lo:hi] = got
+        if step < 2 * world - 2:
+            self.send(step, block, frame)
 
     def wait(self) -> np.ndarray:
-        """Runs the steps; the sum lands in `out` (a view of the caller's result), returned."""
-        ring, world, rank, out = self.ring, self.ring.group.world, self.ring.position, self.out
+        """Runs every block of every step, each as soon as it can go (earlier steps first); the
+        sum lands in `out` (a view of the caller's result), returned. At step s this rank's
+        position p handles segment (p - s) mod W. A block that cannot go yet (with overlap: its
+        values not final) holds up no other block, and the sums stay those of the step order."""
+        ring, g, world, rank = self.ring, self.ring.group, self.ring.group.world, self.ring.position
+        todo = [(step, b, lo, hi) for step in range(2 * world - 1)
+                for b, (lo, hi) in enumerate(self.blocks((rank - step) % world))]
         try:
-            for b, lo, hi in self.blocks(rank):  # step 0: this rank's own segment
-                self.send(0, b, self.codec.encode(self.own(lo, hi)))
-            for step in range(1, 2 * world - 1):  # receive step-1, then send step (none after the last)
-                segment = (rank - step) % world  # what arrived at step-1 is what goes out at step
-                for b, lo, hi in self.blocks(segment):
-                    frame, got = self.receive(step - 1, b, hi - lo)
-                    if step <= world - 1:  # reduce-scatter: add this rank's values, in ring order
-                        frame = self.codec.encode(got + self.own(lo, hi))
-                    if step == world - 1:  # the complete sum as every other rank will decode it
-                        got = self.codec.decode(frame, hi - lo)
-                    if step >= world - 1:  # complete: this rank's own sum, then the allgather's
-                        out[lo:hi] = got
-                    if step < 2 * world - 2:
-                        self.send(step, b, frame)
+            while todo:
+                with ring._cond:
+                    item = next((i for i in todo if self.runnable(*i)), None)
+                    abort = ring._aborts.get(self.key)
+                if item is not None:
+                    todo.remove(item)
+                    self.run(*item)
+                elif abort is not None:  # the previous rank gave up first: the same verdict
+                    raise PeerLost(abort[0], g.name, self.key, abort[1])
+                else:
+                    g.await_ranks(lambda: self.key in ring._aborts or any(self.runnable(*i) for i in todo),
+                                  lambda: [ring.prev], self.key,
+                                  f"no ring block from the previous rank within {g.timeout_s:.1f}s")
         except PeerLost as e:
             if self.sibling is not None:  # first, so that this rank fails with one verdict
                 self.sibling.note_abort(self.key, e)
@@ -253,7 +267,7 @@ class RingHandle:
             raise
         finally:
             ring.finish(self.key)
-        return out
+        return self.out
 
 
 class TwoRings:
