@@ -49,16 +49,17 @@ def frame_parts(frame: bytes, *sizes: int) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("name", ["qsgd1", "qsgd4", "qsgd16", "qsgd255"])
-def test_qsgd_decodes_its_reference(name):
+@pytest.mark.parametrize("bucket", [64, 100])  # whole bitmap bytes a bucket, and not
+def test_qsgd_decodes_its_reference(name, bucket):
     x = adversarial(5003, 1)
     x[np.abs(x) > 2.0**50] = 1  # bucket norms within float32
-    codec = get_codec(name, bucket=64, seed=3)
+    codec = get_codec(name, bucket=bucket, seed=3)
     frame = codec.encode(x)
-    nb, b = -(-x.size // 64), codec.levels.bit_length()
+    nb, b = -(-x.size // bucket), codec.levels.bit_length()
     norms, signs, packed = frame_parts(frame, 4 * nb, -(-x.size // 8))
     levels = bitpack.reference_unpack(packed, x.size, b)
     negative = np.unpackbits(signs, bitorder="little")[: x.size]
-    ref = qsgd.reference_dequantize(levels, negative, norms.view("<f4"), codec.levels, 64)
+    ref = qsgd.reference_dequantize(levels, negative, norms.view("<f4"), codec.levels, bucket)
     assert np.array_equal(bits(decode_any(frame)), bits(ref))
     assert np.array_equal(negative.astype(bool), (x < 0) & (levels > 0))
 

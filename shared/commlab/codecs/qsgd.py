@@ -197,9 +197,7 @@ def _nonzero_signs(levels: np.ndarray, negative: np.ndarray, out: np.ndarray) ->
 def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int, bucket: int) -> np.ndarray:
     """norm * sign * level / s per value, in place in the float32 levels ``q``; ``signs`` is the
     packed bitmap of one bit per value (set: negative)."""
-    chunks.scale_rows(q, bucket, _steps(norms, levels))
-    q *= bitpack.expand(bitpack.SIGNS, signs, q.size, scratch.buffer("qsgd.signs", 8 * signs.size, np.float32))
-    return q
+    return bitpack.scale_signs(q, signs, _steps(norms, levels), bucket)
 
 
 _LENGTH = struct.Struct("<I")

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from commlab.codecs import chunks, draws, scratch
+from commlab.codecs import draws, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
-from commlab.codecs.bitpack import ONES, SIGNS, bitmap, bitmap_size, expand, read_bitmap
+from commlab.codecs.bitpack import bitmap, bitmap_size, read_bitmap, signed_scales
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
 from commlab.codecs.signsgd import BLOCK, check_block, num_blocks, read_scales
@@ -92,10 +92,7 @@ class TernGrad(RandomCodec):
         negative = read_bitmap(payload, 4 * nblocks + bitmap_size(numel), numel, self.name)
         if (negative & ~nonzero).any():
             raise CodecError(f"{self.name}: sign bit set on a zero value")
-        out = expand(ONES, nonzero, numel)  # 0 or 1, then the sign, then s_b
-        out *= expand(SIGNS, negative, numel, scratch.buffer("terngrad.signs", 8 * negative.size, np.float32))
-        chunks.scale_rows(out, block, s)
-        return out
+        return signed_scales(negative, s, block, numel, nonzero)
 
     def payload_size(self, numel: int) -> int:
         return 4 * num_blocks(numel, self.block) + 2 * bitmap_size(numel)
