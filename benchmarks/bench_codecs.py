@@ -19,6 +19,7 @@ import torch
 from commlab.bench import BenchParser, BenchRun
 from commlab.codecs import decode_any, get_codec
 from commlab.codecs.base import Layout
+from commlab.codecs.scratch import retain_freed_memory
 from commlab.models import build_model, flatten_params, layout_of
 
 CODECS = ["fp32", "int8", "fp32_sparse", "int8_sparse", "minmax8", "minmax4", "minmax2", "qsgd16", "qsgd4",
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codecs", default=",".join(CODECS))
     parser.add_argument("--vectors", default=",".join(VECTORS), help=f"some of {', '.join(VECTORS)}")
     args = parser.parse_args(argv)
+    retained = retain_freed_memory()  # as the node programs run the codecs
     unknown = set(args.vectors.split(",")) - set(VECTORS)
     if unknown:
         parser.error(f"unknown vector(s) {', '.join(sorted(unknown))}; known: {', '.join(VECTORS)}")
@@ -124,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
                                                "same vector, same run",
                                                f"threads: torch intra-op {torch.get_num_threads()} (its default), "
                                                "numpy's BLAS its default, the compiled codec loops 1; compiled "
-                                               "before timing"])
+                                               "before timing",
+                                               "allocator: freed memory kept for the next frames (the node programs' "
+                                               "policy, commlab.codecs.scratch.retain_freed_memory)" if retained else
+                                               "allocator: the C library's default (not glibc)"])
     return 0
 
 
