@@ -183,13 +183,19 @@ def _signed_scales(negative: np.ndarray, nonzero: np.ndarray, masked: bool, scal
 @kernel
 def _scale_signs(values: np.ndarray, negative: np.ndarray, scales: np.ndarray, per: int) -> None:
     """``values`` (8 a bitmap byte, the last byte's maybe fewer) times the scale of their byte's
-    group of ``per`` bytes, then times -1 where the ``negative`` bit is set."""
+    group of ``per`` bytes, then times -1 where the ``negative`` bit is set. Whole bytes in a
+    loop of 8 that unrolls, the last byte's values on their own."""
+    whole = values.size // 8
     for c in range(scales.size):
         s = scales[c]
-        for j in range(c * per, min((c + 1) * per, negative.size)):
+        for j in range(c * per, min((c + 1) * per, whole)):
             signs = _SIGNS[negative[j]]
-            for t in range(min(8, values.size - 8 * j)):
+            for t in range(8):
                 values[8 * j + t] = values[8 * j + t] * s * signs[t]
+    if whole < negative.size:
+        s, signs = scales[whole // per], _SIGNS[negative[whole]]
+        for i in range(8 * whole, values.size):
+            values[i] = values[i] * s * signs[i - 8 * whole]
 
 
 def _groups(block: int, nbytes: int, scales: np.ndarray) -> tuple[np.ndarray, int]:
