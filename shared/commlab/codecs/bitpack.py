@@ -85,7 +85,7 @@ def _unpack_words(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
         for b in range(bits):
             word |= np.uint64(stream[bits * g + b]) << np.uint64(8 * b)
         for t in range(8):
-            out[8 * g + t] = np.float32((word >> np.uint64(bits * t)) & mask)
+            out[8 * g + t] = np.float32(np.int32((word >> np.uint64(bits * t)) & mask))  # int32: a cheap conversion
 
 
 @kernel
