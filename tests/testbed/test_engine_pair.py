@@ -6,6 +6,8 @@ from __future__ import annotations
 import ipaddress
 import itertools
 
+import pytest
+
 from commlab.config.builders import dds_settings
 from commlab.config.schema import DdsSection
 from commlab.runs.roster import fl_roster
@@ -106,3 +108,16 @@ def test_the_engine_pair_command_names_its_usage(capsys):
     assert main(["sideways"]) == 2
     assert "usage: python -m commlab.testbed.engine_pair up|down" in capsys.readouterr().err
 
+
+
+def test_a_pair_that_is_up_already_is_refused_and_left_alone(tmp_path, monkeypatch):
+    from commlab.testbed import engine_pair
+    state = tmp_path / "state.json"
+    state.write_text('{"pids": {"a": 1, "b": 2}}')  # another run's pair
+    monkeypatch.setattr(engine_pair, "STATE_FILE", state)
+    taken_down = []
+    monkeypatch.setattr(engine_pair, "down", lambda *a, **k: taken_down.append(True))
+    with pytest.raises(engine_pair.EngineError, match="an engine pair is up already .*engine_pair down"):
+        with engine_pair.EnginePair():
+            pass
+    assert taken_down == [] and state.exists()

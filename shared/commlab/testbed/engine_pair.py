@@ -118,20 +118,26 @@ class EnginePair:
         self.manager = engines[0]
 
     def __enter__(self) -> "EnginePair":
-        try:
-            self.up()
-        except BaseException:
-            self.down()
-            raise
+        self.up()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.down()
 
     def up(self) -> None:
+        """Bring the pair up; whatever goes wrong after the check (also SIGTERM as SystemExit),
+        what was made is taken down again before the error goes on. A pair that is up already
+        (another run's) is refused and left alone."""
         if STATE_FILE.exists() or any(Path(f"/run/netns/{e.netns}").exists() for e in self.engines):
             raise EngineError(f"an engine pair is up already ({STATE_FILE}, netns {self.engines[0].netns}): "
                               "python -m commlab.testbed.engine_pair down")
+        try:
+            self._start()
+        except BaseException:
+            self.down()
+            raise
+
+    def _start(self) -> None:
         STATE_ROOT.mkdir(parents=True, exist_ok=True)
         STATE_FILE.write_text(json.dumps({"pids": {}}))  # from here on, `down` has something to undo
         for cmd in link_commands(*self.engines):
@@ -199,8 +205,8 @@ class EnginePair:
             save.stdout.close()
         for what, proc in [("docker save", save), *((f"docker load into engine {e.name}", load)
                                                     for e, load in zip(self.engines, loads))]:
-            _, err = proc.communicate(timeout=600)
-            if proc.returncode != 0:
+            err = proc.stderr.read() if proc.stderr else b""  # stdin already closed: no communicate()
+            if proc.wait(timeout=600) != 0:
                 raise EngineError(f"{what} failed: {err.decode(errors='replace').strip()}")
         self.log(f"engine pair: {', '.join(images)} copied into both engines in {time.monotonic() - t0:.0f} s")
 
@@ -306,10 +312,7 @@ def main(argv: list[str]) -> int:
         pair = EnginePair()
         try:
             pair.up()
-        except BaseException as e:
-            pair.down()
-            if not isinstance(e, (EngineError, OSError, subprocess.TimeoutExpired)):
-                raise
+        except (EngineError, OSError, subprocess.TimeoutExpired) as e:
             print(f"engine pair: up failed: {str(e).splitlines()[0]}", file=sys.stderr)
             return 1
         print(f"DOCKER_HOST={pair.manager.host}")
