@@ -1,6 +1,7 @@
 """What every test area shares: one hypothesis profile, the plugins (`--repeat`, the unit-test
-guard) and the claims fixtures that give a test its own DDS domain ids, ports, namespace lab tags
-and compose project numbers (commlab.runs.claims)."""
+guard), the codecs' compiled loops in numba's cache before any node starts, and the claims
+fixtures that give a test its own DDS domain ids, ports, namespace lab tags and compose project
+numbers (commlab.runs.claims)."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -8,6 +9,7 @@ from typing import Iterator
 import pytest
 from hypothesis import settings
 
+import commlab.codecs
 from commlab.runs.claims import Claims
 
 pytest_plugins = ["repeat_runs", "unit_guard"]
@@ -18,6 +20,17 @@ pytest_plugins = ["repeat_runs", "unit_guard"]
 # module imported would set it for every other one).
 settings.register_profile("commlab", deadline=None)
 settings.load_profile("commlab")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Before the first test that starts node processes, compile every codec's loops into numba's
+    on-disk cache once (commlab.codecs.warm, as the node images do when built). On a fresh checkout
+    the cache is empty, and the nodes of the first runs, started together, would each compile the
+    same loops (seconds per codec, each on the same two cores)."""
+    from unit_guard import is_unit_test  # here, not at the top: pytest imports its plugins after this file
+
+    if not session.config.option.collectonly and not all(map(is_unit_test, session.items)):
+        commlab.codecs.warm()
 
 
 @pytest.fixture
