@@ -66,6 +66,12 @@ def matrix_gaps(table_csv: Path) -> list[str]:
     return accuracy_gaps(read_rows(table_csv), read_rows(table_csv.with_name(table_csv.stem + "-runs.csv")))
 
 
+def identical_rounds(table_csv: Path) -> list[str]:
+    """How many rounds' models were bit-identical across the two deployments."""
+    rows = read_rows(table_csv)
+    return [f"rounds with bit-identical models: {sum(r['equal'] == 'True' for r in rows)}/{len(rows)}"]
+
+
 @dataclass(frozen=True)
 class Bench:
     title: str
@@ -135,6 +141,13 @@ BENCHES = {
          "epsilon": ("epsilon", ".3g"), "up_MB_per_round": ("bytes up per round (MB)", ".3f"),
          "secagg_bits": ("SecAgg+ bits/coordinate", ""), "wall_s": ("wall s", ".0f")},
         args=PRIVACY_ARGS),
+    "swarm-engines": Bench(
+        "The same FL run on compose and on a swarm across two Docker engines: per-round models",
+        "benchmarks/bench_swarm_engines.py",
+        {"round": ("round", ""), "compose_model": ("compose model", ""), "swarm_model": ("two-engine swarm model", ""),
+         "equal": ("bit-identical", ""), "compose_accuracy": ("compose test accuracy", ".4f"),
+         "swarm_accuracy": ("swarm test accuracy", ".4f")},
+        summary=identical_rounds),
     "secagg": Bench(
         "Secure aggregation (SecAgg+) and DP against plain FedAvg: bytes, round time and accuracy on the same links",
         "benchmarks/bench_secagg.py",
