@@ -41,6 +41,18 @@ Describe = Callable[[argparse.Namespace], str]
 
 
 @dataclass(frozen=True)
+class Ratio:
+    """A column of ratios: each row's measured column `of` over case `case`'s."""
+    name: str
+    of: str
+    case: str
+
+    @property
+    def column(self) -> str:
+        return f"{self.name}_x_of_{self.case.replace('-', '_')}"
+
+
+@dataclass(frozen=True)
 class PeerTable:
     """What one peer benchmark compares: its cases, how each is run and measured, the reference
     peer and the columns of ratios to it, what the table says above and below it."""
@@ -56,6 +68,7 @@ class PeerTable:
     settings: Describe
     ceiling: Describe  # the centralized peer's budget
     train_subset: int | None  # --train-subset's default (None: all 60,000)
+    more_ratios: tuple[Ratio, ...] = ()  # ratios to other cases than the reference (empty where it did not run)
 
     @property
     def ref(self) -> str:
@@ -66,8 +79,12 @@ class PeerTable:
         return f"acc_delta_vs_{self.ref}_pts"
 
     @property
+    def all_ratios(self) -> list[Ratio]:
+        return [*(Ratio(name, of, self.reference) for name, of in self.ratios.items()), *self.more_ratios]
+
+    @property
     def fields(self) -> list[str]:
-        return ["case", *self.measured, *(f"{name}_x_of_{self.ref}" for name in self.ratios), self.acc_delta,
+        return ["case", *self.measured, *(r.column for r in self.all_ratios), self.acc_delta,
                 "run_wall_s", "status", "run_id"]
 
 
@@ -78,7 +95,8 @@ def run_table(p: BenchParser, argv: list[str] | None, t: PeerTable) -> int:
     with BenchRun(a, len(a.cases), "case") as s:
         rows = run_cases(s, a.cases, t.label, lambda case, run_id: t.command(case, a, run_id),
                          lambda case, run_dir: t.measure(case, a, run_dir), a.jobs)
-        add_ratios(rows, t.reference, {f"{name}_x_of_{t.ref}": of for name, of in t.ratios.items()}, t.acc_delta)
+        add_ratios(rows, t.all_ratios)
+        add_accuracy_delta(rows, t.reference, t.acc_delta)
         write_table(s, rows, t.fields, t.title, t.settings(a), t.ceiling(a))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
@@ -124,18 +142,25 @@ def run_cases(s: BenchRun, cases: list[str], label: str, command: Callable[[str,
         return list(pool.map(one, cases))
 
 
-def add_ratios(rows: list[dict], ref_case: str, ratios: dict[str, str], acc_delta: str) -> None:
-    """ratios: {column: measured column} gets row / reference (where both are measured and the
-    reference is not 0); acc_delta gets the test accuracy's difference to the reference in points."""
+def add_ratios(rows: list[dict], ratios: list[Ratio]) -> None:
+    """Each ratio's column gets the row's measured value over its case's (to 4 significant digits:
+    a sparse codec's bytes are a small fraction), where both are measured and the case's is not 0."""
+    by_case = {r["case"]: r for r in rows}
+    for ratio in ratios:
+        ref = by_case.get(ratio.case, {}).get(ratio.of)
+        for r in rows:
+            if r.get(ratio.of) is not None and ref:
+                r[ratio.column] = float(f"{r[ratio.of] / ref:.4g}")
+
+
+def add_accuracy_delta(rows: list[dict], ref_case: str, column: str) -> None:
+    """column gets the test accuracy's difference to the reference case's, in points."""
     ref = next((r for r in rows if r["case"] == ref_case and "test_accuracy" in r), None)
     if ref is None:
         return
     for r in rows:
-        for col, of in ratios.items():
-            if r.get(of) is not None and ref.get(of):
-                r[col] = round(r[of] / ref[of], 3)
         if "test_accuracy" in r:
-            r[acc_delta] = round(100 * (r["test_accuracy"] - ref["test_accuracy"]), 2)
+            r[column] = round(100 * (r["test_accuracy"] - ref["test_accuracy"]), 2)
 
 
 def write_table(s: BenchRun, rows: list[dict], fields: list[str], title: str, settings: str,

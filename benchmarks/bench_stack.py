@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import pandas as pd
 
@@ -20,13 +21,28 @@ BACKENDS = ("docker", "swarm")
 SUMMED = ("bytes_up", "bytes_down", "iface_bytes_up", "iface_bytes_down")
 
 
-def run(s: BenchRun, a: argparse.Namespace, backend: str) -> dict:
-    run_id = new_run_id("fl", f"stack-{backend}")
+def add_fl_options(p: BenchParser, rounds: int, samples: int) -> None:
+    """The FL run's settings, shared with bench_swarm_engines."""
+    p.add_argument("--codec", default="int8_sparse")
+    p.add_argument("--clients", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=rounds)
+    p.add_argument("--samples", type=int, default=samples, help="per client and round")
+
+
+def fl_run(s: BenchRun, a: argparse.Namespace, backend: str, name: str) -> Path:
+    """One FL run through the launcher on `backend`, multicast off; its run folder."""
+    run_id = new_run_id("fl", f"{name}-{backend}")
     s.run([sys.executable, "-m", "commlab.fl.run", "--backend", backend, "--multicast", "off", "--run-id", run_id,
            "--codec", a.codec, "--clients", str(a.clients), "--rounds", str(a.rounds), "--samples-per-round",
            str(a.samples), "--profile", a.profile, "--seed", str(a.seed), "--results-dir", str(a.results_dir)],
-          f"bench/stack-{backend}").check()
-    run = load_run(a.results_dir / run_id)
+          f"bench/{name}-{backend}").check()
+    return a.results_dir / run_id
+
+
+def run(s: BenchRun, a: argparse.Namespace, backend: str) -> dict:
+    run_dir = fl_run(s, a, backend, "stack")
+    run_id = run_dir.name
+    run = load_run(run_dir)
     rounds = run.tables["rounds"]
     return {"backend": backend, "run_id": run_id, "rounds": len(rounds), **{k: int(rounds[k].sum()) for k in SUMMED},
             "test_accuracy": run.final_accuracy, "median_round_s": float(rounds["round_time_s"].median())}
@@ -34,10 +50,7 @@ def run(s: BenchRun, a: argparse.Namespace, backend: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = BenchParser(__doc__, "stack", {"rounds": 2, "samples": 1000}, seeds=0, profile="10mbit")
-    p.add_argument("--codec", default="int8_sparse")
-    p.add_argument("--clients", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--samples", type=int, default=6000, help="per client and round")
+    add_fl_options(p, rounds=5, samples=6000)
     a = p.parse_args(argv)
     with BenchRun(a, len(BACKENDS)) as s:
         rows = []

@@ -28,3 +28,11 @@ LINK_COMM_ARGS ?=
 .PHONY: bench-link-comm
 bench-link-comm: $(STAMP) ## fp32 vs int8_sparse FL communication time per round on 10 Mbit links, LINK_BACKEND netns|docker (root; LINK_COMM_ARGS) -> results/bench/link-comm.{csv,md} (QUICK=1)
 	$(PYTHON) benchmarks/bench_link_comm.py --backend $(LINK_BACKEND) $(BENCH_QUICK) $(LINK_COMM_ARGS)
+
+# A swarm across two Docker engines on this machine: dockerds in network namespaces of their own (root).
+.PHONY: bench-swarm-engines engine-pair-down
+bench-swarm-engines: docker-engine images ## the same FL run on compose and on a swarm across two Docker engines (each a dockerd in its own network namespace): per-round models must be bit-identical -> results/bench/swarm-engines.{csv,md} (root; QUICK=1)
+	$(PYTHON) benchmarks/bench_swarm_engines.py $(BENCH_QUICK)
+
+engine-pair-down: $(STAMP) ## stop and remove what an interrupted bench-swarm-engines left: its engines (by pid), namespaces, veth pair, data
+	$(PYTHON) -m commlab.testbed.engine_pair down

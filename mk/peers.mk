@@ -1,11 +1,12 @@
 # Reference peers on the testbed's links (docs/peers.md): torch DDP over gloo and a centralized trainer.
 # make peer-gloo HOOK=none|fp16|powersgd WORLD=3 EPOCHS=2 PROFILE=lan|10mbit BACKEND=auto|local|docker PEER_ARGS="--train-subset 6000"
 # make centralized WORLD=3 EPOCHS=2
-# make bench-peers [SMOKE=1]   /   make peer-flower CLIENTS=2 ROUNDS=10 PROFILE=lan|10mbit   /   make bench-peers-fl PROFILE=10mbit [SMOKE=1]
+# make bench-peers [SMOKE=1] [PEERS_BENCH_ARGS="--model resnet18 --dataset synthetic:cifar10 --batch-size 8 --train-subset 120 --skip 2"]   /   make peer-flower CLIENTS=2 ROUNDS=10 PROFILE=lan|10mbit   /   make bench-peers-fl PROFILE=10mbit [SMOKE=1]
 # SMOKE=1 (or QUICK=1): a few steps / 2 rounds on small subsets with PROFILE (default lan), every row and ratio (CI runs both:
 # tests/benchmarks/test_bench_peers_smoke.py)
 HOOK ?= none
 PEER_ARGS ?=
+PEERS_BENCH_ARGS ?=
 EPOCHS ?= 2
 
 .PHONY: peer-gloo centralized bench-peers peer-flower bench-peers-fl flwr
@@ -16,7 +17,7 @@ centralized: $(STAMP) ## one process on the union of WORLD workers' data, same b
 	$(PYTHON) -m commlab.peers.run --kind centralized --world $(WORLD) --epochs $(EPOCHS) --profile $(PROFILE) $(PEER_ARGS)
 
 bench-peers: $(STAMP) ## DDS dense ring/naive, int8, dgc, powersgd2 vs gloo none/fp16/powersgd vs centralized on 10 Mbit namespaces (root; SMOKE=1: 10 steps) -> results/bench/peers.{csv,md}
-	$(PYTHON) benchmarks/bench_peers.py $(if $(or $(SMOKE),$(QUICK)),--quick --profile $(PROFILE))
+	$(PYTHON) benchmarks/bench_peers.py $(if $(or $(SMOKE),$(QUICK)),--quick --profile $(PROFILE)) $(PEERS_BENCH_ARGS)
 
 # Flower is a test dependency (pyproject.toml's [test], the version pinned there), not one of the nodes.
 flwr: $(STAMP)

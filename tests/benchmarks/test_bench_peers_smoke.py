@@ -12,16 +12,13 @@ import json
 import math
 import numbers
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from commlab.output.tables import COLUMNS
+from peer_benches import Bench
 
-ROOT = Path(__file__).resolve().parents[2]
 DDP_CASES = ["dds-dense-ring", "dds-dense-naive", "dds-int8", "dds-dgc", "dds-powersgd2",
              "gloo-none", "gloo-fp16", "gloo-powersgd", "centralized"]
 FL_CASES = ["dds-fp32", "dds-int8_sparse", "flower", "flower-deployment", "centralized"]
@@ -29,37 +26,15 @@ FL_CASES = ["dds-fp32", "dds-int8_sparse", "flower", "flower-deployment", "centr
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the first test of each bench also runs it (fixture)
 
 
-class Bench:
-    def __init__(self, results: Path, table: pd.DataFrame, stdout: str):
-        self.results, self.table, self.stdout = results, table, stdout
-
-    def run_dir(self, case: str) -> Path:
-        return self.results / self.table.loc[case, "run_id"]
+# Each made once a session (conftest): other areas check some of their runs (tests/peer_benches.py).
+@pytest.fixture
+def ddp(peers_ddp_smoke) -> Bench:
+    return peers_ddp_smoke
 
 
-def run_bench(tmp: Path, script: str) -> Bench:
-    out_csv = tmp / "bench" / "table-quick.csv"
-    log = tmp / "bench.log"
-    with open(log, "w") as f:
-        code = subprocess.run([sys.executable, f"benchmarks/{script}", "--smoke", "--profile", "lan",
-                               "--results-dir", str(tmp), "--name", "table"],
-                              cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=840).returncode
-    text = log.read_text()
-    assert code == 0, text[-4000:]
-    assert out_csv.exists(), text[-4000:]
-    return Bench(tmp, pd.read_csv(out_csv).set_index("case"), text)
-
-
-@pytest.fixture(scope="module")
-def ddp(tmp_path_factory) -> Bench:
-    return run_bench(tmp_path_factory.mktemp("bench-peers"), "bench_peers.py")
-
-
-@pytest.fixture(scope="module")
-def fl(tmp_path_factory) -> Bench:
-    pytest.importorskip("flwr", reason="flwr not installed (pyproject.toml [test]: pip install -e '.[test]')",
-                        exc_type=ImportError)
-    return run_bench(tmp_path_factory.mktemp("bench-peers-fl"), "bench_peers_fl.py")
+@pytest.fixture
+def fl(peers_fl_smoke) -> Bench:
+    return peers_fl_smoke
 
 
 def finite(table: pd.DataFrame, cases: list[str], columns: list[str]) -> None:

@@ -78,3 +78,16 @@ def test_gloo_powersgd_in_shaped_namespaces(tmp_path):
     steps = pd.read_csv(run / "steps-rank1.csv")
     assert steps["bytes_sent"][:2].min() > 3_000_000  # dense start: about half the 6.65 MB vector (2 ranks)
     assert steps["bytes_sent"][4:].max() < 200_000
+
+
+def test_one_ddp_bucket_holds_the_whole_gradient_of_any_model(tmp_path):
+    """gloo's DDP bucket (config 0: sized from the model) holds every gradient in one allreduce, ResNet-18's
+    44.7 MB too (two buckets would make torch's PowerSGD hook race over gloo); a negative size is refused."""
+    from commlab.models import build_model
+    from commlab.peers.gloo import one_bucket_mb
+    for name in ("mnist_cnn", "resnet18"):
+        model = build_model(name)
+        grad_bytes = sum(p.numel() * 4 for p in model.parameters() if p.requires_grad)
+        assert grad_bytes < one_bucket_mb(model) * 2**20 < grad_bytes + 2**21, name
+    with pytest.raises(ConfigError, match="bucket_cap_mb: must be >= 0"):
+        from_dict(PeerConfig, {"run_id": "r", "results_dir": str(tmp_path), "kind": "gloo", "bucket_cap_mb": -1})

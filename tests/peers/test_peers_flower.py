@@ -1,8 +1,10 @@
 """The Flower FedAvg peer (docs/peers.md): a short run on loopback writes the FL tables, and with the
-same seeds it trains what the DDS fl-fp32 run trains (the FL peer benchmark's smoke mode:
-tests/benchmarks/test_bench_peers_smoke.py); in Flower's deployment runtime (SuperLink, SuperNodes, `flwr run`:
-`--transport deployment`) it trains exactly what the legacy transport trains, and leaves no process
-behind. Skipped when flwr (a test dependency, pyproject.toml) is not installed."""
+same seeds it trains what the DDS fl-fp32 run trains (tests/benchmarks/test_bench_peers_smoke.py);
+in Flower's deployment runtime (SuperLink, SuperNodes, `flwr run`: `--transport deployment`) it
+trains exactly what the legacy transport trains, and leaves no process behind. The runs are the FL
+peer benchmark's smoke runs (2 clients, 2 rounds of 300 samples, 2000/500-sample subsets, lan),
+made once a session (conftest's `peers_fl_smoke`). Skipped when flwr (a test dependency,
+pyproject.toml) is not installed."""
 from __future__ import annotations
 
 import json
@@ -25,16 +27,13 @@ pytest.importorskip("flwr", reason="flwr not installed (pyproject.toml [test]: p
 from commlab.peers.flower import FlowerConfig  # noqa: E402  (after the skip: its nodes need flwr)
 
 ROOT = Path(__file__).resolve().parents[2]
-SHORT = ["--clients", "2", "--rounds", "2", "--samples-per-round", "300", "--train-subset", "2000",
-         "--test-subset", "500", "--profile", "lan"]
+# The first test to ask for the session's smoke run makes it: every FL case, two at a time.
+SMOKE_TIMEOUT = pytest.mark.timeout(900)
 
 
-def run_flower(tmp_path: Path, run_id: str, *args: str) -> tuple[Path, str]:
-    out = subprocess.run([sys.executable, "-m", "commlab.peers.run", "--kind", "flower", *SHORT, *args,
-                          "--results-dir", str(tmp_path), "--run-id", run_id],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return tmp_path / run_id, out.stdout
+def flower_run(smoke, case: str) -> tuple[Path, str]:
+    """The run folder of a Flower case of the smoke benchmark and what its launcher printed."""
+    return smoke.run_dir(case), smoke.output(case)
 
 
 def digests(stdout: str) -> list[str]:
@@ -42,9 +41,9 @@ def digests(stdout: str) -> list[str]:
     return re.findall(r"^\[controller\] flower round \d+/\d+ .* model ([0-9a-f]+)$", stdout, re.M)
 
 
-@pytest.fixture(scope="module")
-def legacy(tmp_path_factory) -> tuple[Path, str]:
-    return run_flower(tmp_path_factory.mktemp("flower"), "flower")
+@pytest.fixture
+def legacy(peers_fl_smoke) -> tuple[Path, str]:
+    return flower_run(peers_fl_smoke, "flower")
 
 
 @pytest.mark.slow
@@ -61,6 +60,7 @@ def test_transport_is_validated():
 
 
 @pytest.mark.slow
+@SMOKE_TIMEOUT
 def test_flower_two_clients_on_loopback(legacy):
     run, _ = legacy
     manifest = json.loads((run / "manifest.json").read_text())
@@ -95,12 +95,13 @@ def flower_processes_of(run: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_flower_deployment_trains_as_the_legacy_transport(tmp_path, legacy):
+@SMOKE_TIMEOUT
+def test_flower_deployment_trains_as_the_legacy_transport(peers_fl_smoke, legacy):
     """SuperLink + 2 SuperNodes + flwr run on loopback: the same tables, the same model after every
     round as the legacy transport (Flower aggregates both in float32 in the same order), and every
     process it started is gone afterwards."""
     legacy_run, legacy_out = legacy
-    run, out = run_flower(tmp_path, "deployment", "--transport", "deployment")
+    run, out = flower_run(peers_fl_smoke, "flower-deployment")
     manifest = json.loads((run / "manifest.json").read_text())
     assert (manifest["codec"], manifest["status"], manifest["transport"], manifest["config"]["transport"]) == \
         ("flower-fedavg", "completed", "flower deployment", "deployment")

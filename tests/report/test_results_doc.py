@@ -99,3 +99,9 @@ def test_the_published_matrix_runs_its_sweep_file_then_builds_its_table_from_tho
     text = out.read_text()
     assert "`python -m commlab.sweep experiments/sweeps/matrix-fashion_mnist-quick.json` then `python " in text
     assert "| fl | 0.70 |" in text
+
+
+def test_identical_rounds_counts_the_rounds_whose_models_match(tmp_path: Path) -> None:
+    table_csv = tmp_path / "swarm-engines.csv"
+    table_csv.write_text("round,compose_model,swarm_model,equal\n1,a,a,True\n2,b,c,False\n3,d,d,True\n")
+    assert results_doc.identical_rounds(table_csv) == ["rounds with bit-identical models: 2/3"]

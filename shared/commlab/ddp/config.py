@@ -28,6 +28,9 @@ class TrainingSection:
     # payload per rank, "naive" (allgather and sum) (W-1)x unicast, 1x with data multicast; "auto":
     # naive with dds multicast "data", else ring (commlab.dds.collectives.Group.schedule).
     collective: str = "auto"
+    # The dense fp32 ring allreduce runs during backward, fed each gradient as it is produced
+    # (commlab.ddp.overlap); the same sums and models as after backward, less waiting.
+    overlap: bool = True
 
     def check(self, where: str) -> None:
         positive(where, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr)

@@ -71,6 +71,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--collective", choices=("auto", "ring", "naive"), default="auto",
                    help="dense allreduce schedule: ring (2(W-1)/W of the payload per rank), naive (the whole "
                    "vector to every peer), auto = naive when data is multicast, else ring")
+    p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                   help="the dense ring allreduce runs during backward (the same models; --no-overlap: after it)")
     p.add_argument("--summary-every", type=int, default=50)
     p.add_argument("--resume-from", help="run folder whose per-rank checkpoints to continue from")
     p.add_argument("--results-dir", default="results")
@@ -102,7 +104,7 @@ def build_config(a: argparse.Namespace) -> dict:
            "model": {"name": a.model, "params": codec_params(a.model_param, "model parameter")},
            "dataset": {"name": a.dataset, "train_subset": a.train_subset or None, "test_subset": a.test_subset},
            "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
-                        "collective": a.collective},
+                        "collective": a.collective, "overlap": a.overlap},
            "seeds": {"run": a.seed, "data": a.data_seed},
            "collective_timeout_s": a.collective_timeout, "peer_return_s": a.peer_return, "summary_every": a.summary_every,
            "resume_from": str(Path(a.resume_from).resolve()) if a.resume_from else None,

@@ -3,6 +3,7 @@ evaluate together after each epoch, checkpoint, record everything under results/
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -128,9 +129,10 @@ def train_step(model: torch.nn.Module, exchange: Exchange, node: DdsNode, data,
     before = node.stats.snapshot()
     exchange.optimizer.zero_grad()
     loss = batch_loss(loss_fn, model, torch.from_numpy(data.train_x[batch]), torch.from_numpy(data.train_y[batch]))
-    loss.backward()
+    halt_at("before_exchange", step)  # before backward: the dense ring's exchange starts with it
+    with exchange.backward(step) if isinstance(exchange, DenseAllreduce) else nullcontext():
+        loss.backward()
     t1 = time.perf_counter()
-    halt_at("before_exchange", step)
     compress_s, decompress_s, density = exchange.exchange(step)
     t2 = time.perf_counter()
     exchange.optimizer.step()

@@ -163,6 +163,19 @@ class PeerDirectory:
         theirs = seen.get(self.own_name, 0) if isinstance(seen, dict) else 0
         return peer.returns + (theirs if isinstance(theirs, int) and not isinstance(theirs, bool) and theirs > 0 else 0)
 
+    def departed(self, name: str, return_s: float) -> str | None:
+        """Why peer `name` is gone for good, or None while it is alive or may still come back: it
+        said it was closing, or it is lost (its lease expired) for longer than return_s. A restart
+        under the same name is a new incarnation that replaces it, alive."""
+        with self.changed:
+            peer = self.peers.get(name)
+            if peer is None or peer.alive:
+                return None
+            if peer.left:
+                return "left (it said it was closing)"
+            lost_s = time.monotonic() - peer.lost_at
+        return f"is gone (its lease expired) and was not back within {return_s:.0f}s" if lost_s > return_s else None
+
     def wait_for(self, ready: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
         """Wait until ready() (evaluated under the lock) holds; poll too, since matching is not notified."""
         deadline = time.monotonic() + timeout_s

@@ -33,7 +33,7 @@ from .endpoints import ChunkReader, ChunkWriter
 from .errors import BarrierTimeout, DdsError, PeerLost
 from .reassembly import Assembled
 from .resend import Asking, SentLog
-from .ring import GONE, TwoRings, TwoRingsHandle
+from .ring import GONE, Ready, TwoRings, TwoRingsHandle
 
 if TYPE_CHECKING:
     from .announce import Peer
@@ -233,18 +233,22 @@ class Group:
         return self._start(key, data)
 
     def allreduce_async(self, key: str, vec: np.ndarray, op: str = "mean", collective: str | None = None,
-                        codec: FrameCodec | None = None) -> "Handle | TwoRingsHandle":
+                        codec: FrameCodec | None = None, ready: Ready | None = None) -> "Handle | TwoRingsHandle":
         """Start an allreduce (collective: see schedule(); codec: the values' wire, raw float32 if
-        None); ring handles progress in wait(), so wait for them in the same order on every rank."""
+        None); ring handles progress in wait(), so wait for them in the same order on every rank.
+        ready: the ring may start before `vec` (float32, contiguous) is final (ring.py, overlap)."""
         collective = self.schedule(collective)
         if op not in ("sum", "mean"):
             raise ValueError(f"allreduce op must be 'sum' or 'mean', got {op!r}")
         if collective not in COLLECTIVES:
             raise ValueError(f"allreduce collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
         dense = np.ascontiguousarray(vec, dtype=np.float32).ravel()
+        if ready is not None and not (collective == "ring" and self._ring is not None and np.shares_memory(dense, vec)):
+            raise ValueError("allreduce ready: only the ring (2 ranks or more) reads a vector still being filled, "
+                             "and only a contiguous float32 one (not a copy)")
         codec = FLOAT32 if codec is None else codec
         if collective == "ring" and self._ring is not None:
-            return self._ring.start(key, dense, op, codec)
+            return self._ring.start(key, dense, op, codec, ready)
         handle = self._start(key, codec.encode(dense))
         handle.reduce = (op, dense.size, codec)
         return handle

@@ -39,5 +39,9 @@ class PeerLost(DdsError):
         super().__init__(f"{names} lost in group {group!r} during {key!r}: {reason}")
 
 
+class PeerGone(DdsError):
+    """A node this one cannot go on without left, or did not come back within its return window."""
+
+
 class MessageError(DdsError, ValueError):
     """A received chunk or message is malformed; it is dropped, logged and counted, never delivered."""

@@ -32,6 +32,13 @@ before it returns), which fails with the same names, and so on round the ring: a
 gives up and leaves is then not mistaken for the rank that vanished first.
 Progress happens inside wait(), so every rank must wait for its ring allreduces in the same
 order, as with any collective library; allreduce() does.
+
+Overlap: a caller may start the ring before its vector holds all its values (DDP during backward)
+and pass `ready(lo, hi)`, true once vec[lo:hi] is final (evaluated under the lock of the node's
+directory, whose condition the caller notifies). A block adds this rank's values only once ready()
+holds for it, so every element is summed in the same order, with the same bytes, as without
+overlap; meanwhile the blocks whose values are final travel, at any step: a rank runs each block
+of each step as soon as it can.
 """
 from __future__ import annotations
 
@@ -40,7 +47,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -54,6 +61,7 @@ if TYPE_CHECKING:
     from .collectives import FrameCodec, Group
 
 log = logging.getLogger(__name__)
+Ready = Callable[[int, int], bool]  # ready(lo, hi): vec[lo:hi] holds this rank's final values
 POLL_S = 0.05
 ABORT_ACK_S = 1.0
 REMEMBERED_KEYS = 4096
@@ -119,13 +127,14 @@ class Ring:
         except Exception as e:  # the next rank may be the one that is gone
             log.info("group %s: abort of %r not passed on: %s", self.group.name, key, e)
 
-    def start(self, key: str, vec: np.ndarray, codec: "FrameCodec", out: np.ndarray) -> "RingHandle":
+    def start(self, key: str, vec: np.ndarray, codec: "FrameCodec", out: np.ndarray,
+              ready: Ready | None = None) -> "RingHandle":
         """Claim `key`; every step runs in the handle's wait(), which writes the sum to `out`."""
         with self._cond:
             if key in self._active or key in self._finished:
                 raise DdsError(f"group {self.group.name!r}: key {key!r} was already used")
             self._active.add(key)
-        return RingHandle(self, key, vec, codec, out)
+        return RingHandle(self, key, vec, codec, out, ready)
 
     def gone(self) -> list[int]:
         """Ranks of the group whose node is known to be gone."""
@@ -163,8 +172,10 @@ class Ring:
 class RingHandle:
     """A ring allreduce (sum) of one vector on one ring; wait() runs its 2(W-1) steps."""
 
-    def __init__(self, ring: Ring, key: str, vec: np.ndarray, codec: "FrameCodec", out: np.ndarray):
+    def __init__(self, ring: Ring, key: str, vec: np.ndarray, codec: "FrameCodec", out: np.ndarray,
+                 ready: Ready | None = None):
         self.ring, self.key, self.vec, self.codec, self.out = ring, key, vec, codec, out
+        self.ready = ready
         self.sibling: Ring | None = None  # the rank's other ring, told first if this one fails
         world, n = ring.group.world, vec.size
         self.edges = [j * n // world for j in range(world + 1)]
@@ -190,18 +201,18 @@ class RingHandle:
                 raise
             log.info("group %s: ring block to gone rank %d kept for when it asks: %s", g.name, self.ring.next, e)
 
+    def runnable(self, step: int, block: int, lo: int, hi: int) -> bool:
+        """Block `block` of step `step` can go now (under the ring's lock): what it adds to or passes
+        on arrived, and this rank's values of it, if it adds them, are final."""
+        world = self.ring.group.world
+        return ((step == 0 or (self.key, step - 1, block) in self.ring._blocks)
+                and (step > world - 1 or self.ready is None or self.ready(lo, hi)))
+
     def receive(self, step: int, block: int, length: int) -> tuple[bytes, np.ndarray]:
-        """(the frame of block `block` of step `step`, its `length` decoded values)."""
-        ring, g = self.ring, self.ring.group
-        want = (self.key, step, block)
-        g.await_ranks(lambda: want in ring._blocks or self.key in ring._aborts, lambda: [ring.prev], self.key,
-                      f"no ring block from the previous rank within {g.timeout_s:.1f}s")
+        """(the frame of block `block` of step `step`, which has arrived, and its `length` decoded values)."""
+        ring = self.ring
         with ring._cond:
-            item = ring._blocks.pop(want, None)
-            abort = ring._aborts.get(self.key)
-        if item is None:  # the previous rank gave up first: the same verdict
-            raise PeerLost(abort[0], g.name, self.key, abort[1])
-        numel, payload = item
+            numel, payload = ring._blocks.pop((self.key, step, block))
         if numel != self.vec.size:
             raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a block of a {numel}-float vector, "
                            f"this one has {self.vec.size}")
@@ -210,24 +221,45 @@ class RingHandle:
         except ValueError as e:
             raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a bad block of {length} values: {e}") from None
 
+    def run(self, step: int, block: int, lo: int, hi: int) -> None:
+        """Step 0 sends this rank's values; a later step receives step-1's block, adds this rank's
+        values during the reduce-scatter and passes it on (none after the last step)."""
+        world, out = self.ring.group.world, self.out
+        if step == 0:
+            self.send(0, block, self.codec.encode(self.vec[lo:hi]))
+            return
+        frame, got = self.receive(step - 1, block, hi - lo)
+        if step <= world - 1:  # reduce-scatter: add this rank's values, in ring order
+            frame = self.codec.encode(got + self.vec[lo:hi])
+        if step == world - 1:  # the complete sum as every other rank will decode it
+            got = self.codec.decode(frame, hi - lo)
+        if step >= world - 1:  # complete: this rank's own sum, then the allgather's
+            out[lo:hi] = got
+        if step < 2 * world - 2:
+            self.send(step, block, frame)
+
     def wait(self) -> np.ndarray:
-        """Runs the steps; the sum lands in `out` (a view of the caller's result), returned."""
-        ring, world, rank, out = self.ring, self.ring.group.world, self.ring.position, self.out
+        """Runs every block of every step, each as soon as it can go (earlier steps first); the
+        sum lands in `out` (a view of the caller's result), returned. At step s this rank's
+        position p handles segment (p - s) mod W. A block that cannot go yet (with overlap: its
+        values not final) holds up no other block, and the sums stay those of the step order."""
+        ring, g, world, rank = self.ring, self.ring.group, self.ring.group.world, self.ring.position
+        todo = [(step, b, lo, hi) for step in range(2 * world - 1)
+                for b, (lo, hi) in enumerate(self.blocks((rank - step) % world))]
         try:
-            for b, (lo, hi) in enumerate(self.blocks(rank)):  # step 0: this rank's own segment
-                self.send(0, b, self.codec.encode(self.vec[lo:hi]))
-            for step in range(1, 2 * world - 1):  # receive step-1, then send step (none after the last)
-                segment = (rank - step) % world  # what arrived at step-1 is what goes out at step
-                for b, (lo, hi) in enumerate(self.blocks(segment)):
-                    frame, got = self.receive(step - 1, b, hi - lo)
-                    if step <= world - 1:  # reduce-scatter: add this rank's values, in ring order
-                        frame = self.codec.encode(got + self.vec[lo:hi])
-                    if step == world - 1:  # the complete sum as every other rank will decode it
-                        got = self.codec.decode(frame, hi - lo)
-                    if step >= world - 1:  # complete: this rank's own sum, then the allgather's
-                        out[lo:hi] = got
-                    if step < 2 * world - 2:
-                        self.send(step, b, frame)
+            while todo:
+                with ring._cond:
+                    item = next((i for i in todo if self.runnable(*i)), None)
+                    abort = ring._aborts.get(self.key)
+                if item is not None:
+                    todo.remove(item)
+                    self.run(*item)
+                elif abort is not None:  # the previous rank gave up first: the same verdict
+                    raise PeerLost(abort[0], g.name, self.key, abort[1])
+                else:
+                    g.await_ranks(lambda: self.key in ring._aborts or any(self.runnable(*i) for i in todo),
+                                  lambda: [ring.prev], self.key,
+                                  f"no ring block from the previous rank within {g.timeout_s:.1f}s")
         except PeerLost as e:
             if self.sibling is not None:  # first, so that this rank fails with one verdict
                 self.sibling.note_abort(self.key, e)
@@ -235,7 +267,7 @@ class RingHandle:
             raise
         finally:
             ring.finish(self.key)
-        return out
+        return self.out
 
 
 class TwoRings:
@@ -250,12 +282,14 @@ class TwoRings:
         """Write again the recent blocks of each ring whose next rank is among `ranks`; how many."""
         return sum(ring.write_again() for ring in self.rings if ring.next in ranks)
 
-    def start(self, key: str, vec: np.ndarray, op: str, codec: "FrameCodec") -> "TwoRingsHandle":
+    def start(self, key: str, vec: np.ndarray, op: str, codec: "FrameCodec",
+              ready: Ready | None = None) -> "TwoRingsHandle":
         half = vec.size // 2
         out = np.empty(vec.size, dtype=np.float32)  # each ring fills its half in place
-        first = self.rings[0].start(key, vec[:half], codec, out[:half])
+        second_ready = None if ready is None else (lambda lo, hi: ready(half + lo, half + hi))
+        first = self.rings[0].start(key, vec[:half], codec, out[:half], ready)
         try:
-            second = self.rings[1].start(key, vec[half:], codec, out[half:])
+            second = self.rings[1].start(key, vec[half:], codec, out[half:], second_ready)
         except BaseException:
             self.rings[0].finish(key)
             raise

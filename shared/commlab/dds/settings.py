@@ -48,6 +48,17 @@ MULTICAST = {"off": "false", "discovery": "spdp", "data": "true"}
 # NACK a repair that was lost again only after 3 s: on a 10 Mbit/s link with 5 % loss a writer's
 # 32 KiB window is 26 ms of data, so each lost datagram stalled it for several windows, and a lost
 # repair for 3 s. These values answer within a few ms and re-ask after 200 ms (docs/transport.md).
+# Rediscovery after a lease expired (a node paused, starved or cut off for longer than its lease).
+# Cyclone moves the address of a peer whose lease expired to its "aging" list and, unless
+# SPDPInterval is set, sends its participant announcement (SPDP) there only every 30 s; a peer that
+# has already dropped this node (the other side of the same lease) waits for exactly that ping. So a
+# paused node that resumed found its peers again after anything up to 30 s, the clients' grace of
+# an FL controller. Set explicitly, the interval applies to those pings too: Cyclone's own default
+# for live peers (4/5 of the lease below 10 s, the lease minus 2 s above, at most 30 s) for both.
+# Aging addresses are dropped DiscoveredLocatorPruneDelay after the expiry (Cyclone: 60 s); 10
+# minutes lets two nodes cut off from each other for longer still find each other again.
+SPDP_MAX_INTERVAL_S = 30.0
+LOST_PEER_PING_S = 600.0
 LOSSY_REPAIR_XML = ("<NackDelay>5ms</NackDelay><AutoReschedNackDelay>200ms</AutoReschedNackDelay>"
                     '<HeartbeatInterval min="5ms" minsched="10ms" max="500ms">20ms</HeartbeatInterval>')
 
@@ -149,6 +160,12 @@ class DdsSettings:
         return {"timeout_s": self.reassembly_timeout_s, **{k: v for k, v in caps.items() if v is not None}}
 
     @property
+    def spdp_interval_s(self) -> float:
+        """Seconds between participant announcements, to live peers and to lost ones alike."""
+        interval = 0.8 * self.lease_s if self.lease_s < 10 else self.lease_s - 2
+        return min(interval, SPDP_MAX_INTERVAL_S)
+
+    @property
     def fragment_bytes(self) -> int:
         return LOOPBACK_FRAGMENT if self.loopback_tuned else self.message_bytes - FRAGMENT_HEADERS
 
@@ -188,7 +205,8 @@ class DdsSettings:
             f"<FragmentSize>{self.fragment_bytes}B</FragmentSize></General>"
             f"<Discovery>{peers_xml}<ParticipantIndex>auto</ParticipantIndex>"
             f"<MaxAutoParticipantIndex>{self.max_participants}</MaxAutoParticipantIndex>"
-            f"<LeaseDuration>{self.lease_s}s</LeaseDuration></Discovery>"
+            f"<LeaseDuration>{self.lease_s}s</LeaseDuration><SPDPInterval>{self.spdp_interval_s:.3f}s</SPDPInterval>"
+            f"<DiscoveredLocatorPruneDelay>{LOST_PEER_PING_S:g}s</DiscoveredLocatorPruneDelay></Discovery>"
             f'<Internal><SocketReceiveBufferSize min="{rcv}B"/>'
             f'<SocketSendBufferSize min="{snd}B"/>{watermarks}'
             f'{LOSSY_REPAIR_XML if self.lossy_link else ""}</Internal>'

@@ -17,7 +17,7 @@ import torch
 
 from commlab.codecs import CodecError, Compression, build_compression
 from commlab.data import Dataset
-from commlab.dds import DdsError
+from commlab.dds import DdsError, PeerGone
 from commlab.dds.stats import Progress
 from commlab.fl import update_identity
 from commlab.fl.adaptive.shaping import ClientSide
@@ -99,6 +99,8 @@ class Client:
                 if self._stopped():
                     self.memory.discard()  # the run is over: no round will be run again
                     return
+                if (why := self.node.announcer.directory.departed(CONTROLLER, self.cfg.controller_return_s)) is not None:
+                    raise PeerGone(f"{self.cfg.name}: the controller {why}, and no Stop came: the run is over here")
                 if progress.idle_s() > self.cfg.idle_timeout_s:
                     raise ClientIdle(f"{self.cfg.name}: no TrainCmd from the controller, and nothing else arrived, "
                                      f"for {self.cfg.idle_timeout_s:.0f}s")

@@ -19,6 +19,12 @@ from commlab.fl.messages import TrainCmd
 from commlab.fl.strategy import FitRes
 
 
+# A gap this long between two looks at the clients means this process stood still (stopped, starved):
+# the clients it then finds gone (their leases expired in its view) may be alive all along, and
+# rediscovery starts only now, so their grace starts again rather than counting its own stall.
+STALL_S = 5.0
+
+
 class RoundFailed(RuntimeError):
     """Fewer than min_clients valid updates arrived before the round's hard limit."""
 
@@ -96,11 +102,16 @@ class UpdateCollector:
         limits count from the later of `started` and that chunk: an update still arriving over a
         slow link is waited for, a stalled one is not. alive() (names of the peers alive now)
         ends the round early, with RoundFailed, once answered plus alive expected clients stay
-        below min_clients for lost_grace_s (a restarted client may come back within it).
-        sender() names the node the last received message came from (Subscriber.last_sender)."""
+        below min_clients for lost_grace_s (a restarted client may come back within it; a stall of
+        this process longer than STALL_S starts the grace again). sender() names the node the
+        last received message came from (Subscriber.last_sender)."""
         lost_since: float | None = None
+        looked = clock()
         while len(self.answered()) < len(self.expected):
             now = clock()
+            if now - looked > STALL_S:
+                lost_since = None
+            looked = now
             waited = now - started if idle_s is None else min(now - started, idle_s())
             enough = len(self.answered()) >= min_clients
             if enough and waited >= deadline_s:

@@ -299,6 +299,9 @@ class ClientConfig(DdsNodeConfig):
     partition: PartitionSection = PartitionSection()
     optimizer: OptimizerSection = OptimizerSection()
     idle_timeout_s: float = 300.0   # exit with an error after this long without a command
+    # Exit with one line once the controller is gone this long (lease expired; not restarted, not
+    # back); at once when it said it was closing. Covers a restarted controller's start under load.
+    controller_return_s: float = 180.0
     threads: int = 1
     train_step: str = DEFAULT_TRAIN_STEP  # "module:function" or "file.py:function": the loss of one batch
     attack: AttackSection | None = None   # test only: forge this client's updates
@@ -311,7 +314,8 @@ class ClientConfig(DdsNodeConfig):
     def check(self, where: str) -> None:
         load_train_step(self.train_step, f"{where}train_step")
         check_batchnorm(where, self.batchnorm)
-        positive(where, num_clients=self.num_clients, idle_timeout_s=self.idle_timeout_s, threads=self.threads)
+        positive(where, num_clients=self.num_clients, idle_timeout_s=self.idle_timeout_s, threads=self.threads,
+                 controller_return_s=self.controller_return_s)
         if not 0 < self.speed_factor <= 1:
             raise ConfigError(f"{where}speed_factor: must be in (0, 1], got {self.speed_factor}")
         if not 0 <= self.client_id < self.num_clients:

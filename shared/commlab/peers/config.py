@@ -32,11 +32,12 @@ class PeerConfig:
     master_addr: str = "127.0.0.1"     # rank 0's address (its 198.19.x address in namespaces)
     master_port: int = 29500
     interface: str = "lo"              # GLOO_SOCKET_IFNAME, and whose byte counters are read
-    # DDP bucket size, first bucket included (given explicitly, torch drops its 1 MiB first bucket):
-    # 25 MiB holds the whole CNN (6.65 MB), one allreduce per step like the DDS exchange's one vector.
-    # With several buckets torch's powerSGD_hook over gloo issues bucket 0's P allreduce from a
-    # future callback, racing bucket 1's allreduce; ranks then disagree on the order and gloo aborts.
-    bucket_cap_mb: float = 25.0
+    # DDP bucket size in MiB, first bucket included (given explicitly, torch drops its 1 MiB first
+    # bucket); 0: the model's whole gradient in one bucket, one allreduce per step like the DDS
+    # exchange's one vector. With several buckets torch's powerSGD_hook over gloo issues bucket 0's
+    # P allreduce from a future callback, racing bucket 1's allreduce; ranks then disagree on the
+    # order and gloo aborts.
+    bucket_cap_mb: float = 0.0
     link_profile: str = "lan"          # recorded in the manifest; shaping is applied by the testbed
     model: ModelSection = ModelSection()
     dataset: DatasetSection = DatasetSection()
@@ -54,9 +55,11 @@ class PeerConfig:
         if self.kind not in KINDS:
             raise ConfigError(f"{where}kind: must be one of {', '.join(KINDS)}, got {self.kind!r}")
         check_hook(self.hook, where)
-        positive(where, world=self.world, bucket_cap_mb=self.bucket_cap_mb, powersgd_rank=self.powersgd_rank,
+        positive(where, world=self.world, powersgd_rank=self.powersgd_rank,
                  timeout_s=self.timeout_s,
                  eval_batch_size=self.eval_batch_size, threads=self.threads)
+        if self.bucket_cap_mb < 0:
+            raise ConfigError(f"{where}bucket_cap_mb: must be >= 0 (0: one bucket), got {self.bucket_cap_mb}")
         if self.hook == "powersgd" and self.start_iter < 2:
             raise ConfigError(f"{where}start_iter: torch's PowerSGD needs >= 2 (error feedback, warm start), "
                               f"got {self.start_iter}")

@@ -47,6 +47,12 @@ def register_hook(ddp: DistributedDataParallel, cfg: PeerConfig):
     return None
 
 
+def one_bucket_mb(model: torch.nn.Module) -> float:
+    """A DDP bucket size (MiB) that holds the model's whole gradient: one allreduce per step."""
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return grad_bytes / 2**20 + 1.0
+
+
 def density(cfg: PeerConfig, state, before: tuple[int, int]) -> float:
     """Share of the fp32 gradient's bytes this step put on the wire (before headers)."""
     if cfg.hook == "fp16":
@@ -110,7 +116,7 @@ def run_gloo(cfg: PeerConfig, rank: int) -> None:
                               timeout=timedelta(seconds=cfg.timeout_s))
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=cfg.timeout_s))
-        ddp = DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_cap_mb)
+        ddp = DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_cap_mb or one_bucket_mb(model))
         state = register_hook(ddp, cfg)
         optimizer = torch.optim.SGD(model.parameters(), lr=tr.lr, momentum=tr.momentum, nesterov=tr.nesterov,
                                     weight_decay=tr.weight_decay)

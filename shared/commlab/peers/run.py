@@ -23,7 +23,8 @@ from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
 from commlab.output.run_folder import new_run_id
 from commlab.peers.config import HOOKS, KINDS, PeerConfig
 from commlab.runs.claims import hold
-from commlab.runs.launch import PEER_GRACE_S, CsvProgress, Launch, NodeProcesses, launch, write_node_config
+from commlab.runs.launch import (PEER_GRACE_S, CsvProgress, Launch, NodeProcesses, codec_params, launch,
+                                 write_node_config)
 from commlab.runs.roster import Node, worker_name
 from commlab.testbed.backend import choose_backend, run_nodes
 
@@ -40,6 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--profile", default="lan", type=profile_arg,
                    help="link profile (commlab.links.profiles), applied in network namespaces (root)")
+    p.add_argument("--model", default="mnist_cnn", help="a model by name (docs/workloads.md), sized for the dataset")
+    p.add_argument("--model-param", action="append", default=[], metavar="KEY=JSON",
+                   help="model parameter, e.g. hidden=256 (repeatable)")
     p.add_argument("--dataset", default="mnist", help="a dataset by name or synthetic:<name> (docs/workloads.md)")
     p.add_argument("--train-subset", type=int, default=20000, help="random training subset (0: all)")
     p.add_argument("--test-subset", type=int, help="random test subset (default: all)")
@@ -71,6 +75,7 @@ def build_config(a: argparse.Namespace) -> dict:
            "kind": a.kind, "world": a.world, "hook": a.hook if a.kind == "gloo" else "none",
            "powersgd_rank": a.powersgd_rank, "start_iter": a.start_iter, "link_profile": a.profile,
            "master_port": hold("port"), "timeout_s": a.timeout, "train_step": resolve_spec_path(a.train_step),
+           "model": {"name": a.model, "params": codec_params(a.model_param, "model parameter")},
            "dataset": {"name": a.dataset, "train_subset": a.train_subset or None, "test_subset": a.test_subset},
            "training": {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "momentum": a.momentum,
                         "weight_decay": a.weight_decay},

@@ -26,6 +26,12 @@ from .provenance import git_commit, header, machine
 SWEEPS = Path("experiments/sweeps")  # relative to the checkout
 # Accuracy against epsilon at settings that take about half an hour on two shared cores.
 PRIVACY_ARGS = ("--codecs", "fp32", "--rounds", "20", "--samples", "200")
+# ResNet-18's 44.7 MB gradient at 10 Mbit/s: a dense step takes tens of seconds, so few steps (120
+# samples, batch 8 per rank: 5 steps), DGC's warm-up and PowerSGD's dense start over in 2 of them.
+PEERS_RESNET18_ARGS = ("--name", "peers-resnet18", "--model", "resnet18", "--dataset", "synthetic:cifar10",
+                       "--batch-size", "8", "--train-subset", "120", "--test-subset", "96", "--skip", "2",
+                       "--start-iter", "2", "--profile", "10mbit",
+                       "--only", "dds-dense-ring,gloo-none,dds-dgc,gloo-powersgd")
 Column = tuple[str, str]  # (heading, format spec for float(value); "" keeps the value as written)
 # The first columns of both probe benchmarks (auth, transport): which link, what was sent, how often.
 PROBE_COLUMNS: dict[str, Column] = {"link": ("link", ""), "size": ("message bytes", ",.0f"),
@@ -64,6 +70,34 @@ def accuracy_gaps(rows: list[dict], runs: list[dict]) -> list[str]:
 def matrix_gaps(table_csv: Path) -> list[str]:
     """accuracy_gaps of a matrix's table and of its per-run rows beside it (<name>-runs.csv: bench_matrix)."""
     return accuracy_gaps(read_rows(table_csv), read_rows(table_csv.with_name(table_csv.stem + "-runs.csv")))
+
+
+def peer_ratios(table_csv: Path) -> list[str]:
+    """bench_peers' comparisons, one line each where both cases ran: DDS DGC's bytes per step and
+    rank after its warm-up as a share of DDS dense ring's, its step time as a multiple of gloo
+    PowerSGD's, and DDS dense ring's step time as a multiple of gloo without a hook."""
+    rows = {r["case"]: r for r in read_rows(table_csv)}
+
+    def value(case: str, column: str) -> float | None:
+        text = rows.get(case, {}).get(column, "")
+        return float(text) if text else None
+
+    lines = []
+    dgc, dense = (value(c, "bytes_sent_per_rank_step_after_warmup") for c in ("dds-dgc", "dds-dense-ring"))
+    if dgc and dense:
+        lines.append(f"- DDS dgc after its warm-up sends 1/{dense / dgc:.0f} of DDS dense ring's bytes per step and rank")
+    for case, ref, what in (("dds-dgc", "gloo-powersgd", "gloo powersgd's"), ("dds-dense-ring", "gloo-none",
+                                                                               "gloo's without a hook")):
+        mine, theirs = value(case, "step_time_s"), value(ref, "step_time_s")
+        if mine and theirs:
+            lines.append(f"- {case} step time: {mine / theirs:.3f} x {what} (median step, steps after the warm-up)")
+    return lines
+
+
+def identical_rounds(table_csv: Path) -> list[str]:
+    """How many rounds' models were bit-identical across the two deployments."""
+    rows = read_rows(table_csv)
+    return [f"rounds with bit-identical models: {sum(r['equal'] == 'True' for r in rows)}/{len(rows)}"]
 
 
 @dataclass(frozen=True)
@@ -126,6 +160,17 @@ BENCHES = {
         args=("--dataset", "fashion_mnist", "--name", "matrix-fashion_mnist", "--seeds", "0", "1", "2",
               "--fl-rounds", "1", "--fl-samples", "1000", "--ddp-train-subset", "3000"),
         summary=matrix_gaps, sweep=True),
+    "peers-resnet18": Bench(
+        "ResNet-18 DDP at 10 Mbit/s: DDS dense ring and DGC beside torch DDP over gloo, without a hook and with PowerSGD",
+        "benchmarks/bench_peers.py",
+        {"case": ("case", ""), "status": ("status", ""), "steps": ("steps", ""),
+         "bytes_sent_per_rank_step_after_warmup": ("bytes per step and rank after warm-up", ",.0f"),
+         "bytes_x_of_dds_dense_ring": ("bytes, x of DDS dense ring", ".4g"),
+         "density_after_warmup": ("density after warm-up", ".4g"), "step_time_s": ("step time (s, median)", ".2f"),
+         "step_time_x_of_gloo_none": ("step time, x of gloo none", ".3f"),
+         "step_time_x_of_gloo_powersgd": ("step time, x of gloo powersgd", ".3f"),
+         "comm_time_s": ("comm time (s, median)", ".2f"), "test_accuracy": ("test accuracy", ".4f")},
+        args=PEERS_RESNET18_ARGS, summary=peer_ratios),
     "privacy": Bench(
         "Privacy: DP-FedAvg accuracy against epsilon, MNIST, 100 clients, 10 per round",
         "benchmarks/bench_privacy.py",
@@ -135,6 +180,13 @@ BENCHES = {
          "epsilon": ("epsilon", ".3g"), "up_MB_per_round": ("bytes up per round (MB)", ".3f"),
          "secagg_bits": ("SecAgg+ bits/coordinate", ""), "wall_s": ("wall s", ".0f")},
         args=PRIVACY_ARGS),
+    "swarm-engines": Bench(
+        "The same FL run on compose and on a swarm across two Docker engines: per-round models",
+        "benchmarks/bench_swarm_engines.py",
+        {"round": ("round", ""), "compose_model": ("compose model", ""), "swarm_model": ("two-engine swarm model", ""),
+         "equal": ("bit-identical", ""), "compose_accuracy": ("compose test accuracy", ".4f"),
+         "swarm_accuracy": ("swarm test accuracy", ".4f")},
+        summary=identical_rounds),
     "secagg": Bench(
         "Secure aggregation (SecAgg+) and DP against plain FedAvg: bytes, round time and accuracy on the same links",
         "benchmarks/bench_secagg.py",

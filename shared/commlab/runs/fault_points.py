@@ -10,8 +10,8 @@ nodes). Without the variable every call is a no-op.
 Points: before_upload@<round> (FL client), secagg_before_masked@<round> and
 secagg_after_masked@<round> (FL client in a SecAgg+ round: its shares sent, or its masked input
 sent and acknowledged), after_round@<round> (FL controller, after the round's
-checkpoint and log line), before_exchange@<step> (DDP worker, after backward, before the step's
-collective).
+checkpoint and log line), before_exchange@<step> (DDP worker, after forward, before backward:
+the step's collective has not started, even the dense ring that overlaps backward).
 """
 from __future__ import annotations
 

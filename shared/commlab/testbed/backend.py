@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from ..output.progress import echo
 from ..output.run_folder import git_commit, write_json_atomic
+from ..runs.roster import CONTROLLER
 from .engine import BOOTSTRAP, compose_answers, engine_answers
 from .images import build_images, images_current
 
 BACKENDS = ("auto", "docker", "swarm", "local")
+# The controller's line after each round (commlab.fl.controller), as a container run's log has it.
+ROUND_MODEL = re.compile(rf"\[{CONTROLLER}\] round (\d+)/\d+ .* model ([0-9a-f]{{16}}) replica ")
 
 
 class RunFailed(RuntimeError):
@@ -91,9 +95,14 @@ def _run_on_backend(prog: str, backend: str, profile: str, run_dir: Path, nodes:
 
 def record_links(run_dir: Path, links: dict[str, Any]) -> None:
     """Put what each node's link really got (node -> record) into the manifest as `link_applied`."""
+    record_manifest(run_dir, "link_applied", links)
+
+
+def record_manifest(run_dir: Path, key: str, value: Any) -> None:
+    """Add `key` to the run's manifest (when the run has one)."""
     manifest_path = run_dir / "manifest.json"
     if manifest_path.exists():
-        write_json_atomic(manifest_path, {**json.loads(manifest_path.read_text()), "link_applied": links})
+        write_json_atomic(manifest_path, {**json.loads(manifest_path.read_text()), key: value})
 
 
 def prepare_container_run(cfgs: list[dict[str, Any]], results_dir: Path, backend: str) -> tuple[str, Path]:
@@ -138,3 +147,10 @@ def log_tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def round_digests(log: Path) -> dict[int, str]:
+    """Round -> digest of the FL controller's model after that round (commlab.models.weights_digest),
+    from a container run's log (compose.log, swarm.log); equal digests: bit-identical models."""
+    found = (ROUND_MODEL.search(line) for line in log.read_text(errors="replace").splitlines())
+    return {int(m.group(1)): m.group(2) for m in found if m}

@@ -10,6 +10,10 @@ What differs from the compose backend (docker_run), and why:
 - An overlay's MTU is 1450 (VXLAN's 50 bytes, also on one host; the engine ignores a larger
   one): dds.link_mtu tells the nodes, so every DDS datagram still fits one frame (with 1500-byte
   datagrams IP split each in two: 2.2 % more bytes on the interfaces than on compose).
+- A swarm of several engines (commlab.testbed.engine_pair) labels each node ENGINE_LABEL=<engine>;
+  the services are then spread over the labelled engines in roster order (placement constraints),
+  so the controller and the clients run on different engines. Unlabelled: wherever the scheduler
+  puts them (one engine: that one).
 - Keys are swarm secrets, one per node; images are the local ones (`--resolve-image never`: no
   registry is asked). Tasks do not restart: a node that fails ends the run, as in compose.
 The run folder gets configs/, stack.yaml and swarm.log (every service's output, after the run).
@@ -24,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from ..runs.roster import Node
-from .backend import (RunFailed, log_tail, prepare_container_run, record_container_links, write_container_configs,
-                      write_container_spec)
+from .backend import (RunFailed, log_tail, prepare_container_run, record_container_links, record_manifest,
+                      write_container_configs, write_container_spec)
 from .compose_file import CONTAINER_RESULTS, compose_spec, container_config, project_name
 from .engine import EngineError, docker, free_net
 
@@ -34,6 +38,7 @@ ADVERTISE_ADDRESS = "198.19.254.1"
 ADDRESS_POOL = "198.19.64.0/19"  # overlay subnets 198.19.64-95.0/24; compose runs use 198.19.100 and 128-249
 NETS = range(65, 96)  # 198.19.64.0/24 is the swarm's own ingress network
 OVERLAY_MTU = 1450
+ENGINE_LABEL = "commlab.engine"
 POLL_S = 2.0
 PRIMARY_GRACE_S = 60.0  # the others get this long to finish after the controller / rank 0 has
 DONE = ("complete", "failed", "rejected", "shutdown", "orphaned")
@@ -54,10 +59,15 @@ def ensure_swarm() -> None:
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode != 0:
                 raise EngineError(f"{' '.join(cmd)} failed: {out.stderr.strip()} (a swarm needs root)")
-    docker("swarm", "init", "--advertise-addr", ADVERTISE_ADDRESS, "--listen-addr", f"{ADVERTISE_ADDRESS}:2377",
-           "--default-addr-pool", ADDRESS_POOL, "--default-addr-pool-mask-length", "24", timeout_s=120)
+    docker(*init_args(ADVERTISE_ADDRESS), timeout_s=120)
     print(f"swarm backend: made a single-node swarm (advertising {ADVERTISE_ADDRESS}, "
           f"address pool {ADDRESS_POOL})", flush=True)
+
+
+def init_args(address: str) -> list[str]:
+    """`docker swarm init` advertising `address`, its overlay subnets taken from ADDRESS_POOL."""
+    return ["swarm", "init", "--advertise-addr", address, "--listen-addr", f"{address}:2377",
+            "--default-addr-pool", ADDRESS_POOL, "--default-addr-pool-mask-length", "24"]
 
 
 def leave_swarm() -> None:
@@ -65,6 +75,21 @@ def leave_swarm() -> None:
     if swarm_state() != "inactive":
         docker("swarm", "leave", "--force", timeout_s=120)
     subprocess.run(["ip", "link", "del", ADVERTISE_LINK[0]], capture_output=True)
+
+
+def labelled_engines() -> list[str]:
+    """The ENGINE_LABEL values of the swarm's ready, active nodes, sorted; [] when none has one."""
+    ids = docker("node", "ls", "-q").stdout.decode().split()
+    out = docker("node", "inspect", "--format",
+                 f'{{{{.Status.State}}}} {{{{.Spec.Availability}}}} {{{{index .Spec.Labels "{ENGINE_LABEL}"}}}}', *ids)
+    return sorted({f[2] for f in (line.split() for line in out.stdout.decode().splitlines())
+                   if len(f) == 3 and f[:2] == ["ready", "active"]})
+
+
+def spread(nodes: list[Node], engines: list[str]) -> dict[str, str]:
+    """Node -> engine, round robin in roster order: the primary on the first engine, the next node
+    on the second, ...; {} (no constraint) when there is no engine to choose."""
+    return {n.name: engines[i % len(engines)] for i, n in enumerate(nodes)} if engines else {}
 
 
 def peer_names(nodes: list[Node]) -> dict[str, str]:
@@ -80,8 +105,9 @@ def stack_config(cfg: dict[str, Any], node: str, nodes: list[Node], link_profile
 
 
 def stack_spec(nodes: list[Node], *, host_results: Path, net: int, config_dir: str,
-               key_files: dict[str, str]) -> dict[str, Any]:
-    """The compose backend's spec, turned into one `docker stack deploy` accepts."""
+               key_files: dict[str, str], placement: dict[str, str] | None = None) -> dict[str, Any]:
+    """The compose backend's spec, turned into one `docker stack deploy` accepts; `placement`
+    (node -> engine, see spread) pins each service to the swarm node with that ENGINE_LABEL."""
     spec = compose_spec(nodes, run_id="stack", host_results=host_results, net=net, config_dir=config_dir,
                         key_files=key_files)
     spec.pop("name")
@@ -89,6 +115,8 @@ def stack_spec(nodes: list[Node], *, host_results: Path, net: int, config_dir: s
         svc["networks"] = ["lab"]  # no fixed addresses on an overlay
         svc["environment"]["COMMLAB_BACKEND"] = "swarm"
         svc["deploy"] = {"restart_policy": {"condition": "none"}}
+        if placement:
+            svc["deploy"]["placement"] = {"constraints": [f"node.labels.{ENGINE_LABEL} == {placement[name]}"]}
         for secret in svc.get("secrets", []):
             secret["mode"] = 0o400
     spec["networks"] = {"lab": {"driver": "overlay", "internal": True,
@@ -103,16 +131,20 @@ def run_stack(nodes: list[Node], cfgs: list[dict[str, Any]], link_profile: str, 
     net = free_net(run_id, NETS)
     key_files = write_container_configs(run_dir, [n.name for n in nodes], cfgs, lambda cfg, name: stack_config(
         cfg, name, nodes, link_profile, results_dir))
+    placement = spread(nodes, labelled_engines())
     spec = stack_spec(nodes, host_results=results_dir, net=net, config_dir=f"{CONTAINER_RESULTS}/{run_id}/configs",
-                      key_files=key_files)
+                      key_files=key_files, placement=placement)
     stack_file = write_container_spec(spec, run_dir / "stack.yaml")
     stack = project_name(run_id)
-    print(f"swarm backend: stack {stack}, {len(nodes)} services on overlay 198.19.{net}.0/24, link profile "
+    where = f", on engines {' '.join(f'{n}={e}' for n, e in placement.items())}" if placement else ""
+    print(f"swarm backend: stack {stack}, {len(nodes)} services on overlay 198.19.{net}.0/24{where}, link profile "
           f"{link_profile}, stack file {stack_file}", flush=True)
     try:
         docker("stack", "deploy", "--resolve-image", "never", "-c", str(stack_file), stack, timeout_s=300)
         states = _wait(stack, nodes[0].name)
         _save_logs(stack, nodes, run_dir / "swarm.log")
+        if placement:
+            record_manifest(run_dir, "swarm_engines", _task_engines(stack))
     finally:
         docker("stack", "rm", stack, check=False)
     record_container_links(run_dir)
@@ -147,6 +179,17 @@ def _task_states(stack: str) -> dict[str, tuple[str, str]]:
         service = row["Name"].removeprefix(f"{stack}_").rsplit(".", 1)[0]
         states[service] = (row["CurrentState"].split(" ")[0].lower(), row.get("Error", ""))
     return states
+
+
+def _task_engines(stack: str) -> dict[str, str]:
+    """Service -> ENGINE_LABEL of the swarm node its task ran on, as the swarm reports it."""
+    rows = [json.loads(line) for line in
+            docker("stack", "ps", stack, "--no-trunc", "--format", "{{json .}}").stdout.decode().splitlines()]
+    node_ids = docker("inspect", "--format", "{{.NodeID}}", *(r["ID"] for r in rows)).stdout.decode().split()
+    labels = dict(line.split(" ", 1) for line in docker(
+        "node", "inspect", "--format", f'{{{{.ID}}}} {{{{index .Spec.Labels "{ENGINE_LABEL}"}}}}',
+        *sorted(set(node_ids))).stdout.decode().splitlines())
+    return {r["Name"].removeprefix(f"{stack}_").rsplit(".", 1)[0]: labels.get(n, "?") for r, n in zip(rows, node_ids)}
 
 
 def _save_logs(stack: str, nodes: list[Node], path: Path) -> None:
