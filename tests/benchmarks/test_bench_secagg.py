@@ -47,3 +47,14 @@ def test_secagg_rows_of_a_float_codec_are_not_run_and_ratios_are_per_codec():
     out = bench.with_ratios(table)
     assert out["client_up_x"].tolist() == [1.0, 1.0, 1.6] and out["round_x"].tolist() == [1.0, 1.0, 3.0]
     assert out["accuracy_pp"].tolist() == [0.0, 0.0, -0.5]
+
+
+def test_flower_rows_run_with_flwr_and_compare_with_flower_fedavg():
+    """Flower's rows (codec `flower`): its SecAgg+ against Flower FedAvg, not against a DDS run."""
+    assert bench.refusal(bench.FLOWER, "secagg") is None  # flwr is a test dependency
+    assert bench.parse_args(["--no-flower"]).flower is False and bench.parse_args([]).flower is True
+    table = pd.DataFrame([{"codec": c, "mode": m, "client_up_kB": up, "round_s": t, "test_accuracy": acc}
+                          for c, m, up, t, acc in [("int8", "plain", 25.0, 1.0, 89.0), ("flower", "plain", 100.0, 4.0, 90.0),
+                                                   ("flower", "secagg", 250.0, 6.0, 90.5)]])
+    out = bench.with_ratios(table)
+    assert out["client_up_x"].tolist() == [1.0, 1.0, 2.5] and out["accuracy_pp"].tolist() == [0.0, 0.0, 0.5]

@@ -15,7 +15,7 @@ from commlab.config.schema import ConfigError, from_dict
 from commlab.fl import secagg_wire as wire
 from commlab.fl.config import ControllerConfig
 from commlab.fl.run import build_configs, parse_args
-from commlab.fl.secagg_client import clipped
+from commlab.privacy.update_grid import clipped
 from commlab.privacy.secagg import SecAggClient, UnmaskReply
 from commlab.privacy.secagg_server import SecAggServer
 
@@ -95,7 +95,17 @@ def test_round_parameters_are_checked_before_use():
         with pytest.raises(ValueError, match="noise must be a finite number >= 0"):
             wire.params_of({**good, "noise": noise}, CLIENTS, "int8", 10)
     # z on the sum of the round's clients, in levels of width 2 * clip / steps: z * steps / 2.
-    assert wire.params_of({**good, "noise": 0.5}, CLIENTS, "qsgd4", 10).quantizer.noise_std == 2.0
+    noised = wire.round_params(2, 3, 0.5, 7, False, noise=0.5)
+    assert wire.params_of(noised, CLIENTS, "qsgd4", 10).quantizer.noise_std == 2.0
+    with pytest.raises(ValueError, match="a rotated grid carries no DP noise"):
+        wire.params_of({**noised, "rotate": True}, CLIENTS, "int8", 10)
+    with pytest.raises(ValueError, match="rotate is missing or not a flag"):
+        wire.params_of({**good, "rotate": 1}, CLIENTS, "int8", 10)
+    with pytest.raises(ValueError, match="clip must be a finite number > 0"):
+        wire.params_of({**good, "clip": 0.0}, CLIENTS, "int8", 10)
+    # Without noise the update is rotated: the clients send its padded length of levels.
+    assert (wire.params_of(good, CLIENTS, "int8", 5000).length, wire.params_of(noised, CLIENTS, "int8", 5000).length) \
+        == (8192, 5000)
     assert UnmaskReply("client-0", {}, {}) == wire.decode_unmask_reply(
         wire.encode_unmask_reply(UnmaskReply("client-0", {}, {})), "client-0", set(CLIENTS))
 

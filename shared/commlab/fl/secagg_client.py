@@ -1,5 +1,5 @@
 """A client's side of a SecAgg+ round in an FL run (docs/privacy.md): its clipped update on the
-shared field grid, then the four steps of commlab.privacy.secagg, each answered by the
+round's grid (privacy.update_grid), then the four steps of commlab.privacy.secagg, each answered by the
 controller's relay (SecAggDown) before the next. The update itself never leaves the client: only
 its masked levels do.
 """
@@ -26,12 +26,6 @@ class SecAggAborted(RuntimeError):
     """The round went on without this client (its step's relay did not come, or the round is over)."""
 
 
-def clipped(delta: np.ndarray, clip: float) -> np.ndarray:
-    """`delta` scaled to L2 norm at most `clip`: every coordinate then lies in [-clip, clip]."""
-    norm = float(np.linalg.norm(delta.astype(np.float64)))
-    return delta if norm <= clip else (delta * (clip / norm)).astype(delta.dtype)
-
-
 class SecAggSender:
     """Runs SecAgg+ rounds for the one client of this process."""
 
@@ -48,7 +42,8 @@ class SecAggSender:
         clients = cmd.selected() or self.all_clients
         params = wire.params_of(cmd.secagg, clients, cmd.codec, delta.size)
         q = params.quantizer
-        levels = q.encode(clipped(delta, q.bound), np.random.default_rng([rounding_seed, rnd]))
+        levels = wire.grid_of(cmd.secagg, clients, cmd.codec, delta.size).encode(
+            delta, np.random.default_rng([rounding_seed, rnd]))
         if q.noise_std:  # DP: this client's share of the noise, from OS entropy the controller cannot know
             levels = q.add_noise(levels, np.random.default_rng())
         if cmd.secagg.get("record"):

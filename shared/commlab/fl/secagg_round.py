@@ -63,6 +63,7 @@ class SecAggCoordinator:
 
     def run(self, cmd: TrainCmd, sample: list[str], length: int, started: float) -> SecAggOutcome:
         try:
+            grid = wire.grid_of(cmd.secagg, sample, cmd.codec, length)
             params = wire.params_of(cmd.secagg, sample, cmd.codec, length)
         except ValueError as e:
             raise RoundFailed(f"round {cmd.round}: no secure aggregation of {len(sample)} clients: {e}") from None
@@ -79,7 +80,7 @@ class SecAggCoordinator:
                                   to={self.node_of(client) or client})
             got = self._collect(rnd, "masked", server.sharers, time.perf_counter(), out)
             survivors, dropped = server.receive_masked(self._decoded(
-                rnd, "masked", got, lambda c, p: decode_masked(p, params.quantizer.bits, length), out))
+                rnd, "masked", got, lambda c, p: decode_masked(p, params.quantizer.bits, params.length), out))
             self.down.publish(SecAggDown(self.run_id, rnd, "unmask", payload=wire.encode_unmask_request(survivors, dropped)))
             got = self._collect(rnd, "unmask", set(survivors), time.perf_counter(), out)
             replies = self._decoded(rnd, "unmask", got, lambda c, p: wire.decode_unmask_reply(p, c, names), out)
@@ -89,7 +90,7 @@ class SecAggCoordinator:
             raise RoundFailed(f"round {rnd}: secure aggregation failed: {e}") from None
         # DP: divided by the clients asked, as DPFedAvg, so the scale does not depend on who answered.
         divisor = count if self.noise_multiplier is None else len(sample)
-        out.mean = (params.quantizer.decode_sum(total, count) / divisor).astype(np.float32)
+        out.mean = (grid.decode_sum(total, count) / divisor).astype(np.float32)
         out.aggregate_s, out.survivors = time.perf_counter() - start, survivors
         out.failures += [(c, "dropped after sharing its keys: left out of the sum") for c in dropped]
         if self.section.record_levels:

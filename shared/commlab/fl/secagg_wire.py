@@ -14,36 +14,46 @@ import math
 from typing import Any
 
 from commlab.privacy import shamir
-from commlab.privacy.field import FieldQuantizer, field_steps
+from commlab.privacy.field import field_steps
 from commlab.privacy.secagg import KEY_BYTES, PublicKeys, SecAggParams, UnmaskReply
+from commlab.privacy.update_grid import UpdateGrid
 
 WIRE_VERSION = 1
-PARAMS_VERSION = 2  # TrainCmd.secagg; 2: the DP noise multiplier "noise"
+PARAMS_VERSION = 3  # TrainCmd.secagg; 2: the DP noise multiplier "noise"; 3: "rotate", the rotated grid
 MAX_SEALED = 1024  # bytes of one encrypted share pair (header, two shares, nonce, tag: ~160)
 
 
 def round_params(threshold: int, neighbours: int, clip: float, graph_seed: int, record: bool,
                  noise: float = 0.0) -> dict[str, Any]:
-    """TrainCmd.secagg of a round; `noise`: the DP noise multiplier z of the sum (0: none)."""
+    """TrainCmd.secagg of a round; `noise`: the DP noise multiplier z of the sum (0: none). Without
+    noise the clients rotate their updates (privacy.update_grid), seeded by the round's public graph seed."""
     return {"v": PARAMS_VERSION, "threshold": threshold, "neighbours": neighbours, "clip": clip,
-            "graph_seed": graph_seed, "record": record, "noise": noise}
+            "graph_seed": graph_seed, "record": record, "noise": noise, "rotate": not noise}
 
 
-def params_of(fields: dict[str, Any], clients: list[str], codec: str, length: int) -> SecAggParams:
-    """The round's SecAggParams from TrainCmd.secagg, the round's clients, its codec and the model size.
+def grid_of(fields: dict[str, Any], clients: list[str], codec: str, length: int) -> UpdateGrid:
+    """The round's UpdateGrid from TrainCmd.secagg, the round's clients, its codec and the model size.
     The noise on the sum is z * clip, in levels of width 2 * clip / steps: z * steps / 2."""
     if fields.get("v") != PARAMS_VERSION:
         raise ValueError(f"secagg parameters of version {fields.get('v')!r}, this client reads {PARAMS_VERSION}")
     for key, kind in (("threshold", int), ("neighbours", int), ("graph_seed", int), ("clip", (int, float)),
-                      ("noise", (int, float))):
-        if not isinstance(fields.get(key), kind) or isinstance(fields.get(key), bool):
-            raise ValueError(f"secagg parameter {key} is missing or not a number: {fields.get(key)!r}")
+                      ("noise", (int, float)), ("rotate", bool)):
+        if not isinstance(fields.get(key), kind) or (kind is not bool and isinstance(fields.get(key), bool)):
+            raise ValueError(f"secagg parameter {key} is missing or not a {'flag' if kind is bool else 'number'}: "
+                             f"{fields.get(key)!r}")
     if not 0 <= fields["noise"] < math.inf:
         raise ValueError(f"secagg parameter noise must be a finite number >= 0, got {fields['noise']!r}")
-    steps = field_steps(codec)
-    quantizer = FieldQuantizer(float(fields["clip"]), steps, len(clients), float(fields["noise"]) * steps / 2)
+    if not 0 < fields["clip"] < math.inf:
+        raise ValueError(f"secagg parameter clip must be a finite number > 0, got {fields['clip']!r}")
+    return UpdateGrid.of_round(float(fields["clip"]), field_steps(codec), len(clients), length, float(fields["noise"]),
+                               fields["graph_seed"] if fields["rotate"] else None)
+
+
+def params_of(fields: dict[str, Any], clients: list[str], codec: str, length: int) -> SecAggParams:
+    """The round's SecAggParams (its grid: grid_of) for an update of `length` coordinates."""
+    grid = grid_of(fields, clients, codec, length)
     return SecAggParams(tuple(sorted(clients)), fields["neighbours"], fields["threshold"], fields["graph_seed"],
-                        quantizer, length)
+                        grid.quantizer, grid.levels_length)
 
 
 def _dump(kind: str, body: dict[str, Any]) -> bytes:

@@ -65,6 +65,10 @@ class FlowerConfig:
     eval_batch_size: int = 1000
     threads: int = 1
     train_step: str = DEFAULT_TRAIN_STEP
+    # Flower's SecAgg+ (SecAggPlusWorkflow, secaggplus_mod; deployment only): each client's key shared
+    # with every client of the round (shares = clients, its own one included), a majority of them
+    # recovering it (ours: every other client as neighbour, a majority of the neighbours).
+    secaggplus: bool = False
 
     def check(self, where: str) -> None:
         positive(where, clients=self.clients, rounds=self.rounds, round_timeout_s=self.round_timeout_s,
@@ -72,6 +76,15 @@ class FlowerConfig:
         load_train_step(self.train_step, f"{where}train_step")
         if self.transport not in TRANSPORTS:
             raise ConfigError(f"{where}transport: must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
+        if self.secaggplus and (self.transport != "deployment" or self.clients < 3):
+            raise ConfigError(f"{where}secaggplus: needs transport deployment (Flower's workflows run there only) "
+                              f"and at least 3 clients (Flower's SecAgg+ needs more than 2 shares); got "
+                              f"{self.transport}, {self.clients} clients")
+
+    @property
+    def secaggplus_shares(self) -> tuple[int, int]:
+        """(num_shares, reconstruction_threshold) of Flower's SecAggPlusWorkflow."""
+        return self.clients, self.clients // 2 + 1
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 (`flower.server_parts`, `flower.ClientTrainer`), nothing copied.
 
 `flower_run.py` writes a Flower app project per run (results/<run-id>/flower-app/pyproject.toml,
-components `commlab.peers.flower_app:server_app` / `:client_app`, run config `config` = the path of
+components `commlab.peers.flower_app:server_app` / `:client_app` (`:secaggplus_client_app` with
+config `secaggplus`: Flower's SecAgg+ mod around the same client), run config `config` = the path of
 configs/flower.json) and starts it with `flwr run` on the run's SuperLink. The ServerApp runs once
 per run in a `flwr-serverapp` process (started by the SuperLink side's SuperExec); the ClientApp in
 a fresh `flwr-clientapp` process per message (started by each SuperNode's SuperExec), so a client
@@ -20,6 +21,7 @@ import os
 from pathlib import Path
 
 from flwr.app import Context
+from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 from flwr.server import Grid
 from flwr.serverapp import ServerApp
@@ -41,17 +43,25 @@ server_app = ServerApp()
 
 @server_app.main()
 def server_main(grid: Grid, context: Context) -> None:
-    """Flower's legacy server loop (`start_grid`) over the deployment's Grid, with the peer's strategy."""
+    """Flower's legacy server loop (`start_grid`) over the deployment's Grid, with the peer's strategy;
+    with `secaggplus`, Flower's DefaultWorkflow with SecAggPlusWorkflow as its fit step (Flower's
+    defaults for the quantization: clipping range 8, 2**22 levels, masks modulo 2**32)."""
     from flwr.common import GetPropertiesIns
     from flwr.server import SimpleClientManager
-    from flwr.server.compat import start_grid
+    from flwr.server.compat import LegacyContext, start_grid
+    from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 
     logging.getLogger("flwr").setLevel(logging.WARNING)
     cfg = _config(context)
     strategy, server_config, finish = server_parts(cfg)
     clients = SimpleClientManager()
     try:
-        start_grid(grid=grid, strategy=strategy, config=server_config, client_manager=clients)
+        if cfg.secaggplus:
+            shares, threshold = cfg.secaggplus_shares
+            workflow = DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(shares, threshold, timeout=cfg.round_timeout_s))
+            workflow(grid, LegacyContext(context, server_config, strategy, clients))
+        else:
+            start_grid(grid=grid, strategy=strategy, config=server_config, client_manager=clients)
     except BaseException as e:
         finish(e)
         raise
@@ -104,3 +114,4 @@ def client_fn(context: Context):
 
 
 client_app = ClientApp(client_fn=client_fn)
+secaggplus_client_app = ClientApp(client_fn=client_fn, mods=[secaggplus_mod])  # config secaggplus

@@ -57,6 +57,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--transport", default="grpc-bidi",
                    help=f"{' | '.join(TRANSPORTS)}: Flower's legacy start_server/start_client, or its deployment "
                    "runtime (SuperLink, SuperNodes, flwr run)")
+    p.add_argument("--secaggplus", action="store_true", help="Flower's SecAgg+ (SecAggPlusWorkflow and "
+                   "secaggplus_mod, with Flower's quantization defaults; --transport deployment, 3 clients or more)")
     return fill_defaults(p.parse_args(argv))
 
 
@@ -64,7 +66,7 @@ def build_config(a: argparse.Namespace) -> dict:
     """The one config every Flower node reads, validated through its schema (ConfigError)."""
     cfg = {"run_id": a.run_id or new_run_id("fl", METHOD), "results_dir": str(Path(a.results_dir).resolve()),
            "clients": a.clients, "rounds": a.rounds, "server_address": f"127.0.0.1:{hold('port')}",
-           "transport": a.transport,
+           "transport": a.transport, "secaggplus": a.secaggplus,
            "link_profile": a.profile, **experiment_sections(a),
            "training": training_section(a),
            "optimizer": {"momentum": a.momentum}, "round_timeout_s": a.deadline,
@@ -111,6 +113,7 @@ def _flower_env(run_dir: Path, node: str) -> dict[str, str]:
 def write_app(run_dir: Path, config_path: Path, link: str) -> Path:
     """The Flower app project of this run (its components are `commlab.peers.flower_app`'s, its run
     config the path of the run's flower.json) and the `flwr` CLI's connection to the run's SuperLink."""
+    secaggplus = json.loads(config_path.read_text()).get("secaggplus", False)
     app = run_dir / "flower-app"
     app.mkdir(parents=True, exist_ok=True)
     (app / "pyproject.toml").write_text(f"""[project]
@@ -125,7 +128,7 @@ publisher = "commlab"
 
 [tool.flwr.app.components]
 serverapp = "commlab.peers.flower_app:server_app"
-clientapp = "commlab.peers.flower_app:client_app"
+clientapp = "commlab.peers.flower_app:{'secaggplus_client_app' if secaggplus else 'client_app'}"
 
 [tool.flwr.app.config]
 config = {json.dumps(str(config_path))}
@@ -242,7 +245,7 @@ def plan_run(a: argparse.Namespace) -> Launch:
     except ImportError:
         raise ConfigError("--kind flower needs flwr (pip install flwr; `make peer-flower` does it)") from None
     cfg = build_config(a)
-    return Launch(cfg, f"{METHOD} (flwr {flwr.__version__}, {a.transport}), {a.clients} clients, {a.rounds} rounds, "
+    return Launch(cfg, f"{METHOD}{' with SecAgg+' if a.secaggplus else ''} (flwr {flwr.__version__}, {a.transport}), {a.clients} clients, {a.rounds} rounds, "
                        f"profile {a.profile}",
                   CsvProgress("rounds.csv", a.rounds, "round", note_column="test_accuracy", note_label="acc"),
                   lambda run_dir: run_nodes("commlab.peers.run", "local", a.profile, run_dir,

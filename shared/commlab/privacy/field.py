@@ -4,7 +4,8 @@ mask by mask, to the sum of their quantized updates, so the grid must be the sam
 A codec's own scale (int8's and minmax's per-chunk ranges, qsgd's per-bucket norms) differs from
 client to client, and integers on different grids do not add up to the sum of the values. Here the
 grid is shared: `steps` equal steps over [-bound, bound] (bound: the clip norm, which bounds every
-coordinate of a clipped update), with the level counts of the codecs (FIELD_STEPS), and stochastic
+coordinate of a clipped update, or for a rotated update a few standard deviations of its
+coordinates: commlab.privacy.update_grid), with the level counts of the codecs (FIELD_STEPS), and stochastic
 rounding as qsgd's, so a quantized update is unbiased. The modulus is the smallest power of two
 that holds the sum of `clients` updates without wrapping: log2(clients) bits a coordinate above the
 codec's own.

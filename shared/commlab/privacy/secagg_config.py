@@ -15,7 +15,7 @@ from commlab.privacy.secagg import SecAggParams
 class SecAggSection:
     threshold: int | None = None    # shares that recover a secret; None: a majority of the neighbours
     neighbours: int | None = None   # per client (even); None: every other client of the round
-    clip: float = 1.0               # L2 bound of a client's update, and the field grid's range [-clip, clip]
+    clip: float = 1.0               # L2 bound of a client's update; it sets the grid's range (privacy.update_grid)
     record_levels: bool = False     # each party saves its own view (a client its levels, the controller the sum)
 
     def check(self, where: str) -> None:
