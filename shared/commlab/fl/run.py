@@ -170,8 +170,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--secagg-threshold", type=int, help="SecAgg+: shares that recover a secret (default: a majority "
                    "of the neighbours)")
     p.add_argument("--secagg-neighbours", type=int, help="SecAgg+: neighbours per client (default: every other client)")
-    p.add_argument("--secagg-clip", type=float, help="SecAgg+: L2 bound of a client update, the grid's range "
-                   "(default: --dp-clip, which with --dp-noise the clients clip to and add noise under SecAgg+)")
+    p.add_argument("--secagg-clip", type=float, help="SecAgg+: L2 bound a client clips its update to; without "
+                   "--dp-noise the grid spans a rotated coordinate's spread under it (default: --dp-clip, which with "
+                   "--dp-noise the clients clip to and add noise under SecAgg+)")
     p.add_argument("--secagg-record", action="store_true", help="SecAgg+: each party saves its own view to "
                    "<run>/secagg-levels (a client its levels, the controller the sum), to check the sum")
     p.add_argument("--speed-factors", help="compute heterogeneity: speed per client, cycling, e.g. 1,1,0.5,0.25 "
