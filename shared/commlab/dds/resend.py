@@ -1,15 +1,24 @@
-"""Collectives that survive a cut: what a rank wrote lately is written again when a peer asks.
+"""Collectives that survive a lost message: what a rank wrote lately is written again when a peer asks.
 
 A peer whose lease expired (a paused or starved process, a link down for a few seconds) misses
 what was written meanwhile: DDS drops a reader's unacknowledged samples when its participant is
-lost, and a volatile reader that matches again gets only what is written after. So every rank keeps
-what it wrote for the keys in progress and for the last KEEP_FINISHED keys (ranks run the same
-collectives in the same order, one at a time: this rank finished a key only after every rank
-started it, so a peer still needs at most the last one), and a rank that waits for a peer after a cut between them (PeerDirectory.gaps)
-asks that peer to write it all again. The ask is repeated a few times while the wait lasts: the
-first answer may be written before the asker's reader has matched the writer again, and a volatile
-reader drops what arrives before its match. Receivers drop copies of keys they have finished and
-keep one copy of the others, so a repeat is harmless.
+lost, and a volatile reader that matches again gets only what is written after; around a rejoin a
+message can also be lost while both sides already believe they are matched again. So every rank
+keeps what it wrote for the keys in progress and for the last KEEP_FINISHED keys (ranks run the
+same collectives in the same order, one at a time: this rank finished a key only after every rank
+started it, so a peer still needs at most the last one), and a rank that waits for a live peer
+asks that peer to write again what it lacks of the key it waits for (an Ask: key, topic, and the
+index of the first message of that key it lacks; the peer writes the messages of that key from
+that index on, or nothing if it has not written them yet, or if what it wrote last has not been
+acknowledged by every reader it sees yet: that is still on its way, and the asker asks again).
+
+When to ask (Overdue, one per wait): at once after a new cut with that peer (PeerDirectory.gaps),
+and whenever nothing arrived from it (no chunk, on any topic of the group) for an interval that
+starts at ASK_AFTER_S and doubles with each ask of the wait. A large message still arriving on a
+slow link keeps resetting the quiet time, so it is not asked for again; one that was lost is asked
+for again and again until it arrives or the peer is declared gone (PeerLost, collectives.py),
+never left to a silent wait. Receivers drop copies of keys they have finished and keep one copy
+of the others, so a repeat is harmless.
 """
 from __future__ import annotations
 
@@ -17,10 +26,22 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from .endpoints import ChunkWriter
 
 KEEP_FINISHED = 1
-ASK_REPEATS = 5  # asks after one cut, one every ASK_EVERY_S while still waiting
-ASK_EVERY_S = 1.0
+ASK_AFTER_S = 1.0  # quiet time before the first ask of a wait; doubled after each ask
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a waiting rank lacks from one peer: the messages of `key` on `topic` (the group's own
+    topic: "", a ring's: its tag) from the `index`-th on, in the order the peer wrote them."""
+    key: str
+    topic: str = ""
+    index: int = 0
 
 
 class SentLog:
@@ -44,31 +65,59 @@ class SentLog:
             while len(self._finished) > KEEP_FINISHED:
                 self._keys.pop(self._finished.pop(0), None)
 
-    def messages(self) -> list[tuple[str, bytes | memoryview]]:
+    def messages(self, key: str, index: int = 0) -> list[tuple[str, bytes | memoryview]]:
+        """The messages written for `key` from the `index`-th on (none if it is not kept)."""
         with self._lock:
-            return [m for msgs in self._keys.values() for m in msgs]
+            return list(self._keys.get(key, ())[index:])
 
 
-@dataclass
-class _Asked:
-    gaps: int  # PeerDirectory.gaps of the peer when this node last started asking
-    left: int  # asks still to make for that cut
-    at: float = 0.0  # time.monotonic() of the last ask
-
-
-class Asking:
-    """When to ask a peer to write again: once right after each new cut with it, then every
-    ASK_EVERY_S while this node still waits for it, ASK_REPEATS times in all."""
+class Cuts:
+    """The cuts (PeerDirectory.gaps) with each peer that an ask already answered, shared by all
+    waits of a group, so that each cut is asked about at once only by the first wait that sees it."""
 
     def __init__(self) -> None:
-        self._asked: dict[str, _Asked] = {}
+        self._seen: dict[str, int] = {}
+        self._lock = threading.Lock()
 
-    def due(self, name: str, gaps: int) -> bool:
-        asked = self._asked.setdefault(name, _Asked(0, 0))
-        if gaps > asked.gaps:
-            asked.gaps, asked.left = gaps, ASK_REPEATS
-        now = time.monotonic()
-        if asked.left <= 0 or now - asked.at < ASK_EVERY_S:
-            return False
-        asked.left, asked.at = asked.left - 1, now
+    def new(self, name: str, gaps: int) -> bool:
+        with self._lock:
+            if gaps <= self._seen.get(name, 0):
+                return False
+            self._seen[name] = gaps
+            return True
+
+
+class Overdue:
+    """When one wait asks a peer to write again: at once after a new cut with it; otherwise once
+    nothing arrived from it for the wait's current interval (ASK_AFTER_S, doubled after each ask),
+    counted from the latest of the wait's start, its last chunk and the last ask."""
+
+    def __init__(self, cuts: Cuts, clock: Callable[[], float] = time.monotonic) -> None:
+        self._cuts, self._clock = cuts, clock
+        self._start = clock()
+        self._asked_at: dict[str, float] = {}
+        self._interval: dict[str, float] = {}
+
+    def due(self, name: str, gaps: int, heard_at: float) -> bool:
+        """Whether to ask peer `name` now; `heard_at`: clock() of the last chunk from it."""
+        now = self._clock()
+        interval = self._interval.get(name, ASK_AFTER_S)
+        if not self._cuts.new(name, gaps):
+            quiet_since = max(self._start, heard_at, self._asked_at.get(name, self._start))
+            if now - quiet_since < interval:
+                return False
+            interval *= 2
+        self._asked_at[name], self._interval[name] = now, interval
         return True
+
+
+def write_again(writer: "ChunkWriter", sent: SentLog, ask: Ask) -> int:
+    """Write again with `writer` the messages `ask` names from `sent`; how many. None while the
+    writer has chunks not yet acknowledged: a message still on its way (a slow link) is not lost,
+    and a copy would only queue behind it; the asker asks again if it stays without."""
+    messages = sent.messages(ask.key, ask.index)
+    if not messages or not writer.acknowledged():
+        return 0
+    for meta, payload in messages:
+        writer.write(meta, payload)
+    return len(messages)

@@ -25,8 +25,8 @@ counts) what is not for it.
 
 Failure: while waiting for a block, a rank of the group whose node is gone (lease expired or left)
 and not back within the group's return_s makes wait() raise PeerLost naming it; a previous rank
-silent for timeout_s while every rank is alive is named too. A rank that comes back within
-return_s gets again, when it asks, the blocks written to it lately (resend.py). A rank that fails
+silent for timeout_s while every rank is alive is named too. A rank that lacks blocks (back
+from a cut, or one was lost) gets them written again when it asks (resend.py). A rank that fails
 so first passes the verdict on to the next rank (an abort message, acknowledged
 before it returns), which fails with the same names, and so on round the ring: a survivor that
 gives up and leaves is then not mistaken for the rank that vanished first.
@@ -48,7 +48,7 @@ from .endpoints import ChunkReader, ChunkWriter
 from .errors import DdsError, DdsWriteTimeout, PeerLost
 from .reassembly import Assembled
 from .reading import wait_for_acks
-from .resend import SentLog
+from .resend import Ask, SentLog, write_again
 
 if TYPE_CHECKING:
     from .collectives import FrameCodec, Group
@@ -58,6 +58,7 @@ POLL_S = 0.05
 ABORT_ACK_S = 1.0
 REMEMBERED_KEYS = 4096
 GONE = "its node is gone (lease expired or left)"
+RING_TAGS = ("ring", "back")  # topic tags of the forward and the backward ring
 
 
 def _reason(error: PeerLost, key: str) -> str:
@@ -78,10 +79,10 @@ class Ring:
         self._aborts: dict[str, tuple[list[int], str]] = {}  # key -> (lost ranks, reason) from the previous rank
         self._next_joined = False
         self.sent = SentLog()  # blocks written to the next rank, written again when it asks
-        tag = "ring" if direction == 1 else "back"
+        self.tag = tag = RING_TAGS[0] if direction == 1 else RING_TAGS[1]
         self.writer = ChunkWriter(g.node, f"coll_{g.name}_{tag}{self.next}")
-        self._reader = ChunkReader(g.node, f"coll_{g.name}_{tag}{g.rank}", self._on_message)
-        g.node.add_closable(self._reader)
+        self.reader = ChunkReader(g.node, f"coll_{g.name}_{tag}{g.rank}", self._on_message)
+        g.node.add_closable(self.reader)
 
     def _on_message(self, msg: Assembled) -> None:
         try:
@@ -96,6 +97,7 @@ class Ring:
             log.warning("group %s: ring block from %s dropped: %s", self.group.name, msg.sender, e)
             return
         with self._cond:
+            self.group.heard(msg.sender)
             if key in self._finished:
                 return
             if "abort" in meta:
@@ -142,12 +144,6 @@ class Ring:
                 raise PeerLost([self.next], g.name, "ring", f"never joined within {g.timeout_s:.1f}s")
         self._next_joined = True
 
-    def write_again(self) -> int:
-        messages = self.sent.messages()
-        for meta, payload in messages:
-            self.writer.write(meta, payload)
-        return len(messages)
-
     def finish(self, key: str) -> None:
         self.sent.finish(key)
         with self._cond:
@@ -169,6 +165,7 @@ class RingHandle:
         world, n = ring.group.world, vec.size
         self.edges = [j * n // world for j in range(world + 1)]
         self.block = max(1, ring.group.node.settings.chunk_bytes // 4)  # floats per message
+        self.received = 0  # blocks taken from the previous rank: the index of the next one it wrote
 
     def blocks(self, segment: int) -> list[tuple[int, int]]:
         """(lo, hi) of each block of a segment; an empty segment still has one (empty) block."""
@@ -195,12 +192,14 @@ class RingHandle:
         ring, g = self.ring, self.ring.group
         want = (self.key, step, block)
         g.await_ranks(lambda: want in ring._blocks or self.key in ring._aborts, lambda: [ring.prev], self.key,
-                      f"no ring block from the previous rank within {g.timeout_s:.1f}s")
+                      f"no ring block from the previous rank within {g.timeout_s:.1f}s",
+                      want=Ask(self.key, ring.tag, self.received))
         with ring._cond:
             item = ring._blocks.pop(want, None)
             abort = ring._aborts.get(self.key)
         if item is None:  # the previous rank gave up first: the same verdict
             raise PeerLost(abort[0], g.name, self.key, abort[1])
+        self.received += 1
         numel, payload = item
         if numel != self.vec.size:
             raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a block of a {numel}-float vector, "
@@ -245,10 +244,11 @@ class TwoRings:
         self.group = group
         self.rings = (Ring(group, 1), Ring(group, -1))
         self.writers = [r.writer for r in self.rings]
+        self.readers = [r.reader for r in self.rings]
 
-    def write_again(self, ranks: set[int]) -> int:
-        """Write again the recent blocks of each ring whose next rank is among `ranks`; how many."""
-        return sum(ring.write_again() for ring in self.rings if ring.next in ranks)
+    def write_again(self, rank: int, ask: Ask) -> int:
+        """Write again to `rank` the blocks it asked for on the ring it named; how many."""
+        return sum(write_again(ring.writer, ring.sent, ask) for ring in self.rings if ring.next == rank and ring.tag == ask.topic)
 
     def start(self, key: str, vec: np.ndarray, op: str, codec: "FrameCodec") -> "TwoRingsHandle":
         half = vec.size // 2
