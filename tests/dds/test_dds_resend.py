@@ -139,10 +139,13 @@ class Writer:
         self.written.append(meta)
 
 
-def test_what_is_still_on_its_way_is_not_written_again():
-    log = SentLog()
-    for i in range(3):
+def test_what_is_on_its_way_or_written_after_the_ask_is_not_written_again():
+    now = [100.0]
+    log = SentLog(lambda: now[0])
+    for i in range(4):
         log.add("a", f"a{i}", b"x")
+        now[0] += 1.0
+    asked_at = 102.5  # a3 was written after the ask arrived: it answers it by itself
     busy, idle = Writer(acknowledged=False), Writer(acknowledged=True)
-    assert write_again(busy, log, Ask("a", "", 1)) == 0 and busy.written == []
-    assert write_again(idle, log, Ask("a", "", 1)) == 2 and idle.written == ["a1", "a2"]
+    assert write_again(busy, log, Ask("a", "", 1), asked_at) == 0 and busy.written == []
+    assert write_again(idle, log, Ask("a", "", 1), asked_at) == 2 and idle.written == ["a1", "a2"]

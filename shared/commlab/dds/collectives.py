@@ -86,7 +86,7 @@ class Group:
         self._sent = SentLog()  # this rank's contributions, written again when a peer asks
         self._cuts = Cuts()
         self._heard: dict[str, float] = {}  # node -> time.monotonic() of its last contribution or block
-        self._asked_by: dict[int, set[Ask]] = {}  # what ranks asked this one to write again
+        self._asked_by: dict[int, dict[Ask, float]] = {}  # rank -> what it asked for -> when the ask arrived
         self._serving = threading.Lock()
         self._writer = ChunkWriter(node, f"coll_{name}")
         self._reader = ChunkReader(node, f"coll_{name}", self._on_message)
@@ -108,7 +108,7 @@ class Group:
         with self._directory.changed:
             if ask is not None:  # a request to write again, not a contribution
                 if self.rank in ask[0]:
-                    self._asked_by.setdefault(rank, set()).add(ask[1])
+                    self._asked_by.setdefault(rank, {})[ask[1]] = time.monotonic()
                     self._directory.changed.notify_all()
                 return
             self.heard(msg.sender)
@@ -184,10 +184,15 @@ class Group:
             with self._directory.changed:
                 asked, self._asked_by = self._asked_by, {}
             log.info("group %s: writing again for rank(s) %s", self.name, sorted(asked))
-            resent = sum(write_again(self._writer, self._sent, want)
-                         for want in {a for asks in asked.values() for a in asks if not a.topic})
+            wants: dict[Ask, float] = {}
+            for asks in asked.values():
+                for want, at in asks.items():
+                    if not want.topic:
+                        wants[want] = max(at, wants.get(want, at))
+            resent = sum(write_again(self._writer, self._sent, want, at) for want, at in wants.items())
             if self._ring is not None:
-                resent += sum(self._ring.write_again(rank, a) for rank, asks in asked.items() for a in asks if a.topic)
+                resent += sum(self._ring.write_again(rank, want, at) for rank, asks in asked.items()
+                              for want, at in asks.items() if want.topic)
             self.node.stats.add(messages_resent=resent)
         finally:
             self._serving.release()

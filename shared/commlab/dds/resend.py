@@ -9,8 +9,9 @@ same collectives in the same order, one at a time: this rank finished a key only
 started it, so a peer still needs at most the last one), and a rank that waits for a live peer
 asks that peer to write again what it lacks of the key it waits for (an Ask: key, topic, and the
 index of the first message of that key it lacks; the peer writes the messages of that key from
-that index on, or nothing if it has not written them yet, or if what it wrote last has not been
-acknowledged by every reader it sees yet: that is still on its way, and the asker asks again).
+that index on that it wrote before the ask arrived (one written after is the answer itself, sent
+to a reader that already waited for it), and nothing while what it wrote last has not been
+acknowledged by every reader it sees: that is still on its way, and the asker asks again).
 
 When to ask (Overdue, one per wait): at once after a new cut with that peer (PeerDirectory.gaps),
 and whenever nothing arrived from it (no chunk, on any topic of the group) for an interval that
@@ -47,15 +48,16 @@ class Ask:
 class SentLog:
     """(meta, payload) of every message written for the recent keys of one writer, in order."""
 
-    def __init__(self) -> None:
-        self._keys: OrderedDict[str, list[tuple[str, bytes | memoryview]]] = OrderedDict()
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._keys: OrderedDict[str, list[tuple[str, bytes | memoryview, float]]] = OrderedDict()  # + when written
+        self._clock = clock
         self._finished: list[str] = []
         self._lock = threading.Lock()
 
     def add(self, key: str, meta: str, payload: bytes | memoryview) -> None:
         """Keep a message; the payload must not change afterwards (pass a copy of reused buffers)."""
         with self._lock:
-            self._keys.setdefault(key, []).append((meta, payload))
+            self._keys.setdefault(key, []).append((meta, payload, self._clock()))
 
     def finish(self, key: str) -> None:
         with self._lock:
@@ -65,10 +67,10 @@ class SentLog:
             while len(self._finished) > KEEP_FINISHED:
                 self._keys.pop(self._finished.pop(0), None)
 
-    def messages(self, key: str, index: int = 0) -> list[tuple[str, bytes | memoryview]]:
-        """The messages written for `key` from the `index`-th on (none if it is not kept)."""
+    def messages(self, key: str, index: int = 0, before: float = float("inf")) -> list[tuple[str, bytes | memoryview]]:
+        """The messages kept for `key` from the `index`-th on that were written before clock() was `before`."""
         with self._lock:
-            return list(self._keys.get(key, ())[index:])
+            return [(meta, payload) for meta, payload, at in self._keys.get(key, ())[index:] if at < before]
 
 
 class Cuts:
@@ -111,11 +113,12 @@ class Overdue:
         return True
 
 
-def write_again(writer: "ChunkWriter", sent: SentLog, ask: Ask) -> int:
-    """Write again with `writer` the messages `ask` names from `sent`; how many. None while the
-    writer has chunks not yet acknowledged: a message still on its way (a slow link) is not lost,
-    and a copy would only queue behind it; the asker asks again if it stays without."""
-    messages = sent.messages(ask.key, ask.index)
+def write_again(writer: "ChunkWriter", sent: SentLog, ask: Ask, asked_at: float) -> int:
+    """Write again with `writer` the messages of `sent` that `ask`, which arrived at `asked_at`,
+    names; how many. None while the writer has chunks not yet acknowledged: a message still on its
+    way (a slow link) is not lost, and a copy would only queue behind it; the asker asks again if
+    it stays without."""
+    messages = sent.messages(ask.key, ask.index, asked_at)
     if not messages or not writer.acknowledged():
         return 0
     for meta, payload in messages:

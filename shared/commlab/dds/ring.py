@@ -246,9 +246,10 @@ class TwoRings:
         self.writers = [r.writer for r in self.rings]
         self.readers = [r.reader for r in self.rings]
 
-    def write_again(self, rank: int, ask: Ask) -> int:
+    def write_again(self, rank: int, ask: Ask, asked_at: float) -> int:
         """Write again to `rank` the blocks it asked for on the ring it named; how many."""
-        return sum(write_again(ring.writer, ring.sent, ask) for ring in self.rings if ring.next == rank and ring.tag == ask.topic)
+        return sum(write_again(ring.writer, ring.sent, ask, asked_at) for ring in self.rings
+                   if ring.next == rank and ring.tag == ask.topic)
 
     def start(self, key: str, vec: np.ndarray, op: str, codec: "FrameCodec") -> "TwoRingsHandle":
         half = vec.size // 2
