@@ -17,36 +17,37 @@ from spawned_ranks import results
 
 CTX = mp.get_context("spawn")
 WORLD = 3
+WANT, INSIST = Ask("7/dense", "ring", 3), Ask("7/dense", "ring", 3, insist=True)
 TIMEOUT_S = 30.0  # a rank silent this long fails the run; the asks come after 1, 3, 7 and 15 s of quiet
 
 
 def test_a_wait_asks_after_quiet_then_at_doubling_intervals_and_a_chunk_postpones_it():
     now = [100.0]  # the clock the wait reads
-    wait = Overdue(Cuts(), lambda: now[0])
+    wait = Overdue(WANT, Cuts(), lambda: now[0])
     now[0] += ASK_AFTER_S * 0.9
-    assert not wait.due("worker-1", 0, 0.0)
+    assert wait.due("worker-1", 0, 0.0) is None
     now[0] += ASK_AFTER_S * 0.1
-    assert wait.due("worker-1", 0, 0.0)
+    assert wait.due("worker-1", 0, 0.0) == WANT  # the first ask yields to chunks on their way
     now[0] += ASK_AFTER_S * 1.5  # the second ask waits twice as long
-    assert not wait.due("worker-1", 0, 0.0)
+    assert wait.due("worker-1", 0, 0.0) is None
     heard = now[0]  # a chunk of the message on its way: quiet starts again
     now[0] += ASK_AFTER_S
-    assert not wait.due("worker-1", 0, heard)
+    assert wait.due("worker-1", 0, heard) is None
     now[0] += ASK_AFTER_S
-    assert wait.due("worker-1", 0, heard)
-    assert not wait.due("worker-1", 0, heard)
+    assert wait.due("worker-1", 0, heard) == INSIST
+    assert wait.due("worker-1", 0, heard) is None
     now[0] += ASK_AFTER_S * 3.9
-    assert not wait.due("worker-1", 0, heard)
+    assert wait.due("worker-1", 0, heard) is None
     now[0] += ASK_AFTER_S * 0.1
-    assert wait.due("worker-1", 0, heard)  # never given up: until it arrives or the peer is lost
+    assert wait.due("worker-1", 0, heard) == INSIST  # never given up: until it arrives or the peer is lost
 
 
 def test_a_new_cut_is_asked_about_at_once_by_the_first_wait_that_sees_it():
     cuts = Cuts()
-    first, second = Overdue(cuts, lambda: 100.0), Overdue(cuts, lambda: 100.0)
-    assert first.due("worker-2", 1, 0.0)
-    assert not second.due("worker-2", 1, 0.0) and not first.due("worker-2", 1, 0.0)
-    assert second.due("worker-2", 2, 0.0)
+    first, second = Overdue(WANT, cuts, lambda: 100.0), Overdue(WANT, cuts, lambda: 100.0)
+    assert first.due("worker-2", 1, 0.0) == INSIST
+    assert second.due("worker-2", 1, 0.0) is None and first.due("worker-2", 1, 0.0) is None
+    assert second.due("worker-2", 2, 0.0) == INSIST
 
 
 def test_the_sent_log_gives_a_key_from_the_message_asked_for():
@@ -139,7 +140,7 @@ class Writer:
         self.written.append(meta)
 
 
-def test_what_is_on_its_way_or_written_after_the_ask_is_not_written_again():
+def test_what_is_on_its_way_unless_insisted_or_written_after_the_ask_is_not_written_again():
     now = [100.0]
     log = SentLog(lambda: now[0])
     for i in range(4):
@@ -149,3 +150,4 @@ def test_what_is_on_its_way_or_written_after_the_ask_is_not_written_again():
     busy, idle = Writer(acknowledged=False), Writer(acknowledged=True)
     assert write_again(busy, log, Ask("a", "", 1), asked_at) == 0 and busy.written == []
     assert write_again(idle, log, Ask("a", "", 1), asked_at) == 2 and idle.written == ["a1", "a2"]
+    assert write_again(busy, log, Ask("a", "", 1, insist=True), asked_at) == 2 and busy.written == ["a1", "a2"]

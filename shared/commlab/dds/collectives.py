@@ -143,7 +143,7 @@ class Group:
         count starts again while a rank is gone: the others then wait for it too."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
-        want, overdue = Ask(key) if want is None else want, Overdue(self._cuts)
+        overdue = Overdue(Ask(key) if want is None else want, self._cuts)
         self.serve()
         with self.node.stats.waiting():
             while not self._directory.wait_for(ready, min(CHECK_S, max(0.0, deadline - time.monotonic())), POLL_S):
@@ -162,18 +162,22 @@ class Group:
                 if gone:
                     deadline = now + timeout_s
                 self.serve()
-                self._ask([r for r in waited() if r in members and members[r].alive], members, want, overdue)
+                self._ask([r for r in waited() if r in members and members[r].alive], members, overdue)
                 if now >= deadline:
                     raise PeerLost(waited(), self.name, key, silence)
 
-    def _ask(self, ranks: list[int], members: dict[int, "Peer"], want: Ask, overdue: Overdue) -> None:
-        due = [r for r in ranks for p in [members[r]]
-               if overdue.due(p.name, self._directory.gaps(p.name), self._heard_at(p.name))]
-        if due:
-            log.info("group %s: asking rank(s) %s to write %s again", self.name, due, want)
+    def _ask(self, ranks: list[int], members: dict[int, "Peer"], overdue: Overdue) -> None:
+        due: dict[Ask, list[int]] = {}
+        for r in ranks:
+            p = members[r]
+            ask = overdue.due(p.name, self._directory.gaps(p.name), self._heard_at(p.name))
+            if ask is not None:
+                due.setdefault(ask, []).append(r)
+        for ask, asked in due.items():
+            log.info("group %s: asking rank(s) %s to write again: %s", self.name, asked, ask)
             self.node.stats.add(resend_asks=1)
-            self._writer.write(json.dumps({"key": want.key, "rank": self.rank, "ask": due, "topic": want.topic,
-                                           "from": want.index}), b"")
+            self._writer.write(json.dumps({"key": ask.key, "rank": self.rank, "ask": asked, "topic": ask.topic,
+                                           "from": ask.index, "insist": ask.insist}), b"")
 
     def serve(self) -> None:
         """Write again what ranks asked for (a thread already doing so is enough): a message on
@@ -311,10 +315,11 @@ class Group:
 
 def _parse_ask(meta: dict, key: str) -> tuple[list[int], Ask]:
     """(the ranks asked, what for) of an ask's meta; ValueError/KeyError/TypeError if malformed."""
-    ranks, topic, index = [int(r) for r in meta["ask"]], str(meta["topic"]), int(meta["from"])
-    if topic not in ASK_TOPICS or index < 0:
-        raise ValueError(f"ask for topic {topic!r} from message {index}")
-    return ranks, Ask(key, topic, index)
+    ranks, topic, index, insist = [int(r) for r in meta["ask"]], str(meta["topic"]), int(meta["from"]), \
+        meta["insist"]
+    if topic not in ASK_TOPICS or index < 0 or not isinstance(insist, bool):
+        raise ValueError(f"ask for topic {topic!r} from message {index}, insist {insist!r}")
+    return ranks, Ask(key, topic, index, insist)
 
 
 class Handle:

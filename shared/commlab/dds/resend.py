@@ -10,23 +10,23 @@ started it, so a peer still needs at most the last one), and a rank that waits f
 asks that peer to write again what it lacks of the key it waits for (an Ask: key, topic, and the
 index of the first message of that key it lacks; the peer writes the messages of that key from
 that index on that it wrote before the ask arrived (one written after is the answer itself, sent
-to a reader that already waited for it), and nothing while what it wrote last has not been
-acknowledged by every reader it sees: that is still on its way, and the asker asks again).
+to a reader that already waited for it); for a wait's first ask, nothing while what it wrote last
+has not been acknowledged by every reader it sees: that is still on its way).
 
 When to ask (Overdue, one per wait): at once after a new cut with that peer (PeerDirectory.gaps),
 and whenever nothing arrived from it (no chunk, on any topic of the group) for an interval that
 starts at ASK_AFTER_S and doubles with each ask of the wait. A large message still arriving on a
 slow link keeps resetting the quiet time, so it is not asked for again; one that was lost is asked
-for again and again until it arrives or the peer is declared gone (PeerLost, collectives.py),
-never left to a silent wait. Receivers drop copies of keys they have finished and keep one copy
-of the others, so a repeat is harmless.
+for again and again, insisting after the first ask, until it arrives or the peer is declared gone
+(PeerLost, collectives.py), never left to a silent wait. Receivers drop copies of keys they
+have finished and keep one copy of the others, so a repeat is harmless.
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
@@ -39,10 +39,13 @@ ASK_AFTER_S = 1.0  # quiet time before the first ask of a wait; doubled after ea
 @dataclass(frozen=True)
 class Ask:
     """What a waiting rank lacks from one peer: the messages of `key` on `topic` (the group's own
-    topic: "", a ring's: its tag) from the `index`-th on, in the order the peer wrote them."""
+    topic: "", a ring's: its tag) from the `index`-th on, in the order the peer wrote them.
+    `insist`: write them again even if the peer's writer still has chunks on their way (a repeated
+    ask, or one after a cut)."""
     key: str
     topic: str = ""
     index: int = 0
+    insist: bool = False
 
 
 class SentLog:
@@ -90,36 +93,38 @@ class Cuts:
 
 
 class Overdue:
-    """When one wait asks a peer to write again: at once after a new cut with it; otherwise once
-    nothing arrived from it for the wait's current interval (ASK_AFTER_S, doubled after each ask),
-    counted from the latest of the wait's start, its last chunk and the last ask."""
+    """When one wait asks a peer to write again what it waits for (`want`): at once after a new cut
+    with it; otherwise once nothing arrived from it for the wait's current interval (ASK_AFTER_S,
+    doubled after each ask), counted from the latest of the wait's start, its last chunk and the
+    last ask. Only the first ask of a wait, without a cut, yields to chunks still on their way."""
 
-    def __init__(self, cuts: Cuts, clock: Callable[[], float] = time.monotonic) -> None:
-        self._cuts, self._clock = cuts, clock
+    def __init__(self, want: Ask, cuts: Cuts, clock: Callable[[], float] = time.monotonic) -> None:
+        self.want, self._cuts, self._clock = want, cuts, clock
         self._start = clock()
         self._asked_at: dict[str, float] = {}
         self._interval: dict[str, float] = {}
 
-    def due(self, name: str, gaps: int, heard_at: float) -> bool:
-        """Whether to ask peer `name` now; `heard_at`: clock() of the last chunk from it."""
+    def due(self, name: str, gaps: int, heard_at: float) -> Ask | None:
+        """What to ask peer `name` for now, if anything; `heard_at`: clock() of the last chunk from it."""
         now = self._clock()
         interval = self._interval.get(name, ASK_AFTER_S)
-        if not self._cuts.new(name, gaps):
+        insist = self._cuts.new(name, gaps)
+        if not insist:
             quiet_since = max(self._start, heard_at, self._asked_at.get(name, self._start))
             if now - quiet_since < interval:
-                return False
-            interval *= 2
+                return None
+            insist, interval = name in self._asked_at, interval * 2
         self._asked_at[name], self._interval[name] = now, interval
-        return True
+        return replace(self.want, insist=insist)
 
 
 def write_again(writer: "ChunkWriter", sent: SentLog, ask: Ask, asked_at: float) -> int:
     """Write again with `writer` the messages of `sent` that `ask`, which arrived at `asked_at`,
-    names; how many. None while the writer has chunks not yet acknowledged: a message still on its
-    way (a slow link) is not lost, and a copy would only queue behind it; the asker asks again if
-    it stays without."""
+    names; how many. None, unless it insists, while the writer has chunks not yet acknowledged: a
+    message still on its way (a slow link) is not lost, and a copy would only queue behind it; the
+    asker asks again, insisting, if it stays without."""
     messages = sent.messages(ask.key, ask.index, asked_at)
-    if not messages or not writer.acknowledged():
+    if not messages or not (ask.insist or writer.acknowledged()):
         return 0
     for meta, payload in messages:
         writer.write(meta, payload)
