@@ -7,18 +7,19 @@ message can also be lost while both sides already believe they are matched again
 keeps what it wrote for the keys in progress and for the last KEEP_FINISHED keys (ranks run the
 same collectives in the same order, one at a time: this rank finished a key only after every rank
 started it, so a peer still needs at most the last one), and a rank that waits for a live peer
-asks that peer to write again what it lacks of the key it waits for (an Ask: key, topic, and the
-index of the first message of that key it lacks; the peer writes the messages of that key from
-that index on that it wrote before the ask arrived (one written after is the answer itself, sent
-to a reader that already waited for it); for a wait's first ask, nothing while what it wrote last
-has not been acknowledged by every reader it sees: that is still on its way).
+asks that peer to write again what it lacks of the key it waits for. An Ask names the key, the
+topic and the index of the first message of that key the asker lacks; the peer writes again the
+messages of that key from that index on that it wrote before the ask arrived (one written after
+answers the ask by itself: the asker's reader was already waiting for it).
 
 When to ask (Overdue, one per wait): at once after a new cut with that peer (PeerDirectory.gaps),
 and whenever nothing arrived from it (no chunk, on any topic of the group) for an interval that
 starts at ASK_AFTER_S and doubles with each ask of the wait. A large message still arriving on a
-slow link keeps resetting the quiet time, so it is not asked for again; one that was lost is asked
-for again and again, insisting after the first ask, until it arrives or the peer is declared gone
-(PeerLost, collectives.py), never left to a silent wait. Receivers drop copies of keys they
+slow link keeps resetting the quiet time, so it is not asked for again; and a peer whose writer
+has chunks not yet acknowledged by every reader it sees (still on their way) answers a wait's
+first ask, unless it follows a cut, with nothing. One that was lost is asked for again and again,
+each later ask insisting, until it arrives or the peer is declared gone (PeerLost,
+collectives.py), never left to a silent wait. Receivers drop copies of keys they
 have finished and keep one copy of the others, so a repeat is harmless.
 """
 from __future__ import annotations
