@@ -19,6 +19,7 @@ import torch
 from commlab.bench import BenchParser, BenchRun
 from commlab.codecs import decode_any, get_codec
 from commlab.codecs.base import Layout
+from commlab.codecs.scratch import retain_freed_memory
 from commlab.models import build_model, flatten_params, layout_of
 
 CODECS = ["fp32", "int8", "fp32_sparse", "int8_sparse", "minmax8", "minmax4", "minmax2", "qsgd16", "qsgd4",
@@ -53,16 +54,19 @@ def layout(name: str) -> Layout:
 
 
 def best_times(fns: dict, reps: int, budget_s: float) -> dict[str, float]:
-    """Round-robin repetitions, minimum per function: on a shared machine the least disturbed run
-    is the best estimate, and interleaving gives memcpy and the codec the same load. Fast codecs
-    get more repetitions (up to 10x ``reps``) within ``budget_s``."""
+    """Round-robin repetitions, minimum per function of the thread's CPU time (user and system:
+    page faults count). Every function runs on this one thread (the compiled loops, zstd and
+    PowerSGD's one BLAS thread), and on a shared machine wall time counts the waits for a core:
+    with more runnable processes than cores, a call longer than a time slice was never measured
+    undisturbed. Interleaving gives memcpy and the codec the same cache and memory contention.
+    Fast codecs get more repetitions (up to 10x ``reps``) within ``budget_s`` of wall time."""
     best = dict.fromkeys(fns, float("inf"))
     start_all, done = time.perf_counter(), 0
     while done < reps or (done < 10 * reps and time.perf_counter() - start_all < budget_s):
         for key, fn in fns.items():
-            start = time.perf_counter()
+            start = time.thread_time()
             fn()
-            best[key] = min(best[key], time.perf_counter() - start)
+            best[key] = min(best[key], time.thread_time() - start)
         done += 1
     return best
 
@@ -103,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codecs", default=",".join(CODECS))
     parser.add_argument("--vectors", default=",".join(VECTORS), help=f"some of {', '.join(VECTORS)}")
     args = parser.parse_args(argv)
+    retained = retain_freed_memory()  # as the node programs run the codecs
     unknown = set(args.vectors.split(",")) - set(VECTORS)
     if unknown:
         parser.error(f"unknown vector(s) {', '.join(sorted(unknown))}; known: {', '.join(VECTORS)}")
@@ -121,10 +126,14 @@ def main(argv: list[str] | None = None) -> int:
         memcpy = ", ".join(f"{v} {r['memcpy_MBps']:.0f} (beside {r['codec']})" for v, r in first.items())
         s.write(pd.DataFrame(rows, columns=FIELDS), None, "Codecs: wire bytes, encode/decode speed against memcpy, "
                 "reconstruction error", after=[f"memcpy MB/s: {memcpy}; x memcpy = time(memcpy) / time(codec), "
-                                               "same vector, same run",
+                                               "same vector, same run; times: the thread's CPU time, best of "
+                                               "the repetitions",
                                                f"threads: torch intra-op {torch.get_num_threads()} (its default), "
                                                "numpy's BLAS its default, the compiled codec loops 1; compiled "
-                                               "before timing"])
+                                               "before timing",
+                                               "allocator: freed memory kept for the next frames (the node programs' "
+                                               "policy, commlab.codecs.scratch.retain_freed_memory)" if retained else
+                                               "allocator: the C library's default (not glibc)"])
     return 0
 
 

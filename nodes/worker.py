@@ -18,11 +18,13 @@ def main(argv: list[str]) -> int:
         return 2
     cfg, world, rank = loaded
     from commlab.codecs import CodecError
+    from commlab.codecs.scratch import retain_freed_memory
     from commlab.data import DatasetError
     from commlab.dds import DdsError, exit_cleanly_on_sigterm
     from commlab.ddp.train import run_worker
     from commlab.ddp.frame_allgather import FrameError
     exit_cleanly_on_sigterm()
+    retain_freed_memory()  # frames and gradients: the same large sizes every step (scratch.py)
     try:
         run_worker(cfg, world, rank)
     except ConfigError as e:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import literal_unroll
 
+from commlab.codecs import chunks
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
 
@@ -84,7 +85,7 @@ def _unpack_words(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
         for b in range(bits):
             word |= np.uint64(stream[bits * g + b]) << np.uint64(8 * b)
         for t in range(8):
-            out[8 * g + t] = np.float32((word >> np.uint64(bits * t)) & mask)
+            out[8 * g + t] = np.float32(np.int32((word >> np.uint64(bits * t)) & mask))  # int32: a cheap conversion
 
 
 @kernel
@@ -153,16 +154,78 @@ def read_bitmap(payload: memoryview, offset: int, numel: int, what: str) -> np.n
     return data
 
 
-# Row b: the 8 values of bitmap byte b, +1 for a clear bit and -1 for a set one (signs), and 0 or 1 (masks).
-SIGNS = np.where(np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little"), -1, 1).astype(np.float32)
-ONES = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(np.float32)
+_ONE = np.ones(1, np.float32)
+# Row b: the 8 values of bitmap byte b, -1 for a set bit and +1 for a clear one (signs), 1 and 0 (masks).
+_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little")
+_SIGNS = np.where(_BITS, -1, 1).astype(np.float32)
+_MASKS = _BITS.astype(np.float32)
 
 
-def expand(table: np.ndarray, data: np.ndarray, numel: int, out: np.ndarray | None = None) -> np.ndarray:
-    """float32 vector of ``numel`` values: each bitmap byte replaced by its table row (into ``out``,
-    float32 of 8 * data.size values, when given)."""
-    rows = table.take(data, axis=0, out=None if out is None else out.reshape(data.size, 8))
-    return rows.reshape(-1)[:numel]
+@kernel
+def _signed_scales(negative: np.ndarray, nonzero: np.ndarray, masked: bool, scales: np.ndarray, per: int,
+                   out: np.ndarray) -> None:
+    """out (8 values a bitmap byte): the scale of the byte's group of ``per`` bytes times +1, or
+    -1 where the ``negative`` bit is set, and times 0 where the ``nonzero`` bit is clear (when
+    ``masked``): a table row per byte, a few vector operations."""
+    for c in range(scales.size):
+        s = scales[c]
+        for j in range(c * per, min((c + 1) * per, negative.size)):
+            signs = _SIGNS[negative[j]]
+            if masked:
+                mask = _MASKS[nonzero[j]]
+                for t in range(8):
+                    out[8 * j + t] = mask[t] * signs[t] * s
+            else:
+                for t in range(8):
+                    out[8 * j + t] = signs[t] * s
+
+
+@kernel
+def _scale_signs(values: np.ndarray, negative: np.ndarray, scales: np.ndarray, per: int) -> None:
+    """``values`` (8 a bitmap byte, the last byte's maybe fewer) times the scale of their byte's
+    group of ``per`` bytes, then times -1 where the ``negative`` bit is set. Whole bytes in a
+    loop of 8 that unrolls, the last byte's values on their own."""
+    whole = values.size // 8
+    for c in range(scales.size):
+        s = scales[c]
+        for j in range(c * per, min((c + 1) * per, whole)):
+            signs = _SIGNS[negative[j]]
+            for t in range(8):
+                values[8 * j + t] = values[8 * j + t] * s * signs[t]
+    if whole < negative.size:
+        s, signs = scales[whole // per], _SIGNS[negative[whole]]
+        for i in range(8 * whole, values.size):
+            values[i] = values[i] * s * signs[i - 8 * whole]
+
+
+def _groups(block: int, nbytes: int, scales: np.ndarray) -> tuple[np.ndarray, int]:
+    """(scales, bytes per scale) for the kernels: blocks of whole bytes as they are; any other
+    block size as one factor 1 for every byte, the caller scaling the blocks afterwards."""
+    return (scales, block // 8) if block % 8 == 0 else (_ONE, max(nbytes, 1))
+
+
+def signed_scales(negative: np.ndarray, scales: np.ndarray, block: int, numel: int,
+                  nonzero: np.ndarray | None = None) -> np.ndarray:
+    """float32 vector of ``numel`` values from bitmaps of ceil(numel / 8) bytes: value i is
+    scales[i // block], negative where its ``negative`` bit is set, and 0 where its ``nonzero``
+    bit (when given) is clear. One pass for blocks of whole bytes."""
+    out = np.empty(8 * negative.size, np.float32)
+    factors, per = _groups(block, negative.size, scales)
+    _signed_scales(negative, negative if nonzero is None else nonzero, nonzero is not None, factors, per, out)
+    out = out[:numel]
+    if factors is _ONE:
+        chunks.scale_rows(out, block, scales)
+    return out
+
+
+def scale_signs(values: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int) -> np.ndarray:
+    """Non-negative float32 ``values`` in place times scales[i // block], negated where bit i of
+    the ``negative`` bitmap is set. One pass for blocks of whole bytes."""
+    factors, per = _groups(block, negative.size, scales)
+    _scale_signs(values, negative, factors, per)
+    if factors is _ONE:
+        chunks.scale_rows(values, block, scales)
+    return values
 
 
 def reference_pack(values: np.ndarray, bits: int) -> np.ndarray:

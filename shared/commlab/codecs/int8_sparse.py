@@ -35,7 +35,7 @@ class Int8Sparse(Codec):
             raise CodecError(f"{self.name}: chunk size 0 in frame")
         idx, rest = topk.split_sparse(payload, numel, k, mode, index_len, self.name)
         out = np.zeros(numel, np.float32)
-        out[idx] = int8.dequantize(*int8.read_quantized(rest, k, chunk, self.name), chunk)
+        topk.scatter(idx, int8.dequantize(*int8.read_quantized(rest, k, chunk, self.name), chunk), out)
         return out
 
     def payload_size(self, numel: int) -> int:

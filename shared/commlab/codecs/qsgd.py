@@ -9,8 +9,8 @@ codes: at few levels most levels are 0 (3 levels in buckets of 512: a value sits
 = 0.13 of a level), so it zstd-compresses the packed levels and keeps signs for the non-zero
 levels only; the size depends on the data, so `wire_size` is only a bound (zstd's worst case).
 
-The uniforms u come from draws.py (an AES keystream under a key drawn from the codec's Generator
-per frame), on the 24-bit grid of numpy's float32 draws. Bucket norms are float32 sums of squares,
+The uniforms u come from draws.py (a counter-based generator under a key drawn from the codec's
+Generator per frame), on the 24-bit grid of numpy's float32 draws. Bucket norms are float32 sums of squares,
 redone in float64 for the buckets where float32 overflows or loses the small values."""
 from __future__ import annotations
 
@@ -31,19 +31,20 @@ def _bits(levels: int) -> int:
 
 @kernel
 def _quantize(vec: np.ndarray, bucket: int, norms: np.ndarray, factor: np.ndarray, top: np.float32,
-              words: np.ndarray, levels: np.ndarray, negative: np.ndarray) -> None:
-    """levels = min(floor(|w| * factor + u), s) per bucket, u from ``words`` (draws.uniform);
-    buckets whose factor overflowed take |w| / norm * s; negative = w < 0 where the level is > 0.
-    One loop over each bucket's own views."""
+              key: np.ndarray, levels: np.ndarray, negative: np.ndarray) -> None:
+    """levels = min(floor(|w| * factor + u), s) per bucket, u the frame's uniform of the value
+    (draws.uniform under ``key``); buckets whose factor overflowed take |w| / norm * s; negative =
+    w < 0 where the level is > 0. One loop over each bucket's own views."""
     for c in range(norms.size):
-        span = slice(c * bucket, (c + 1) * bucket)
-        x, w, t, neg, f = vec[span], words[span], levels[span], negative[span], factor[c]
+        start = c * bucket
+        span = slice(start, start + bucket)
+        x, t, neg, f = vec[span], levels[span], negative[span], factor[c]
         if f == np.inf:
             for i in range(x.size):
-                t[i] = min(np.floor(abs(x[i]) / norms[c] * top + draws.uniform(w[i])), top)
+                t[i] = min(np.floor(abs(x[i]) / norms[c] * top + draws.uniform(key, start + i)), top)
         else:
             for i in range(x.size):
-                t[i] = min(np.floor(abs(x[i]) * f + draws.uniform(w[i])), top)
+                t[i] = min(np.floor(abs(x[i]) * f + draws.uniform(key, start + i)), top)
         for i in range(x.size):
             neg[i] = (x[i] < 0) & (t[i] > 0)
 
@@ -81,7 +82,7 @@ class QSGD(RandomCodec):
             factor = (self.levels / norms.astype(np.float64)).astype(np.float32)
         factor[norms == 0] = 0
         negative = scratch.buffer("qsgd.negative", n, np.bool_)
-        _quantize(vec, bucket, norms, factor, np.float32(self.levels), draws.words(self.rng, n), t[:n], negative)
+        _quantize(vec, bucket, norms, factor, np.float32(self.levels), draws.frame_key(self.rng), t[:n], negative)
         return norms, t, negative
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
@@ -196,9 +197,7 @@ def _nonzero_signs(levels: np.ndarray, negative: np.ndarray, out: np.ndarray) ->
 def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int, bucket: int) -> np.ndarray:
     """norm * sign * level / s per value, in place in the float32 levels ``q``; ``signs`` is the
     packed bitmap of one bit per value (set: negative)."""
-    chunks.scale_rows(q, bucket, _steps(norms, levels))
-    q *= bitpack.expand(bitpack.SIGNS, signs, q.size, scratch.buffer("qsgd.signs", 8 * signs.size, np.float32))
-    return q
+    return bitpack.scale_signs(q, signs, _steps(norms, levels), bucket)
 
 
 _LENGTH = struct.Struct("<I")

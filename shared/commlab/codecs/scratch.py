@@ -1,13 +1,21 @@
-"""Work arrays the codecs reuse from one frame to the next. A fresh array of tens of MB costs the
-kernel's page faults and zeroing on first touch, about as much as a pass over it, and an encode
-makes several temporaries. Each thread keeps one array per name, at the largest size asked for."""
+"""Work arrays the codecs reuse from one frame to the next, and the process's allocator policy.
+A fresh array of tens of MB costs the kernel's page faults and zeroing on first touch, about as
+much as a pass over it (far more in a virtual machine, where each first touch of a 4 KiB page
+exits to the host), and an encode makes several temporaries. Each thread keeps one array per name,
+at the largest size asked for."""
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import threading
 
 import numpy as np
 
 _local = threading.local()
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_KEEP_FREED = 2**31 - 1  # bytes free at the top of the heap before glibc returns any: never, in practice
 
 
 def buffer(name: str, size: int, dtype: np.dtype | type) -> np.ndarray:
@@ -20,3 +28,22 @@ def buffer(name: str, size: int, dtype: np.dtype | type) -> np.ndarray:
     if raw is None or raw.size < nbytes:
         raw = pool[name] = np.empty(nbytes, np.uint8)
     return raw[:nbytes].view(dtype)
+
+
+def retain_freed_memory() -> bool:
+    """Make glibc's malloc keep the memory a process frees for its next allocations: every block
+    from its heap (no mmap per large block, which free returns to the kernel) and no trimming of
+    the heap's top. Frames and decoded vectors are fresh objects of the same sizes frame after
+    frame; with the default policy each one above 32 MB is a new mapping whose every page faults
+    in on first touch (for a 10M-value vector that took longer than the codec itself). The cost:
+    the process's resident memory stays at its peak. Returns whether the policy applied (False
+    where the C library is not glibc). Node programs and the codec benchmark call it at start."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    except OSError:
+        return False
+    if not hasattr(libc, "gnu_get_libc_version"):  # glibc's parameters only (musl's mallopt does nothing)
+        return False
+    mallopt = libc.mallopt
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _KEEP_FREED))

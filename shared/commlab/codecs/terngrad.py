@@ -27,31 +27,32 @@ from __future__ import annotations
 
 import numpy as np
 
-from commlab.codecs import chunks, draws, scratch
+from commlab.codecs import draws, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
-from commlab.codecs.bitpack import ONES, SIGNS, bitmap, bitmap_size, expand, read_bitmap
+from commlab.codecs.bitpack import bitmap, bitmap_size, read_bitmap, signed_scales
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
 from commlab.codecs.signsgd import BLOCK, check_block, num_blocks, read_scales
 
 
 @kernel
-def _ternarize(vec: np.ndarray, block: int, words: np.ndarray, s: np.ndarray, nonzero: np.ndarray,
+def _ternarize(vec: np.ndarray, block: int, key: np.ndarray, s: np.ndarray, nonzero: np.ndarray,
                negative: np.ndarray) -> None:
     """Per block, while it is in cache: s_b = max |g| (an integer max of the magnitude bits:
     vectorised, and NaN comes out above inf), then per value b = u < |g| / s_b (an all-zero block
     divides by 1) and its sign, as 0/1 bytes. One loop over each block's own views."""
     keys, s_bits = vec.view(np.uint32), s.view(np.uint32)
     for c in range(s.size):
-        span = slice(c * block, (c + 1) * block)
-        x, k, w, nz, neg = vec[span], keys[span], words[span], nonzero[span], negative[span]
+        start = c * block
+        span = slice(start, start + block)
+        x, k, nz, neg = vec[span], keys[span], nonzero[span], negative[span]
         top = np.uint32(0)
         for i in range(k.size):
             top = max(top, k[i] & np.uint32(0x7FFFFFFF))
         s_bits[c] = top
         divisor = s[c] if s[c] > 0 else np.float32(1)
         for i in range(x.size):
-            kept = draws.uniform(w[i]) < abs(x[i]) / divisor
+            kept = draws.uniform(key, start + i) < abs(x[i]) / divisor
             nz[i] = kept
             neg[i] = kept & (x[i] < 0)
 
@@ -74,7 +75,7 @@ class TernGrad(RandomCodec):
         s = np.empty(num_blocks(vec.size, self.block), np.float32)
         nonzero = scratch.buffer("terngrad.nonzero", vec.size, np.bool_)
         negative = scratch.buffer("terngrad.negative", vec.size, np.bool_)
-        _ternarize(vec, self.block, draws.words(self.rng, vec.size), s, nonzero, negative)
+        _ternarize(vec, self.block, draws.frame_key(self.rng), s, nonzero, negative)
         if not (s <= MAX_MAGNITUDE).all():  # NaN fails too
             raise CodecError(f"{self.name}: values must be finite with magnitude <= {MAX_MAGNITUDE:g}")
         return (self.block,), [s, bitmap(nonzero), bitmap(negative)]
@@ -91,10 +92,7 @@ class TernGrad(RandomCodec):
         negative = read_bitmap(payload, 4 * nblocks + bitmap_size(numel), numel, self.name)
         if (negative & ~nonzero).any():
             raise CodecError(f"{self.name}: sign bit set on a zero value")
-        out = expand(ONES, nonzero, numel)  # 0 or 1, then the sign, then s_b
-        out *= expand(SIGNS, negative, numel, scratch.buffer("terngrad.signs", 8 * negative.size, np.float32))
-        chunks.scale_rows(out, block, s)
-        return out
+        return signed_scales(negative, s, block, numel, nonzero)
 
     def payload_size(self, numel: int) -> int:
         return 4 * num_blocks(numel, self.block) + 2 * bitmap_size(numel)

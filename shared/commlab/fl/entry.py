@@ -11,6 +11,7 @@ import traceback
 from typing import Callable, TypeVar
 
 from commlab.codecs import Codec, CodecError, build_compression
+from commlab.codecs.scratch import retain_freed_memory
 from commlab.config.schema import ConfigError
 from commlab.fl.config import CodecSection
 
@@ -56,6 +57,7 @@ def main(prog: str, run: Callable[[str], None], expected: tuple[type[Exception],
         print(f"usage: {prog} CONFIG.json", file=sys.stderr)
         return EXIT_CONFIG
     exit_cleanly_on_sigterm()
+    retain_freed_memory()  # frames and vectors: the same large sizes every round (scratch.py)
     try:
         run(argv[0])
     except ConfigError as e:
