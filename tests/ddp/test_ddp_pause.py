@@ -17,7 +17,7 @@ from commlab.testbed.node_procs import NodeProcess, start_ddp
 PAUSES = [float(s) for s in os.environ.get("COMMLAB_PAUSES", "8").split(",")]
 RUN_S, STEP_S, HALT_S = 300.0, 60.0, 600.0  # hang guards: a run's end, each wait for a log line,
 # reaching the fault point (three processes that import torch start in minutes on a loaded machine)
-# The first test also runs the module fixture's undisturbed runs, and every guard must fire
+# The first test of a method also runs its undisturbed run, and every guard must fire
 # before pytest's own timeout, whose message would not say which node hung.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * RUN_S + HALT_S + 2 * STEP_S + max(PAUSES) + RUN_S)]
 EPOCH = r"\[worker (\d)\] epoch (\d+): .* model ([0-9a-f]{16})"
@@ -41,21 +41,26 @@ def finish(procs: list) -> None:
 
 @pytest.fixture(scope="module")
 def undisturbed(tmp_path_factory):
-    """Per-epoch model hashes of each rank in the runs without a pause."""
-    out = {}
-    for method in METHODS:
-        with Claims() as claims:
-            procs = start_ddp(tmp_path_factory.mktemp(f"undisturbed-{method}"), method, claims.take("domain"))
-            finish(procs)
-        out[method] = epochs(procs)
-        assert len(out[method]) == 2 * WORLD and len({h for _, _, h in out[method]}) == 2  # ranks agree
-    return out
+    """method -> per-epoch model hashes of each rank in its run without a pause (run when first
+    asked for, so that a selection of one method runs only that method's)."""
+    out: dict[str, list[tuple[str, str, str]]] = {}
+
+    def hashes(method: str) -> list[tuple[str, str, str]]:
+        if method not in out:
+            with Claims() as claims:
+                procs = start_ddp(tmp_path_factory.mktemp(f"undisturbed-{method}"), method, claims.take("domain"))
+                finish(procs)
+            out[method] = epochs(procs)
+            assert len(out[method]) == 2 * WORLD and len({h for _, _, h in out[method]}) == 2  # ranks agree
+        return out[method]
+    return hashes
 
 
 @pytest.mark.parametrize("pause_s", PAUSES)
 @pytest.mark.parametrize("method", METHODS)
 def test_a_paused_rank_rejoins_and_every_epoch_ends_with_the_same_model(tmp_path, undisturbed, method, pause_s,
                                                                       domain):
+    expected = undisturbed(method)
     point = "before_exchange@12"  # the second epoch's third step (10 steps per epoch)
     procs = start_ddp(tmp_path, method, domain, halt={1: point})
     paused, others = procs[1], [procs[0], procs[2]]
@@ -75,4 +80,4 @@ def test_a_paused_rank_rejoins_and_every_epoch_ends_with_the_same_model(tmp_path
             p.stop()
         raise
     finish(procs)
-    assert epochs(procs) == undisturbed[method]
+    assert epochs(procs) == expected

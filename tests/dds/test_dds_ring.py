@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import queue
 import signal
 import time
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 from commlab.dds import DdsNode, DdsSettings, Group, PeerLost
+from spawned_ranks import results
 
 pytestmark = pytest.mark.slow
 CTX = mp.get_context("spawn")
@@ -31,33 +31,21 @@ def _settings(domain: int, **kw) -> DdsSettings:
     return DdsSettings(domain_id=domain, write_timeout_s=20.0, chunk_bytes=CHUNK, **kw)
 
 
-def _results(q, procs, timeout: float) -> list:
-    """One result per process; fails at once (not at the timeout) if a process died without one."""
-    out, deadline = [], time.monotonic() + timeout
-    while len(out) < len(procs):
-        try:
-            out.append(q.get(timeout=1))
-        except queue.Empty:
-            dead = [p.name for p in procs if p.exitcode not in (None, 0)]
-            assert not dead and time.monotonic() < deadline, f"no result; died: {dead}"
-    return out
-
-
 def _ring_rank(domain: int, rank: int, world: int, q) -> None:
     with DdsNode(f"worker-{rank}", _settings(domain)) as node:
         g = Group(node, "ddp", rank, world, timeout_s=30.0)
         g.barrier(60)
-        results, sent = {}, {}
+        sums, sent = {}, {}
         for n in _sizes(world):
             for collective in ("ring", "naive"):
                 before = node.stats.snapshot()
-                results[n, collective] = g.allreduce(f"{n}/{collective}", _vector(rank, n), "sum", collective).tobytes()
+                sums[n, collective] = g.allreduce(f"{n}/{collective}", _vector(rank, n), "sum", collective).tobytes()
                 sent[n, collective] = node.stats.since(before)["bytes_sent"]
         before, t = node.stats.snapshot(), time.perf_counter()
         mean = g.allreduce("mean", _vector(rank, BIG), "mean").tobytes()
         sent["wait_s"], sent["wall_s"] = node.stats.since(before)["wait_s"], time.perf_counter() - t
         g.barrier(60)  # nobody leaves while a peer may still need its last block
-        q.put((rank, results, sent, mean))
+        q.put((rank, sums, sent, mean))
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
@@ -67,7 +55,7 @@ def test_ring_sum_is_exact_identical_on_every_rank_and_sends_2_w_minus_1_over_w(
     for p in procs:
         p.start()
     try:
-        got = sorted(_results(q, procs, 240), key=lambda x: x[0])
+        got = sorted(results(q, procs, 240), key=lambda x: x[0])
     finally:
         for p in procs:
             p.join(60)
@@ -131,7 +119,7 @@ def test_ring_names_a_killed_rank_on_every_survivor_within_the_timeout(victim, d
     for p in procs + [killed]:
         p.start()
     try:
-        results = _results(q, procs, SURVIVOR_TIMEOUT_S + 60)
+        verdicts = results(q, procs, SURVIVOR_TIMEOUT_S + 60)
     finally:
         done.set()
         for p in procs:
@@ -139,7 +127,7 @@ def test_ring_names_a_killed_rank_on_every_survivor_within_the_timeout(victim, d
         killed.join(10)
     assert killed.exitcode == -signal.SIGKILL
     assert all(p.exitcode == 0 for p in procs)
-    for rank, message, waited in results:
+    for rank, message, waited in verdicts:
         assert f"rank {victim}" in message and f"gone (lease expired or left), not back within {RETURN_S:.0f}s" in message, \
             (rank, message)
         assert not any(f"rank {r}" in message for r in survivors), (rank, message)

@@ -13,8 +13,9 @@ a bad frame): then every contribution, ring block and partial sum crosses the ne
 its frames, and sums are taken in float32 after decoding.
 
 A rank whose node is gone (lease expired: paused, starved, cut off) gets return_s to come back;
-meanwhile the others wait, and after its return every rank asks for what it may have missed
-(resend.py), so the collective completes with the same bytes as without the cut. A rank not back
+meanwhile the others wait. A rank that waits for a live peer asks it to write again what it lacks,
+at once after a cut and whenever nothing arrived from that peer for a while (resend.py), so a lost
+message is written again and the collective completes with the same bytes as without the loss. A rank not back
 within return_s, or, while every rank is alive, silent for timeout_s, makes wait() raise PeerLost
 naming it.
 """
@@ -32,8 +33,8 @@ import numpy as np
 from .endpoints import ChunkReader, ChunkWriter
 from .errors import BarrierTimeout, DdsError, PeerLost
 from .reassembly import Assembled
-from .resend import Asking, SentLog
-from .ring import GONE, Ready, TwoRings, TwoRingsHandle
+from .resend import Ask, Cuts, Overdue, SentLog, parse_ask, write_again
+from .ring import GONE, RING_TAGS, Ready, TwoRings, TwoRingsHandle
 
 if TYPE_CHECKING:
     from .announce import Peer
@@ -45,6 +46,7 @@ CHECK_S = 0.25  # how often a wait looks at peers gone, back, or asking
 REMEMBERED_KEYS = 4096
 RETURN_S = 120.0  # default time a gone rank gets to come back: a 60 s pause (30 leases) survives
 COLLECTIVES = ("auto", "ring", "naive")  # allreduce schedules; the first is the default
+ASK_TOPICS = ("",) + RING_TAGS  # an ask names the group's own topic ("") or a ring's
 
 
 class FrameCodec(Protocol):
@@ -82,8 +84,9 @@ class Group:
         self._finished: OrderedDict[str, None] = OrderedDict()  # late copies for these keys are dropped
         self._barriers = 0
         self._sent = SentLog()  # this rank's contributions, written again when a peer asks
-        self._asking = Asking()
-        self._asked_by: set[int] = set()  # ranks that asked this one to write again
+        self._cuts = Cuts()
+        self._heard: dict[str, float] = {}  # node -> time.monotonic() of its last contribution or block
+        self._asked_by: dict[int, dict[Ask, float]] = {}  # rank -> what it asked for -> when the ask arrived
         self._serving = threading.Lock()
         self._writer = ChunkWriter(node, f"coll_{name}")
         self._reader = ChunkReader(node, f"coll_{name}", self._on_message)
@@ -97,19 +100,30 @@ class Group:
             key, rank = str(meta["key"]), int(meta["rank"])
             if not 0 <= rank < self.world:
                 raise ValueError(f"rank {rank} outside world {self.world}")
-            asked = self.rank in [int(r) for r in meta["ask"]] if "ask" in meta else None
+            ask = parse_ask(meta, key, ASK_TOPICS) if "ask" in meta else None
         except (ValueError, KeyError, TypeError) as e:
             self.node.stats.add(malformed_chunks=1)
             log.warning("group %s: contribution from %s dropped: %s", self.name, msg.sender, e)
             return
         with self._directory.changed:
-            if asked is not None:  # a request to write again, not a contribution
-                if asked:
-                    self._asked_by.add(rank)
+            if ask is not None:  # a request to write again, not a contribution
+                if self.rank in ask[0]:
+                    self._asked_by.setdefault(rank, {})[ask[1]] = time.monotonic()
                     self._directory.changed.notify_all()
-            elif key not in self._finished:
+                return
+            self.heard(msg.sender)
+            if key not in self._finished:
                 self._parts.setdefault(key, {})[rank] = msg.payload
                 self._directory.changed.notify_all()
+
+    def heard(self, sender: str) -> None:
+        """A contribution or ring block from node `sender` arrived: it is not overdue."""
+        self._heard[sender] = time.monotonic()
+
+    def _heard_at(self, name: str) -> float:
+        """When anything last arrived from node `name`: a whole message, or a chunk of one."""
+        readers = [self._reader] + (self._ring.readers if self._ring is not None else [])
+        return max([self._heard.get(name, 0.0)] + [r.heard_from(name) for r in readers])
 
     def _ranks(self) -> dict[int, bool]:
         """rank -> alive, for every peer that announced membership of this group."""
@@ -120,14 +134,16 @@ class Group:
                 if self.name in p.info.get("groups", {})}
 
     def await_ranks(self, ready: Callable[[], bool], waited: Callable[[], list[int]], key: str,
-                    silence: str, timeout_s: float | None = None) -> None:
+                    silence: str, timeout_s: float | None = None, want: Ask | None = None) -> None:
         """Wait until ready() (evaluated under the directory's lock) holds. Meanwhile answer peers
-        that asked for a resend, and ask the ranks in waited() after a cut with them. PeerLost: a
+        that asked for a resend, and ask the live ranks in waited() for `want` (default: their
+        message of `key` on the group's topic) when it is overdue (resend.Overdue). PeerLost: a
         rank of the group gone and not back within return_s; or, with every rank alive, not ready
         within timeout_s (default self.timeout_s; `silence` says what was missing). The silence
         count starts again while a rank is gone: the others then wait for it too."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
+        overdue = Overdue(Ask(key) if want is None else want, self._cuts)
         self.serve()
         with self.node.stats.waiting():
             while not self._directory.wait_for(ready, min(CHECK_S, max(0.0, deadline - time.monotonic())), POLL_S):
@@ -146,30 +162,40 @@ class Group:
                 if gone:
                     deadline = now + timeout_s
                 self.serve()
-                self._ask([r for r in waited() if r in members and members[r].alive], members)
+                self._ask([r for r in waited() if r in members and members[r].alive], members, overdue)
                 if now >= deadline:
                     raise PeerLost(waited(), self.name, key, silence)
 
-    def _ask(self, ranks: list[int], members: dict[int, "Peer"]) -> None:
-        due = [r for r in ranks if self._asking.due(members[r].name, self._directory.gaps(members[r].name))]
-        if due:
-            log.info("group %s: asking rank(s) %s to write again after a cut", self.name, due)
+    def _ask(self, ranks: list[int], members: dict[int, "Peer"], overdue: Overdue) -> None:
+        due: dict[Ask, list[int]] = {}
+        for r in ranks:
+            p = members[r]
+            ask = overdue.due(p.name, self._directory.gaps(p.name), self._heard_at(p.name))
+            if ask is not None:
+                due.setdefault(ask, []).append(r)
+        for ask, asked in due.items():
+            log.info("group %s: asking rank(s) %s to write again: %s", self.name, asked, ask)
             self.node.stats.add(resend_asks=1)
-            self._writer.write(json.dumps({"key": "", "rank": self.rank, "ask": due}), b"")
+            self._writer.write(json.dumps(ask.meta(self.rank, asked)), b"")
 
     def serve(self) -> None:
-        """Write again, for every rank that asked, what this rank wrote lately (a thread already
-        doing so is enough)."""
+        """Write again what ranks asked for (a thread already doing so is enough): a message on
+        the group's topic once for all who asked, a ring block to the rank that asked."""
         if not self._asked_by or not self._serving.acquire(blocking=False):
             return
         try:
             with self._directory.changed:
-                asked, self._asked_by = self._asked_by, set()
+                asked, self._asked_by = self._asked_by, {}
             log.info("group %s: writing again for rank(s) %s", self.name, sorted(asked))
-            messages = self._sent.messages()
-            for meta, payload in messages:
-                self._writer.write(meta, payload)
-            resent = len(messages) + (self._ring.write_again(asked) if self._ring is not None else 0)
+            wants: dict[Ask, float] = {}
+            for asks in asked.values():
+                for want, at in asks.items():
+                    if not want.topic:
+                        wants[want] = max(at, wants.get(want, at))
+            resent = sum(write_again(self._writer, self._sent, want, at) for want, at in wants.items())
+            if self._ring is not None:
+                resent += sum(self._ring.write_again(rank, want, at) for rank, asks in asked.items()
+                              for want, at in asks.items() if want.topic)
             self.node.stats.add(messages_resent=resent)
         finally:
             self._serving.release()

@@ -103,6 +103,11 @@ class ChunkWriter:
                 raise DdsWriteTimeout(self.name, sorted(set(nodes) - set(directory.alive())),
                                       f"not alive within {timeout_s:.1f}s")
 
+    def acknowledged(self) -> bool:
+        """Whether every matched reader acknowledged every chunk written so far: if not, the last
+        messages are still on their way (and reliable) to a reader that sees this writer."""
+        return wait_for_acks(self.writer, 0.0)
+
     def write(self, meta: str, payload: bytes | memoryview, to: Collection[str] = ()) -> None:
         with self._lock:
             self._write(meta, payload, to)
@@ -201,6 +206,11 @@ class ChunkReader:
         if done is not None:
             self.node.stats.add(messages_received=1, payload_received=len(done.payload))
             self._on_message(done)
+
+    def heard_from(self, sender: str) -> float:
+        """time.monotonic() of the last chunk from node `sender` that completed no message (0: none):
+        a large message still arriving on a slow link shows here before it is whole."""
+        return self._assembler.partial_at.get(sender, 0.0)
 
     def _decode_head(self, sample: int, size: int) -> ChunkHead:
         """The chunk's fields from a copy of the sample's first bytes (all of it if the meta is long)."""

@@ -99,6 +99,7 @@ class Reassembler:
         self._partial: OrderedDict[MessageKey, Partial] = OrderedDict()
         self._held: dict[str, int] = {}  # buffer bytes of incomplete messages per sender
         self._done: OrderedDict[MessageKey, bool] = OrderedDict()  # value: was delivered
+        self.partial_at: dict[str, float] = {}  # sender -> clock() of its last chunk that completed no message
         self._warn_unauthenticated = ThrottledWarning(log, clock=clock)
 
     def held_bytes(self, sender: str | None = None) -> int:
@@ -155,6 +156,7 @@ class Reassembler:
         if h.index == 0:
             p.meta = h.meta
         if len(p.received) < p.count:
+            self.partial_at[h.sender] = now  # a message on its way: a sender's progress before it is whole
             return None
         if p.opened is not None:
             try:

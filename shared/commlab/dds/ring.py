@@ -25,8 +25,8 @@ counts) what is not for it.
 
 Failure: while waiting for a block, a rank of the group whose node is gone (lease expired or left)
 and not back within the group's return_s makes wait() raise PeerLost naming it; a previous rank
-silent for timeout_s while every rank is alive is named too. A rank that comes back within
-return_s gets again, when it asks, the blocks written to it lately (resend.py). A rank that fails
+silent for timeout_s while every rank is alive is named too. A rank that lacks blocks (back
+from a cut, or one was lost) gets them written again when it asks, naming them (resend.py). A rank that fails
 so first passes the verdict on to the next rank (an abort message, acknowledged
 before it returns), which fails with the same names, and so on round the ring: a survivor that
 gives up and leaves is then not mistaken for the rank that vanished first.
@@ -55,7 +55,7 @@ from .endpoints import ChunkReader, ChunkWriter
 from .errors import DdsError, DdsWriteTimeout, PeerLost
 from .reassembly import Assembled
 from .reading import wait_for_acks
-from .resend import SentLog
+from .resend import Ask, SentLog, write_again
 
 if TYPE_CHECKING:
     from .collectives import FrameCodec, Group
@@ -66,6 +66,7 @@ POLL_S = 0.05
 ABORT_ACK_S = 1.0
 REMEMBERED_KEYS = 4096
 GONE = "its node is gone (lease expired or left)"
+RING_TAGS = ("ring", "back")  # topic tags of the forward and the backward ring
 
 
 def _reason(error: PeerLost, key: str) -> str:
@@ -86,10 +87,10 @@ class Ring:
         self._aborts: dict[str, tuple[list[int], str]] = {}  # key -> (lost ranks, reason) from the previous rank
         self._next_joined = False
         self.sent = SentLog()  # blocks written to the next rank, written again when it asks
-        tag = "ring" if direction == 1 else "back"
+        self.tag = tag = RING_TAGS[0] if direction == 1 else RING_TAGS[1]
         self.writer = ChunkWriter(g.node, f"coll_{g.name}_{tag}{self.next}")
-        self._reader = ChunkReader(g.node, f"coll_{g.name}_{tag}{g.rank}", self._on_message)
-        g.node.add_closable(self._reader)
+        self.reader = ChunkReader(g.node, f"coll_{g.name}_{tag}{g.rank}", self._on_message)
+        g.node.add_closable(self.reader)
 
     def _on_message(self, msg: Assembled) -> None:
         try:
@@ -104,6 +105,7 @@ class Ring:
             log.warning("group %s: ring block from %s dropped: %s", self.group.name, msg.sender, e)
             return
         with self._cond:
+            self.group.heard(msg.sender)
             if key in self._finished:
                 return
             if "abort" in meta:
@@ -150,12 +152,6 @@ class Ring:
             if not g._directory.wait_for(lambda: self.next in g._ranks(), g.timeout_s):
                 raise PeerLost([self.next], g.name, "ring", f"never joined within {g.timeout_s:.1f}s")
         self._next_joined = True
-
-    def write_again(self) -> int:
-        messages = self.sent.messages()
-        for meta, payload in messages:
-            self.writer.write(meta, payload)
-        return len(messages)
 
     def finish(self, key: str) -> None:
         self.sent.finish(key)
@@ -208,6 +204,13 @@ class RingHandle:
         return ((step == 0 or (self.key, step - 1, block) in self.ring._blocks)
                 and (step > world - 1 or self.ready is None or self.ready(lo, hi)))
 
+    def lacking(self, todo: list[tuple[int, int, int, int]]) -> Ask:
+        """An ask for the blocks from the previous rank that the steps still to run need and that
+        have not arrived (under the ring's lock); the previous rank writes again those it wrote."""
+        blocks = tuple((step - 1, b) for step, b, _, _ in todo
+                       if step > 0 and (self.key, step - 1, b) not in self.ring._blocks)
+        return Ask(self.key, self.ring.tag, blocks=blocks)
+
     def receive(self, step: int, block: int, length: int) -> tuple[bytes, np.ndarray]:
         """(the frame of block `block` of step `step`, which has arrived, and its `length` decoded values)."""
         ring = self.ring
@@ -257,9 +260,11 @@ class RingHandle:
                 elif abort is not None:  # the previous rank gave up first: the same verdict
                     raise PeerLost(abort[0], g.name, self.key, abort[1])
                 else:
+                    with ring._cond:
+                        want = self.lacking(todo)
                     g.await_ranks(lambda: self.key in ring._aborts or any(self.runnable(*i) for i in todo),
                                   lambda: [ring.prev], self.key,
-                                  f"no ring block from the previous rank within {g.timeout_s:.1f}s")
+                                  f"no ring block from the previous rank within {g.timeout_s:.1f}s", want=want)
         except PeerLost as e:
             if self.sibling is not None:  # first, so that this rank fails with one verdict
                 self.sibling.note_abort(self.key, e)
@@ -277,10 +282,12 @@ class TwoRings:
         self.group = group
         self.rings = (Ring(group, 1), Ring(group, -1))
         self.writers = [r.writer for r in self.rings]
+        self.readers = [r.reader for r in self.rings]
 
-    def write_again(self, ranks: set[int]) -> int:
-        """Write again the recent blocks of each ring whose next rank is among `ranks`; how many."""
-        return sum(ring.write_again() for ring in self.rings if ring.next in ranks)
+    def write_again(self, rank: int, ask: Ask, asked_at: float) -> int:
+        """Write again to `rank` the blocks it asked for on the ring it named; how many."""
+        return sum(write_again(ring.writer, ring.sent, ask, asked_at) for ring in self.rings
+                   if ring.next == rank and ring.tag == ask.topic)
 
     def start(self, key: str, vec: np.ndarray, op: str, codec: "FrameCodec",
               ready: Ready | None = None) -> "TwoRingsHandle":

@@ -75,7 +75,7 @@ class CommStats:
     auth_out_of_window: int = 0
     auth_altered: int = 0
     auth_windows_replaced: int = 0  # a sender's replay window dropped for its newer incarnation's
-    # Collectives after a cut (commlab.dds.resend): asks this node sent, messages it wrote again.
+    # Collectives that lost a message (commlab.dds.resend): asks this node sent, messages it wrote again.
     resend_asks: int = 0
     messages_resent: int = 0
     interface: str | None = field(default=None, repr=False, compare=False)  # counters read if not loopback
