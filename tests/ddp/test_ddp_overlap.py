@@ -3,7 +3,6 @@ fill is flatten_grads' to the bit, a failed backward releases the ring, the ring
 training thread, and the worker's steps train the same models with and without overlap."""
 from __future__ import annotations
 
-import multiprocessing as mp
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,8 +18,8 @@ from commlab.ddp.overlap import Pending, Reducer
 from commlab.ddp.train import train_step
 from commlab.models import build_model, flatten_grads, flatten_params, layout_of, weights_digest
 from commlab.models.train_step import cross_entropy_step
+from spawned_ranks import run_ranks
 
-CTX = mp.get_context("spawn")
 WORLD, STEPS = 2, 3
 
 
@@ -118,18 +117,8 @@ def _rank(domain: int, rank: int, q) -> None:
 @pytest.mark.slow
 def test_overlap_trains_the_same_models_as_the_allreduce_after_backward(domain):
     """2 ranks, 3 steps each way: every rank's model is the same with and without overlap."""
-    q = CTX.Queue()
-    procs = [CTX.Process(target=_rank, args=(domain, r, q), name=f"rank{r}") for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    try:
-        results = dict(q.get(timeout=300) for _ in procs)
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.exitcode is None:
-                p.kill()
-                p.join()
+    got, _ = run_ranks(_rank, (domain,), WORLD, 300)
+    results = dict(got)
     digests = {digest for out in results.values() for digest, _ in out.values()}
     assert len(digests) == 1, results  # both ranks, with and without overlap
     # Each way took its own path: the hooks copied the gradients (no flatten time) only with overlap.

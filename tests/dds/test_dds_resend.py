@@ -5,7 +5,6 @@ undisturbed run."""
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 
 import numpy as np
 import pytest
@@ -13,9 +12,8 @@ import pytest
 from commlab.dds import DdsNode, DdsSettings, Group
 from commlab.dds.reassembly import Assembled
 from commlab.dds.resend import ASK_AFTER_S, Ask, Cuts, Overdue, SentLog, parse_ask, write_again
-from spawned_ranks import results
+from spawned_ranks import run_ranks
 
-CTX = mp.get_context("spawn")
 WORLD = 3
 WANT, INSIST = Ask("7/dense", "ring", 3), Ask("7/dense", "ring", 3, insist=True)
 TIMEOUT_S = 30.0  # a rank silent this long fails the run; the asks come after 1, 3, 7 and 15 s of quiet
@@ -108,16 +106,9 @@ def run_rank(domain: int, rank: int, q) -> None:
 
 @pytest.mark.slow
 def test_a_dropped_block_contribution_and_barrier_message_are_asked_for_and_arrive(domain):
-    q = CTX.Queue()
-    procs = [CTX.Process(target=run_rank, args=(domain, r, q), name=f"rank{r}") for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    try:
-        got = sorted(results(q, procs, 4 * TIMEOUT_S + 60))
-    finally:
-        for p in procs:
-            p.join(30)
-    assert [p.exitcode for p in procs] == [0] * WORLD
+    got, exitcodes = run_ranks(run_rank, (domain,), WORLD, 4 * TIMEOUT_S + 60)
+    got.sort()
+    assert exitcodes == [0] * WORLD
     outs = [out for _, out, _, _ in got]
     assert all(dropped == [1] * len(dropped) for _, _, dropped, _ in got)  # each drop happened
     assert len({o["clean"] for o in outs}) == 1 and [o["lossy"] for o in outs] == [o["clean"] for o in outs]
