@@ -57,7 +57,8 @@ def fl_measure(run_dir: Path) -> dict:
 
 def ddp_command(case: str, rate: str, a: argparse.Namespace, run_id: str) -> list[str]:
     peer_case = case if case.startswith("gloo-") else f"dds-{case}"
-    return bench_peers.command(peer_case, argparse.Namespace(**{**vars(a), "profile": rate}), run_id)
+    return bench_peers.command(peer_case, argparse.Namespace(**{**bench_peers.WORKLOAD, **vars(a), "profile": rate}),
+                               run_id)
 
 
 def ddp_measure(run_dir: Path, a: argparse.Namespace) -> dict:

@@ -67,14 +67,17 @@ def measure(case: str, a: argparse.Namespace, run_dir: Path) -> dict:
             "steps": int(steps["step"].max()) + 1}
 
 
+WORKLOAD = {"model": "mnist_cnn", "dataset": "mnist", "batch_size": 32}  # every case's, unless given
+
+
 def parser() -> BenchParser:
     """The benchmark's own flags (run_table adds the cases and the data subsets)."""
     p = BenchParser(__doc__, "peers", QUICK, seeds=0, profile="10mbit")
     p.add_argument("--world", type=int, default=3)
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--model", default="mnist_cnn", help="a model by name (docs/workloads.md), every case's")
-    p.add_argument("--dataset", default="mnist", help="a dataset by name or synthetic:<name>, every case's")
-    p.add_argument("--batch-size", type=int, default=32, help="per rank (centralized: world x this)")
+    p.add_argument("--model", default=WORKLOAD["model"], help="a model by name (docs/workloads.md), every case's")
+    p.add_argument("--dataset", default=WORKLOAD["dataset"], help="a dataset by name or synthetic:<name>, every case's")
+    p.add_argument("--batch-size", type=int, default=WORKLOAD["batch_size"], help="per rank (centralized: world x this)")
     p.add_argument("--skip", type=int, default=4, help="steps left out of bytes and time: DGC warm-up length (steps)")
     p.add_argument("--start-iter", type=int, default=2, help="dense steps before PowerSGD, DDS and gloo alike")
     return p
