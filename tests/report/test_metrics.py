@@ -68,8 +68,8 @@ def test_every_node_records_its_peak_memory_and_the_launcher_sums_them(tmp_path)
 
 
 def _train_phase_of_64_mib(out: str) -> None:
-    """In a fresh process (the test process's allocator may keep freed memory resident, as the node
-    programs ask it to: scratch.retain_freed_memory): a phase that touches and frees 64 MiB."""
+    """In a fresh process (what earlier tests did in the test process, its peak and its allocator's
+    state, would blur the phase's rise): a phase that touches and frees 64 MiB."""
     import numpy as np
     watch = MemoryWatch()
     assert watch.resettable, "/proc/self/clear_refs refused the reset of VmHWM"
