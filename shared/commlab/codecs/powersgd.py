@@ -185,11 +185,11 @@ class PowerSgd(Codec):
                 raise CodecError(f"powersgd: matrix {k} ({n} x {m} at {offset}, rank {r}) does not fit")
             factors = np.frombuffer(payload[pos + ENTRY.size:end], "<f4")
             p, q = factors[:n * r].reshape(n, r), factors[n * r:].reshape(m, r)
+            product = out[offset:offset + n * m].reshape(n, m)  # straight into the output: no temporary
             with np.errstate(all="ignore"), one_blas_thread():
-                product = p @ q.T
+                np.matmul(p, q.T, out=product)
             if not np.isfinite(product).all():
                 raise CodecError(f"powersgd: matrix {k}: factors are not finite or their product overflows float32")
-            out[offset:offset + n * m] = product.ravel()
             pos = end
         if count == 0 and d_count == numel and idx_len == 0:  # a whole frame (before start_iter)
             idx, rest = np.arange(numel), payload
