@@ -2,7 +2,10 @@
 little-endian stream of ceil(D*b/8) bytes; 8 values make b whole bytes.
 
 Packing and unpacking are compiled loops (jit.py) over groups of 8 values, b bytes each: for 2,
-4 and 8 bits byte by byte, for the other widths through one 64-bit word a group. Levels come in
+4 and 8 bits byte by byte; the other widths pack in three passes that LLVM compiles to few
+instructions a value (levels to bytes; 8 bytes of levels to one word of 8 b-bit fields; 8 such
+words, 64 levels, to b whole 64-bit words; a loop building each group's bytes from its float32
+levels took three times as long) and unpack through one 64-bit word a group. Levels come in
 and go out as float32: what every encoder rounds and every decoder multiplies next. (A BLAS dot of
 groups of levels with the powers of two of their bit positions packed some widths faster on an idle
 machine, but BLAS's threads slowed it tenfold while other processes ran.)
@@ -15,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import literal_unroll
 
+from commlab.codecs import scratch
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
 
@@ -23,9 +27,10 @@ def packed_size(count: int, bits: int) -> int:
     return -(-count * bits // 8)
 
 
-# A float32 array whose length is a multiple of this is packed in place, without a padded copy.
-PAD = 16
-# The widths packed through a 64-bit word a group of 8 (the others byte by byte).
+# A float32 array whose length is a multiple of this is packed in place, without a padded copy
+# (the word widths pack runs of 64 levels).
+PAD = 64
+# The widths packed through 64-bit words (the others byte by byte).
 _WORD_WIDTHS = (1, 3, 5, 6, 7)
 
 
@@ -40,38 +45,70 @@ def pack(values: np.ndarray, bits: int, count: int | None = None) -> np.ndarray:
         padded[: values.size] = values
         values = padded
     stream = np.empty(values.size * bits // 8, np.uint8)
-    _pack(values, bits, stream)
+    if bits in _WORD_WIDTHS:
+        levels = scratch.buffer("bitpack.levels", values.size, np.uint8)
+        _to_bytes(values, levels)
+        groups = scratch.buffer("bitpack.groups", values.size // 8, np.uint64)
+        _fields(levels.view(np.uint64), bits, groups)
+        _join(groups, bits, stream)
+    else:
+        _pack(values, bits, stream)
     return stream[: packed_size(count, bits)]
 
 
+@kernel
+def _to_bytes(values: np.ndarray, out: np.ndarray) -> None:
+    for i in range(values.size):
+        out[i] = np.uint8(np.int32(values[i]))  # int32: a conversion that vectorises
+
+
+@kernel
+def _fields(lanes: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """Each word of 8 byte levels -> one word of 8 ``bits``-bit fields, level t at bit bits * t."""
+    for g in range(lanes.size):
+        x, word = lanes[g], np.uint64(0)
+        for t in range(8):
+            word |= ((x >> np.uint64(8 * t)) & np.uint64(0xFF)) << np.uint64(bits * t)
+        out[g] = word
+
+
 @kernel(inline="always")
-def _pack_words(values: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """Group g of 8 levels becomes bytes [bits g, bits (g + 1)): two 32-bit halves of 4 levels
-    (int32 conversions measured twice as fast as 64-bit ones), joined in one word; inlined with a
-    constant ``bits``, so that its loops unroll."""
-    for g in range(values.size // 8):
-        v = values[8 * g : 8 * g + 8]
-        low = np.int32(v[0]) | (np.int32(v[1]) << bits) | (np.int32(v[2]) << (2 * bits)) | (np.int32(v[3]) << (3 * bits))
-        high = np.int32(v[4]) | (np.int32(v[5]) << bits) | (np.int32(v[6]) << (2 * bits)) | (np.int32(v[7]) << (3 * bits))
-        word = np.uint64(low) | (np.uint64(high) << np.uint64(4 * bits))
-        for b in range(bits):
-            out[bits * g + b] = np.uint8((word >> np.uint64(8 * b)) & np.uint64(0xFF))
+def _join_words(groups: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """Each run of 8 group words (8 bits bits each) -> ``bits`` 64-bit words of the stream: word j
+    holds stream bits [64 j, 64 j + 64), from the groups that overlap them; inlined with a
+    constant ``bits``, so that the loops unroll and every shift and test is a constant."""
+    words = out.view(np.uint64)
+    for r in range(groups.size // 8):
+        g8, w = groups[8 * r : 8 * r + 8], words[bits * r : bits * r + bits]
+        for j in range(bits):
+            word = np.uint64(0)
+            for g in range(8):
+                shift = 8 * bits * g - 64 * j
+                if 0 <= shift < 64:
+                    word |= g8[g] << np.uint64(shift)
+                elif -8 * bits < shift < 0:
+                    word |= g8[g] >> np.uint64(-shift)
+            w[j] = word
+
+
+@kernel
+def _join(groups: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """The stream of ``bits`` * groups.size bytes from group words (groups.size a multiple of 8)."""
+    for width in literal_unroll(_WORD_WIDTHS):  # a copy of the loop per width, each unrolled
+        if bits == width:
+            _join_words(groups, width, out)
 
 
 @kernel
 def _pack(values: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """float32 levels (values.size a multiple of 8) -> the stream of bits * values.size / 8 bytes."""
+    """float32 levels of 4 or 2 bits (values.size a multiple of 8) -> the stream of bits * values.size / 8 bytes."""
     if bits == 4:
         for j in range(out.size):
             out[j] = np.uint8(values[2 * j]) | (np.uint8(values[2 * j + 1]) << 4)
-    elif bits == 2:
+    else:
         for j in range(out.size):
             out[j] = (np.uint8(values[4 * j]) | (np.uint8(values[4 * j + 1]) << 2)
                       | (np.uint8(values[4 * j + 2]) << 4) | (np.uint8(values[4 * j + 3]) << 6))
-    else:
-        for width in literal_unroll(_WORD_WIDTHS):  # a copy of the loop per width, each unrolled
-            if bits == width:
-                _pack_words(values, width, out)
 
 
 @kernel(inline="always")
