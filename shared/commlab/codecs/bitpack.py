@@ -30,6 +30,7 @@ def packed_size(count: int, bits: int) -> int:
 # A float32 array whose length is a multiple of this is packed in place, without a padded copy
 # (the word widths pack runs of 64 levels).
 PAD = 64
+_RUN = 64  # levels a run: ``bits`` whole 64-bit words of the stream
 # The widths packed through 64-bit words (the others byte by byte).
 _WORD_WIDTHS = (1, 3, 5, 6, 7)
 
@@ -60,6 +61,12 @@ def pack(values: np.ndarray, bits: int, count: int | None = None) -> np.ndarray:
 def _to_bytes(values: np.ndarray, out: np.ndarray) -> None:
     for i in range(values.size):
         out[i] = np.uint8(np.int32(values[i]))  # int32: a conversion that vectorises
+
+
+@kernel
+def _to_floats(levels: np.ndarray, out: np.ndarray) -> None:
+    for i in range(levels.size):
+        out[i] = np.float32(np.int32(levels[i]))  # a third faster than numpy's cast
 
 
 @kernel
@@ -112,21 +119,40 @@ def _pack(values: np.ndarray, bits: int, out: np.ndarray) -> None:
 
 
 @kernel(inline="always")
-def _unpack_words(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """Group g of 8 values is bytes [bits g, bits (g + 1)) read as one little-endian word; inlined
-    with a constant ``bits``, so that its loops unroll."""
+def _split_words(stream: np.ndarray, bits: int, groups: np.ndarray) -> None:
+    """The inverse of _join_words: each run of ``bits`` 64-bit stream words -> 8 group words."""
+    words, mask = stream.view(np.uint64), np.uint64((1 << (8 * bits)) - 1)
+    for r in range(groups.size // 8):
+        w, g8 = words[bits * r : bits * r + bits], groups[8 * r : 8 * r + 8]
+        for g in range(8):
+            start = 8 * bits * g
+            word = w[start // 64] >> np.uint64(start % 64)
+            if start % 64 + 8 * bits > 64:
+                word |= w[start // 64 + 1] << np.uint64(64 - start % 64)
+            g8[g] = word & mask
+
+
+@kernel
+def _split(stream: np.ndarray, bits: int, groups: np.ndarray) -> None:
+    for width in literal_unroll(_WORD_WIDTHS):
+        if bits == width:
+            _split_words(stream, width, groups)
+
+
+@kernel
+def _bytes_of_fields(groups: np.ndarray, bits: int, lanes: np.ndarray) -> None:
+    """The inverse of _fields: each word of 8 ``bits``-bit fields -> a word of 8 byte levels."""
     mask = np.uint64((1 << bits) - 1)
-    for g in range(out.size // 8):
-        word = np.uint64(0)
-        for b in range(bits):
-            word |= np.uint64(stream[bits * g + b]) << np.uint64(8 * b)
+    for g in range(groups.size):
+        x, word = groups[g], np.uint64(0)
         for t in range(8):
-            out[8 * g + t] = np.float32(np.int32((word >> np.uint64(bits * t)) & mask))  # int32: a cheap conversion
+            word |= ((x >> np.uint64(bits * t)) & mask) << np.uint64(8 * t)
+        lanes[g] = word
 
 
 @kernel
 def _unpack(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """float32 levels of a stream of whole groups (out.size a multiple of 8, stream bits * out.size / 8 bytes)."""
+    """float32 levels of 8, 4 or 2 bits from a stream of bits * out.size / 8 bytes."""
     if bits == 8:
         for i in range(out.size):
             out[i] = np.float32(stream[i])
@@ -134,16 +160,26 @@ def _unpack(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
         for j in range(stream.size):
             out[2 * j] = np.float32(stream[j] & 15)
             out[2 * j + 1] = np.float32(stream[j] >> 4)
-    elif bits == 2:
+    else:
         for j in range(stream.size):
             out[4 * j] = np.float32(stream[j] & 3)
             out[4 * j + 1] = np.float32((stream[j] >> 2) & 3)
             out[4 * j + 2] = np.float32((stream[j] >> 4) & 3)
             out[4 * j + 3] = np.float32(stream[j] >> 6)
-    else:
-        for width in literal_unroll(_WORD_WIDTHS):
-            if bits == width:
-                _unpack_words(stream, width, out)
+
+
+def _unpack_runs(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """float32 levels of whole runs (out.size a multiple of _RUN) from bits * out.size / 8 bytes."""
+    if bits not in _WORD_WIDTHS:
+        _unpack(stream, bits, out)
+        return
+    aligned = scratch.buffer("bitpack.stream", stream.size, np.uint8)  # 64-bit words: aligned
+    aligned[:] = stream
+    groups = scratch.buffer("bitpack.groups", out.size // 8, np.uint64)
+    _split(aligned, bits, groups)
+    levels = scratch.buffer("bitpack.levels", out.size, np.uint8)
+    _bytes_of_fields(groups, bits, levels.view(np.uint64))
+    _to_floats(levels, out)
 
 
 def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | None = None) -> np.ndarray:
@@ -157,13 +193,14 @@ def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | No
     spare = 8 * stream.size - count * bits
     if spare and stream[-1] >> (8 - spare):
         raise CodecError("packed stream has non-zero padding bits")
-    levels = np.empty(-(-count // 8) * 8, np.float32)
-    whole = count // 8 * bits  # bytes of the whole groups; the last group's, zero-padded, on its own
-    _unpack(stream[:whole], bits, levels[: count // 8 * 8])
+    levels = np.empty(-(-count // _RUN) * _RUN, np.float32)
+    runs = count // _RUN
+    whole = runs * _RUN * bits // 8  # bytes of the whole runs; the last run's, zero-padded, on its own
+    _unpack_runs(stream[:whole], bits, levels[: runs * _RUN])
     if whole < stream.size:
-        tail = np.zeros(bits, np.uint8)
+        tail = np.zeros(_RUN * bits // 8, np.uint8)
         tail[: stream.size - whole] = stream[whole:]
-        _unpack(tail, bits, levels[count // 8 * 8 :])
+        _unpack_runs(tail, bits, levels[runs * _RUN :])
     levels = levels[:count]
     if max_level is not None and max_level < (1 << bits) - 1 and count and levels.max() > max_level:
         raise CodecError(f"level {int(levels.max())} exceeds the {max_level} levels in the header")
@@ -190,8 +227,6 @@ def read_bitmap(payload: memoryview, offset: int, numel: int, what: str) -> np.n
     return data
 
 
-# Row b: the 8 bits of bitmap byte b, low bit first.
-_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little")
 _SIGN = np.uint32(31)
 
 
@@ -246,64 +281,6 @@ def scale_signs(values: np.ndarray, negative: np.ndarray, scales: np.ndarray, bl
     the ``negative`` bitmap is set."""
     _scale_signs(values, _flags(negative, values.size), scales, block)
     return values
-
-
-# Sparse bit streams (qsgdz's signs): the bits of one bitmap at the set bits of a mask bitmap, in
-# order, packed. Byte tables of x86's pext and pdep (which numba cannot emit): _EXTRACT[m, x] is
-# the bits of x at the set bits of m, packed low; _DEPOSIT[m, b] the low bits of b spread over
-# the set bits of m; _COUNT[m] the set bits of m. Row by row, a pass over the mask's bytes with
-# one running bit offset (a compaction loop over values took four times as long).
-def _byte_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(_COUNT, _EXTRACT, _DEPOSIT), from each byte's bits and their ranks among its set bits."""
-    bits = _BITS.astype(np.int64)[:, None, :]  # [m, 1, t]
-    ranks = np.cumsum(bits, axis=2) - bits
-    x, t = np.arange(256)[None, :, None], np.arange(8)
-    extract = (bits * ((x >> t) & 1) << ranks).sum(axis=2)
-    deposit = (bits * ((x >> ranks) & 1) << t).sum(axis=2)
-    return bits.sum(axis=(1, 2)), extract.astype(np.uint8), deposit.astype(np.uint8)
-
-
-_COUNT, _EXTRACT, _DEPOSIT = _byte_tables()
-
-
-@kernel
-def _extract(mask: np.ndarray, bits: np.ndarray, out: np.ndarray) -> int:
-    """The bits of ``bits`` at the set bits of ``mask`` (bitmaps of one size), in order, into
-    ``out`` (at least mask.size + 1 bytes, zero padding bits); returns their count. Every byte
-    is stored and the write position advances when 8 bits are complete: no branch."""
-    pending, held, at = np.int64(0), np.int64(0), 0
-    for j in range(mask.size):
-        m = mask[j]
-        pending |= np.int64(_EXTRACT[m, bits[j]]) << held
-        held += _COUNT[m]
-        out[at] = pending & 0xFF
-        full = np.int64(held >= 8)
-        pending >>= 8 * full
-        held -= 8 * full
-        at += full
-    out[at] = pending
-    return 8 * at + held
-
-
-def extract(mask: np.ndarray, bits: np.ndarray) -> np.ndarray:
-    """Bitmap of the bits of bitmap ``bits`` where bitmap ``mask`` is set, in order (pext)."""
-    out = np.empty(mask.size + 1, np.uint8)
-    return out[: bitmap_size(_extract(mask, bits, out))]
-
-
-@kernel
-def deposit(mask: np.ndarray, stream: np.ndarray, out: np.ndarray) -> int:
-    """The inverse of ``extract`` (pdep): out[j] takes the next bits of ``stream`` at the set bits
-    of mask[j]; returns the count of bits read. A read past the end of ``stream`` (not empty)
-    takes its last byte: the caller checks its length against the count afterwards."""
-    at, last = np.int64(0), stream.size - 1
-    for j in range(mask.size):
-        m = mask[j]
-        byte = at >> 3
-        window = (np.int64(stream[min(byte, last)]) | (np.int64(stream[min(byte + 1, last)]) << 8)) >> (at & 7)
-        out[j] = _DEPOSIT[m, window & ((1 << _COUNT[m]) - 1)]
-        at += _COUNT[m]
-    return at
 
 
 def reference_pack(values: np.ndarray, bits: int) -> np.ndarray:

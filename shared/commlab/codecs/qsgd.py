@@ -19,7 +19,7 @@ import struct
 import numpy as np
 import zstandard
 
-from commlab.codecs import bitpack, chunks, draws, scratch
+from commlab.codecs import bitpack, chunks, draws, scratch, sparsebits
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
 from commlab.codecs.errors import CodecError, chunk_size, integer_in
 from commlab.codecs.jit import kernel
@@ -171,7 +171,7 @@ def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int
 
 
 _LENGTH = struct.Struct("<I")
-_NO_SIGNS = np.zeros(1, np.uint8)  # what bitpack.deposit reads when a frame has no sign bytes
+_NO_SIGNS = np.zeros(1, np.uint8)  # what sparsebits.deposit reads when a frame has no sign bytes
 # Packed levels look like random bytes with a skewed histogram: long matches are rare and the
 # Huffman coding of the literals does the work, so a small match table (zstd's fast strategy with
 # 2**8 entries) loses nothing against zstd's level 1 and spends less time looking for matches.
@@ -200,7 +200,7 @@ class QSGDZ(QSGD):
         norms, q, negative = self._quantize(vec)
         packed = bitpack.pack(q, _bits(self.levels), vec.size)
         stream = zstandard.ZstdCompressor(compression_params=_ZSTD).compress(packed)
-        signs = bitpack.extract(bitpack.bitmap(q[: vec.size] > 0), bitpack.bitmap(negative))
+        signs = sparsebits.extract(bitpack.bitmap(q[: vec.size] > 0), bitpack.bitmap(negative))
         return (self.levels, self.bucket), [norms, _LENGTH.pack(len(stream)), stream, signs]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
@@ -223,7 +223,7 @@ class QSGDZ(QSGD):
         # before anything returns.
         kept = bitpack.bitmap(out > 0)
         negative = np.empty(kept.size, np.uint8)
-        nonzero = bitpack.deposit(kept, signs if signs.size else _NO_SIGNS, negative)
+        nonzero = sparsebits.deposit(kept, signs if signs.size else _NO_SIGNS, negative)
         if signs.size != -(-nonzero // 8):
             raise CodecError(f"{name}: {signs.size} sign bytes, {nonzero} non-zero levels need {-(-nonzero // 8)}")
         if nonzero % 8 and signs[-1] >> (nonzero % 8):
