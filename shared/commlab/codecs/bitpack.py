@@ -37,18 +37,21 @@ _WORD_WIDTHS = (1, 3, 5, 6, 7)
 
 def pack(values: np.ndarray, bits: int, count: int | None = None) -> np.ndarray:
     """Levels < 2**bits (float32 integers or any integer dtype) -> uint8 stream of packed_size
-    bytes. The first ``count`` values (default: all) are packed; the rest of ``values`` must be 0."""
+    bytes. The first ``count`` values (default: all) are packed; the rest of ``values`` must be 0.
+    Float32 or uint8 levels whose length is a multiple of PAD are packed without a copy."""
     count = values.size if count is None else count
     if bits == 8:
         return values[:count].astype(np.uint8)
-    if values.dtype != np.float32 or values.size % PAD:
+    if values.dtype not in (np.float32, np.uint8) or values.size % PAD:
         padded = np.zeros(-(-values.size // PAD) * PAD, np.float32)
         padded[: values.size] = values
         values = padded
     stream = np.empty(values.size * bits // 8, np.uint8)
     if bits in _WORD_WIDTHS:
-        levels = scratch.buffer("bitpack.levels", values.size, np.uint8)
-        _to_bytes(values, levels)
+        levels = values
+        if values.dtype != np.uint8:
+            levels = scratch.buffer("bitpack.levels", values.size, np.uint8)
+            _to_bytes(values, levels)
         groups = scratch.buffer("bitpack.groups", values.size // 8, np.uint64)
         _fields(levels.view(np.uint64), bits, groups)
         _join(groups, bits, stream)

@@ -32,7 +32,7 @@ def _bits(levels: int) -> int:
 @kernel
 def _quantize(vec: np.ndarray, bucket: int, norms: np.ndarray, factor: np.ndarray, top: np.float32,
               key: np.ndarray, levels: np.ndarray, negative: np.ndarray) -> None:
-    """levels = min(floor(|w| * factor + u), s) per bucket, u the frame's uniform of the value
+    """levels (bytes) = min(floor(|w| * factor + u), s) per bucket, u the frame's uniform of the value
     (draws.uniform under ``key``); buckets whose factor overflowed take |w| / norm * s; negative =
     w < 0 where the level is > 0. One loop over each bucket's own views."""
     for c in range(norms.size):
@@ -41,10 +41,10 @@ def _quantize(vec: np.ndarray, bucket: int, norms: np.ndarray, factor: np.ndarra
         x, t, neg, f = vec[span], levels[span], negative[span], factor[c]
         if f == np.inf:
             for i in range(x.size):
-                t[i] = min(np.floor(abs(x[i]) / norms[c] * top + draws.uniform(key, start + i)), top)
+                t[i] = np.uint8(np.int32(min(np.floor(abs(x[i]) / norms[c] * top + draws.uniform(key, start + i)), top)))
         else:
-            for i in range(x.size):
-                t[i] = min(np.floor(abs(x[i]) * f + draws.uniform(key, start + i)), top)
+            for i in range(x.size):  # int32 then uint8: conversions that vectorise
+                t[i] = np.uint8(np.int32(min(np.floor(abs(x[i]) * f + draws.uniform(key, start + i)), top)))
         for i in range(x.size):
             neg[i] = (x[i] < 0) & (t[i] > 0)
 
@@ -68,13 +68,13 @@ class QSGD(RandomCodec):
         self.rng = np.random.default_rng(seed)
 
     def _quantize(self, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(float32 bucket norms, float32 levels in 0..s zero-padded to a multiple of bitpack.PAD,
+        """(float32 bucket norms, uint8 levels in 0..s zero-padded to a multiple of bitpack.PAD,
         the signs of the non-zero levels as bools); the two arrays are scratch arrays."""
         n, bucket = vec.size, self.bucket
         norms = bucket_norms(vec, bucket)
         if not (norms <= MAX_MAGNITUDE).all():
             raise CodecError(f"{self.name}: values must be finite with bucket norms <= {MAX_MAGNITUDE:g}")
-        t = scratch.buffer("qsgd.levels", -(-n // bitpack.PAD) * bitpack.PAD, np.float32)
+        t = scratch.buffer("qsgd.levels", -(-n // bitpack.PAD) * bitpack.PAD, np.uint8)
         t[n:] = 0
         # s / norm per bucket, rounded once; all-zero buckets keep 0. Where s / norm overflows
         # float32 (tiny norms) the bucket takes |w| / norm first, then times s.
