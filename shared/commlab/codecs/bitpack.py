@@ -1,12 +1,12 @@
 """Pack unsigned integers of 1..8 bits densely: value i takes bits [b*i, b*(i+1)) of a
 little-endian stream of ceil(D*b/8) bytes; 8 values make b whole bytes.
 
-Packing and unpacking are compiled loops (jit.py) over groups of 8 values, b bytes each: for 2,
-4 and 8 bits byte by byte; the other widths pack in three passes that LLVM compiles to few
-instructions a value (levels to bytes; 8 bytes of levels to one word of 8 b-bit fields; 8 such
-words, 64 levels, to b whole 64-bit words; a loop building each group's bytes from its float32
-levels took three times as long) and unpack through one 64-bit word a group. Levels come in
-and go out as float32: what every encoder rounds and every decoder multiplies next. (A BLAS dot of
+Packing and unpacking are compiled loops (jit.py): for 2, 4 and 8 bits byte by byte; the other
+widths in three passes that vectorise (levels to bytes; 8 bytes of levels to one word of 8 b-bit
+fields; 8 such words, 64 levels, to b whole 64-bit words), and back the same way (a loop building
+each group's bytes from its float32 levels took twice as long). Levels come in as float32 or
+bytes (what the encoders round to) and go out as float32 (what every decoder multiplies next).
+The sign decoders' passes over bitmaps (signsgd, terngrad, qsgd) are here too. (A BLAS dot of
 groups of levels with the powers of two of their bit positions packed some widths faster on an idle
 machine, but BLAS's threads slowed it tenfold while other processes ran.)
 
@@ -111,7 +111,7 @@ def _join(groups: np.ndarray, bits: int, out: np.ndarray) -> None:
 
 @kernel
 def _pack(values: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """float32 levels of 4 or 2 bits (values.size a multiple of 8) -> the stream of bits * values.size / 8 bytes."""
+    """Levels of 4 or 2 bits (values.size a multiple of 8) -> the stream of bits * values.size / 8 bytes."""
     if bits == 4:
         for j in range(out.size):
             out[j] = np.uint8(values[2 * j]) | (np.uint8(values[2 * j + 1]) << 4)
