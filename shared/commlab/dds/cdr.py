@@ -97,8 +97,9 @@ def serdata_view(sample: int, offset: int, size: int) -> Iterator[memoryview]:
 
 def copy_into(dest: int, src) -> None:
     """Copy the contiguous buffer `src` to address dest."""
-    if len(src):
-        (_memmove_releasing_gil if len(src) >= COPY_RELEASING_GIL else _memmove_holding_gil)(dest, address_of(src), len(src))
+    n = len(src)
+    if n:
+        (_memmove_releasing_gil if n >= COPY_RELEASING_GIL else _memmove_holding_gil)(dest, address_of(src), n)
 
 
 def sertype_of(entity: int) -> int:

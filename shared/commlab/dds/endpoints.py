@@ -53,6 +53,7 @@ class ChunkWriter:
         self._matched_version: tuple[int, int] = (-1, -1)
         self._ready_at: tuple[int, tuple[int, int]] | None = None  # (directory generation, match version)
         self._lock = threading.Lock()  # one message at a time (a collective's resends come from any thread)
+        self._sealed: list[bytearray] = [bytearray(), bytearray()]  # encrypted chunks, reused message after message
         node.writers.append(self)
 
     def _match_version(self) -> tuple[int, int]:
@@ -130,7 +131,8 @@ class ChunkWriter:
         base = address_of(view) if len(view) else 0
         try:
             # Protected: an envelope in the first chunk, the payload's tag or digest in the last.
-            sealing = None if self.node.sealer is None else self.node.sealer.begin(self.name, meta, len(view))
+            sealer = self.node.sealer
+            sealing = None if sealer is None else sealer.begin(self.name, meta, len(view), self._sealed)
             message = list(split(self.node.name, self.node.incarnation, msg_id,
                                  meta if sealing is None else sealing.envelope, view, s.chunk_bytes))
             # Sealed (encrypted) into buffers that write_iov copies from, one chunk ahead of the writes.

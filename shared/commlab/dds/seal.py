@@ -43,16 +43,17 @@ class Sealer:
         # Seals the chunk after the one being written; two, so two writers of the node never wait on each other.
         self.worker = ThreadPoolExecutor(2, thread_name_prefix=f"seal-{ring.node}")
 
-    def begin(self, topic: str, meta: str, nbytes: int) -> "Sealing":
+    def begin(self, topic: str, meta: str, nbytes: int, out: list[bytearray] | None = None) -> "Sealing":
         """Start sealing one message of `nbytes` payload bytes: its envelope (for chunk 0) now,
-        its trailer (for the last chunk) once every payload byte went through update()."""
+        its trailer (for the last chunk) once every payload byte went through update(). `out`:
+        two buffers to encrypt into, the caller's to reuse for its next message once this one is sent."""
         with self._lock:
             self.seq += 1
             seq = self.seq
         auth = {"v": VERSION, "run": self.ring.run_id, "sender": self.ring.node, "incarnation": self.incarnation,
                 "seq": seq, "topic": topic, "bytes": nbytes, "salt": secrets.token_hex(SALT_BYTES),
                 "cipher": self.cipher, "mac": self.mac}
-        return Sealing(self, auth, meta)
+        return Sealing(self, auth, meta, [bytearray(), bytearray()] if out is None else out)
 
     def close(self) -> None:
         self.worker.shutdown()
@@ -68,7 +69,7 @@ class Sealing:
     """One message being sealed: update() each chunk's payload in order (or updates() all of them,
     pipelined), and send what it returns."""
 
-    def __init__(self, sealer: Sealer, auth: dict, meta: str):
+    def __init__(self, sealer: Sealer, auth: dict, meta: str, out: list[bytearray]):
         self.keys, self.signer, self._worker = sealer.keys, sealer.signer, sealer.worker
         self.signed = signed_bytes(auth, meta)
         doc: dict = {"auth": auth, "meta": meta, "tags": {p: tag(k, self.signed) for p, k in self.keys.items()}}
@@ -90,7 +91,7 @@ class Sealing:
         self._hash = blake3.blake3() if auth["mac"] == "blake3" else None
         self._macs = {p: gmac(k, self.signed) for p, k in self.keys.items()} if auth["mac"] == "gmac" else {}
         # Ciphertext of the last two chunks: one being written while the next is encrypted.
-        self._out = [bytearray(), bytearray()]
+        self._out = out
 
     def encrypt(self, data: Payload) -> Payload:
         """A chunk's payload as it goes on the wire: encrypted, or `data` itself. What it returns
