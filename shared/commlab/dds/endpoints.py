@@ -129,6 +129,7 @@ class ChunkWriter:
         waited = 0.0
         view = memoryview(payload).cast("B")
         base = address_of(view) if len(view) else 0
+        sent_payloads = None
         try:
             # Protected: an envelope in the first chunk, the payload's tag or digest in the last.
             sealer = self.node.sealer
@@ -160,6 +161,8 @@ class ChunkWriter:
                 sent += copies * wire_bytes(len(head) + n + pad, s.fragment_bytes, s.ip_mtu)
                 chunks += copies
         except BaseException:
+            if sent_payloads is not None:
+                sent_payloads.close()
             self.node.stats.add(bytes_sent=sent, chunks_sent=chunks, wait_s=waited)
             raise
         # counted once per message: the per-chunk loop is the hot path

@@ -2,14 +2,14 @@
 chunk, the payload encrypted (or only authenticated) chunk by chunk as it is written, and the
 trailer for the last chunk. No pass over the payload happens before the first chunk can leave,
 and each later chunk is sealed in a worker thread while the one before it is written (the cipher,
-the hash and the DDS write all release the GIL), so sealing costs little time beyond its CPU."""
+the hash and the DDS write all release the GIL): beside the DDS work, not before it."""
 from __future__ import annotations
 
 import json
 import secrets
 import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import blake3
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -123,11 +123,15 @@ class Sealing:
         Only encryption has to come before a write: the first piece is encrypted here, and while
         the caller writes piece i the worker authenticates it and encrypts piece i + 1 (and
         authenticates that too if it is the last, whose trailer needs the whole payload)."""
-        sent = self.encrypt(pieces[0])
-        for i in range(1, len(pieces)):
-            ahead = self._worker.submit(self._advance, sent, pieces[i], i == len(pieces) - 1)
-            yield sent
-            sent = ahead.result()
+        sent, ahead = self.encrypt(pieces[0]), None
+        try:
+            for i in range(1, len(pieces)):
+                ahead = self._worker.submit(self._advance, sent, pieces[i], i == len(pieces) - 1)
+                yield sent
+                sent, ahead = ahead.result(), None
+        finally:  # closed early (a write failed): the worker leaves the buffers before the next message takes them
+            if ahead is not None:
+                wait([ahead])
         if len(pieces) == 1:
             self.authenticate(sent)
         yield sent
