@@ -76,14 +76,16 @@ class Opened:
                 hashing = self._worker.submit(self._hash.update, data)
             else:
                 self._hash.update(data)
-        if self._mac is not None:
-            self._mac.authenticate_additional_data(data)
-        if self._cipher is not None:
-            self._cipher.update_into(data, data if into is None else into)
-        elif into is not None:
-            copy_into(address_of(into), data)
-        if hashing is not None:
-            hashing.result()
+        try:
+            if self._mac is not None:
+                self._mac.authenticate_additional_data(data)
+            if self._cipher is not None:
+                self._cipher.update_into(data, data if into is None else into)
+            elif into is not None:
+                copy_into(address_of(into), data)
+        finally:  # `data` may be a received sample, released once this returns
+            if hashing is not None:
+                hashing.result()
 
     def finish(self, last_meta: str | None = None) -> None:
         """Check the trailer (from the last chunk's meta, or the envelope) against the payload
