@@ -37,9 +37,9 @@ def _ranges(vec: np.ndarray, chunk: int, lo: np.ndarray, hi: np.ndarray) -> None
     for c in range(lo.size):
         k = keys[c * chunk : (c + 1) * chunk]
         low, high = np.int32(2**31 - 1), np.int32(-(2**31))
-        for i in range(k.size):
-            key = k[i] ^ ((k[i] >> 31) & np.int32(0x7FFFFFFF))
-            low, high = min(low, key), max(high, key)
+        for i in range(k.size):  # numpy's scalar ufuncs: 32-bit operations (Python's widen to 64), which vectorise
+            key = np.bitwise_xor(k[i], np.bitwise_and(np.right_shift(k[i], np.int32(31)), np.int32(0x7FFFFFFF)))
+            low, high = np.minimum(low, key), np.maximum(high, key)
         lo[c : c + 1].view(np.int32)[0] = low ^ ((low >> 31) & np.int32(0x7FFFFFFF))
         hi[c : c + 1].view(np.int32)[0] = high ^ ((high >> 31) & np.int32(0x7FFFFFFF))
 

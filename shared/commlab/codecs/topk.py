@@ -43,7 +43,7 @@ def _at_least(vec: np.ndarray, low: np.uint32, flags: np.ndarray) -> None:
     """flags = 1 where the magnitude key is >= low (a loop that vectorises)."""
     bits = vec.view(np.uint32)
     for i in range(bits.size):
-        flags[i] = (bits[i] & _MAGNITUDE) >= low
+        flags[i] = np.greater_equal(np.bitwise_and(bits[i], _MAGNITUDE), low)
 
 
 @kernel
