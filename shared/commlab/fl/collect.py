@@ -9,6 +9,7 @@ and logged with the reason, and never stop the round.
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -51,6 +52,7 @@ class UpdateCollector:
     node_of: Callable[[str], str | None] = lambda client: client  # the node that may speak for a client
     # Why an update is not signed by the client it names (None: it is; fl.update_identity).
     unsigned: Callable[[Any], str | None] = lambda msg: None
+    phase: Callable[[str], AbstractContextManager] = lambda name: nullcontext()  # MemoryWatch.phase: decoding's memory
     replies: RoundReplies = field(default_factory=RoundReplies)
 
     def offer(self, msg: Any, sender: str | None = None) -> None:
@@ -59,7 +61,8 @@ class UpdateCollector:
         if reason is None:
             start = time.perf_counter()
             try:
-                delta = self.codec.decode(msg.payload, numel=self.numel)
+                with self.phase("decode"):
+                    delta = self.codec.decode(msg.payload, numel=self.numel)
                 if not np.isfinite(delta).all():
                     reason = "payload holds NaN or Inf"
                 else:
