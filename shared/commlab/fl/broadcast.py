@@ -48,12 +48,14 @@ class ModelSender:
         if self.delta_codec is None:
             return self.full(rnd, weights)
         start = time.perf_counter()
+        # One model-sized temporary at a time: the difference is gone before the decoded frame is made.
         frame = self.delta_codec.encode(weights - self.replica)
         decoded = self.delta_codec.decode(frame, numel=self.replica.size)
         self.encode_s += time.perf_counter() - start
         base = self.digest
-        # Exactly the addition every client makes (float32, same operands), so digests agree.
-        self.replica = self.replica + decoded
+        # Exactly the addition every client makes (float32, same operands), so digests agree; in
+        # place: the replica is this sender's own copy (full() copies what it is given).
+        self.replica += decoded
         self.round, self.digest = rnd, weights_digest(self.replica)
         return ModelBlob(round=rnd, kind="delta", digest=self.digest, base_digest=base, run_id=self.run_id,
                          payload=frame)

@@ -17,7 +17,7 @@ import numpy as np
 
 from commlab.codecs import Codec, CodecError
 from commlab.fl.messages import TrainCmd
-from commlab.fl.strategy import FitRes
+from commlab.fl.strategy import FitRes, Frame
 
 
 # A gap this long between two looks at the clients means this process stood still (stopped, starved):
@@ -65,8 +65,9 @@ class UpdateCollector:
                     delta = self.codec.decode(msg.payload, numel=self.numel)
                 if not np.isfinite(delta).all():
                     reason = "payload holds NaN or Inf"
-                else:
-                    self.replies.results.append(FitRes(msg.client_id, int(msg.num_samples), delta))
+                else:  # the frame is kept, not the decoded delta: the strategy decodes each again when it adds it
+                    frame = Frame(self.codec, msg.payload, self.numel)
+                    self.replies.results.append(FitRes(msg.client_id, int(msg.num_samples), frame))
             except CodecError as e:
                 reason = f"malformed payload: {e}"
             self.replies.decode_s += time.perf_counter() - start
