@@ -30,6 +30,13 @@ def buffer(name: str, size: int, dtype: np.dtype | type) -> np.ndarray:
     return raw[:nbytes].view(dtype)
 
 
+def release_buffers() -> None:
+    """Drop this thread's work arrays. For a process that encodes once in a long while (an FL
+    node, once a round), whose arrays would otherwise stay resident between frames: top-k's are
+    three times the vector's size."""
+    _local.__dict__.pop("pool", None)
+
+
 def retain_freed_memory() -> bool:
     """Make glibc's malloc keep the memory a process frees for its next allocations: every block
     from its heap (no mmap per large block, which free returns to the kernel) and no trimming of

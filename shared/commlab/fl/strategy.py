@@ -42,6 +42,9 @@ class Frame:
     def decode(self) -> np.ndarray:
         return self.codec.decode(self.payload, numel=self.numel)
 
+    def add_to(self, out: np.ndarray, weight: float) -> None:
+        self.codec.add_decoded(self.payload, out, weight)
+
 
 @dataclass(frozen=True)
 class FitRes:
@@ -57,13 +60,11 @@ class FitRes:
         return self.update if isinstance(self.update, np.ndarray) else self.update.decode()
 
     def add_to(self, out: np.ndarray, weight: float) -> None:
-        """out += weight * delta (float32), with one model-sized temporary: the decoded frame, scaled in place."""
+        """out += weight * delta (float32); a frame is decoded straight into `out` (Codec.add_decoded)."""
         if isinstance(self.update, np.ndarray):
             out += self.update * np.float32(weight)
-            return
-        decoded = self.update.decode()
-        decoded *= np.float32(weight)
-        out += decoded
+        else:
+            self.update.add_to(out, weight)
 
 
 class Strategy(ABC):

@@ -6,7 +6,8 @@ resident memory. Training is the workload's, not the exchange's: its activations
 the model's size for a CNN at batch 64) are recorded as their own phase, `train`, and held to no
 target. Every other phase counts, the controller's evaluation included (it trains nothing).
 
-At every phase boundary the memory freed so far goes back to the kernel (malloc_trim): node
+At every phase boundary the codecs' work arrays are dropped (codecs.scratch.release_buffers) and
+the memory freed so far goes back to the kernel (malloc_trim): node
 programs make the allocator keep what they free (codecs.scratch.retain_freed_memory), so without
 it every phase would stay resident at the peak of all earlier ones, training's activations
 included. A phase's peak is then what the process holds during it, and so is its resident memory.
@@ -22,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from commlab.codecs.scratch import release_freed_memory
+from commlab.codecs.scratch import release_buffers, release_freed_memory
 
 EXCHANGE_TARGET_X = 3.0
 WORKLOAD_PHASES = frozenset({"train"})
@@ -83,6 +84,7 @@ class MemoryWatch:
         if self.resettable:
             self.peaks[name] = max(self.peaks.get(name, 0), hwm)
             self.rises[name] = max(self.rises.get(name, 0), hwm - self.start)
+        release_buffers()  # the codecs' work arrays: this thread encodes a model once a round
         release_freed_memory()
         if self.resettable:
             self._reset()
