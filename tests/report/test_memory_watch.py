@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from commlab.output.memory_watch import EXCHANGE_TARGET_X, MemoryWatch, exchange_figures
+from commlab.output.memory_watch import EXCHANGE_TARGET_X, MemoryWatch, exchange_figures, run_memory
 from commlab.output.run_folder import peak_memory_line, write_transport_totals
 
 MIB = 2**20
@@ -27,6 +27,15 @@ def test_each_phase_counts_in_models_above_idle_and_training_is_not_held_to_the_
     only_training = exchange_figures(idle, {"train": idle + 9 * model}, model)
     assert only_training["exchange_above_idle_x_model"] is None and only_training["exchange_within_target"] is None
     assert exchange_figures(idle, peaks, 0) == {}  # no model size: no figures against it
+
+
+def test_a_run_gives_its_largest_figures_by_kind_of_node(tmp_path):
+    for name, exchange, train in (("controller", 2.5, None), ("client-0", 2.75, 17.5), ("client-1", 2.25, 18.0)):
+        doc = {"exchange_above_idle_x_model": exchange, "phase_above_idle_x_model": {} if train is None else {"train": train}}
+        (tmp_path / f"transport-{name}.json").write_text(json.dumps(doc))
+    (tmp_path / "transport-client-2.json").write_text("{cut")  # a node that died while writing it
+    assert run_memory(tmp_path) == {"controller_exchange_x": 2.5, "client_exchange_x": 2.75, "client_train_x": 18.0}
+    assert run_memory(tmp_path / "none") == dict.fromkeys(("controller_exchange_x", "client_exchange_x", "client_train_x"))
 
 
 def test_a_phase_inside_another_interrupts_it():

@@ -14,10 +14,11 @@ from commlab.fl.config import ControllerConfig
 from commlab.models import evaluate, has_batchnorm, largest_output_bytes, load_params, recompute_batchnorm
 
 
-# A batch's outputs alive at once in an evaluation pass (a residual block: its input, the two
-# outputs of its branch and their sum), and the least memory an evaluation may use for them (a
-# small model's evaluation is not slowed to batches of a few samples).
-LIVE_OUTPUTS = 4
+# What one sample costs an evaluation pass at its peak, in its largest layer outputs: the outputs
+# alive at once (a residual block: its input, the two outputs of its branch and their sum) and a
+# 3x3 convolution's unfolded input on torch's CPU path (9 times the layer's input); and the least
+# memory an evaluation may use (a small model's evaluation is not slowed to batches of a few samples).
+LIVE_OUTPUTS = 4 + 9
 FLOOR_BYTES = 16 * 2**20
 
 

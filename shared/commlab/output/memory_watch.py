@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+import json
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,23 @@ class MemoryWatch:
         self._close(self._current())
         return {"idle_rss_bytes": self.idle, "peak_rss_bytes": self.overall, "phase_peak_rss_bytes": self.peaks,
                 "phase_rise_rss_bytes": self.rises, **exchange_figures(self.idle, self.peaks, self.model_bytes)}
+
+
+def run_memory(run_dir: Path) -> dict[str, float | None]:
+    """A run's figures against the target, from its transport-<node>.json files: the controller's
+    largest exchange phase, the clients' largest exchange phase and largest training phase, each
+    in models above idle (None: no node of that kind recorded it)."""
+    controller: list[float] = []
+    clients: list[float] = []
+    training: list[float] = []
+    for path in sorted(Path(run_dir).glob("transport-*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # a node that died while writing it
+        if (x := doc.get("exchange_above_idle_x_model")) is not None:
+            (controller if path.stem == "transport-controller" else clients).append(x)
+        if (x := doc.get("phase_above_idle_x_model", {}).get("train")) is not None:
+            training.append(x)
+    return {"controller_exchange_x": max(controller, default=None), "client_exchange_x": max(clients, default=None),
+            "client_train_x": max(training, default=None)}
