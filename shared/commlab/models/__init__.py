@@ -92,7 +92,8 @@ def layout_of(model: nn.Module, buffers: bool = False) -> list[tuple[str, tuple[
 def _flatten(tensors: list[tuple[str, torch.Tensor]]) -> np.ndarray:
     with torch.no_grad():
         flat = [t.detach().reshape(-1).float() for _, t in tensors]
-        return torch.cat(flat).numpy().copy() if flat else np.zeros(0, np.float32)
+        # cat made a new tensor: the array is its own (no second copy of the model)
+        return torch.cat(flat).numpy() if flat else np.zeros(0, np.float32)
 
 
 def _pieces(model: nn.Module, tensors: list[tuple[str, torch.Tensor]], vec: np.ndarray,
