@@ -95,6 +95,7 @@ class Controller:
             blob = self.sender.full(self.start_round - 1, self.strategy.weights)
         with self.watch.phase("send"):
             self.blob_pub.publish(blob)
+        del blob  # the whole model, encoded: not to be held for the rest of the run
         initial = self.node.stats.since(before)
         self.writer.update_manifest(initial_model_bytes=int(initial["bytes_sent"]))
         self.log(f"sent the model of round {self.start_round - 1} ({initial['bytes_sent'] / 1e6:.2f} MB on the wire)")

@@ -1,7 +1,8 @@
 """Round logic in the style of Flower's Strategy: configure a round, aggregate its replies.
 
-The strategy never touches the transport: the controller hands it decoded results and the
-failures (clients that did not answer or whose update was rejected), and publishes what it returns.
+The strategy never touches the transport: the controller hands it the results (each update as
+the checked frame it came in, decoded where it is read: FitRes) and the failures (clients that
+did not answer or whose update was rejected), and publishes what it returns.
 
 FedAvg is the reference; Median, TrimmedMean, NormClip, Krum and FLTrust change only how a round's
 deltas are combined (`combine`), so server lr/momentum and checkpoints work the same for all of them. FedBuff
