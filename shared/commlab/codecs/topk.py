@@ -125,6 +125,13 @@ def scatter(idx: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
         out[idx[j]] = values[j]
 
 
+@kernel
+def scatter_add(idx: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
+    """out[idx] += values for validated indices (distinct: a decoded frame's)."""
+    for j in range(idx.size):
+        out[idx[j]] += values[j]
+
+
 def reference_select(vec: np.ndarray, ratio: float) -> np.ndarray:
     """The definition: the k first positions in order of decreasing |vec| (ties: lower position first)."""
     k = num_kept(vec.size, ratio)
