@@ -136,6 +136,13 @@ def scatter(idx: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
 
 
 @kernel
+def scatter_add(idx: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
+    """out[idx] += values for validated indices (distinct: a decoded frame's)."""
+    for j in range(idx.size):
+        out[idx[j]] += values[j]
+
+
+@kernel
 def _take(vec: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
     for j in range(idx.size):
         out[j] = vec[idx[j]]
