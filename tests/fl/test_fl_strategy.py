@@ -103,3 +103,19 @@ def test_collector_deadline_and_hard_limit():
     assert ("client-1", "no valid update by the deadline") in replies.failures
     with pytest.raises(RoundFailed, match="only 0 of min_clients=1"):
         collector([]).collect(lambda t: None, time.perf_counter(), deadline_s=0.1, hard_limit_s=0.3, min_clients=1)
+
+
+def test_the_collector_keeps_frames_and_fedavg_adds_them_as_it_adds_decoded_deltas():
+    """The controller holds a round's updates as the frames they came in, decoded again one at a
+    time into the mean: the model is bit-identical to aggregating the decoded deltas."""
+    codec, rng = get_codec("int8_sparse", ratio=0.25), np.random.default_rng(3)
+    frames = {name: codec.encode(rng.standard_normal(64).astype(np.float32)) for name in ("client-0", "client-1")}
+    c = UpdateCollector(2, list(frames), codec, 64, print)
+    for name, frame in frames.items():
+        c.offer(ClientUpdate(round=2, client_id=name, num_samples=3 + len(c.answered()), payload=frame))
+    assert [type(r.update).__name__ for r in c.replies.results] == ["Frame", "Frame"]
+    dense = [FitRes(r.client_id, r.num_samples, codec.decode(frames[r.client_id], numel=64)) for r in c.replies.results]
+    start = np.linspace(-1, 1, 64)
+    from_frames = fedavg(start, server_momentum=0.5).aggregate(2, c.replies.results, [])
+    assert from_frames.tobytes() == fedavg(start, server_momentum=0.5).aggregate(2, dense, []).tobytes()
+    np.testing.assert_allclose(from_frames, start + (3 * dense[0].delta + 4 * dense[1].delta) / 7, atol=1e-6)

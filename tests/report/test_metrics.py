@@ -1,12 +1,10 @@
 """RunWriter: manifest and CSV tables that survive a crash, and the applied link records."""
 import csv
 import json
-import multiprocessing as mp
-from pathlib import Path
 
 import pytest
 
-from commlab.output.run_folder import MemoryWatch, RunWriter, peak_memory_line, write_atomic, write_transport_totals
+from commlab.output.run_folder import RunWriter, peak_memory_line, write_atomic, write_transport_totals
 
 
 def test_rows_are_on_disk_before_close_and_manifest_records_links(tmp_path, monkeypatch):
@@ -65,31 +63,3 @@ def test_every_node_records_its_peak_memory_and_the_launcher_sums_them(tmp_path)
     assert line.startswith("peak memory (max RSS): client-0 3072 MiB, controller ")
     assert line.endswith(f"all 2 nodes together at most {(3 * 2**30 + doc['peak_rss_bytes']) / 2**30:.2f} GiB")
     assert peak_memory_line(tmp_path) is None
-
-
-def _train_phase_of_64_mib(out: str) -> None:
-    """In a fresh process (what earlier tests did in the test process, its peak and its allocator's
-    state, would blur the phase's rise): a phase that touches and frees 64 MiB."""
-    import numpy as np
-    watch = MemoryWatch()
-    assert watch.resettable, "/proc/self/clear_refs refused the reset of VmHWM"
-    with watch.phase("train"):
-        block = np.ones(64 * 2**20, dtype=np.uint8)  # 64 MiB, touched, then freed (mmap: back to the system)
-        del block
-    write_transport_totals(Path(out), "r1", "client-0", {}, watch)
-
-
-@pytest.mark.slow
-def test_memory_watch_tells_a_phase_peak_from_the_rest(tmp_path):
-    (tmp_path / "r1").mkdir()
-    child = mp.get_context("spawn").Process(target=_train_phase_of_64_mib, args=(str(tmp_path),))
-    child.start()
-    child.join(120)
-    assert child.exitcode == 0
-    doc = json.loads((tmp_path / "r1" / "transport-client-0.json").read_text())
-    train, exchange = doc["phase_peak_rss_bytes"]["train"], doc["phase_peak_rss_bytes"]["exchange"]
-    assert train >= doc["idle_rss_bytes"] + 60 * 2**20
-    assert exchange <= train - 48 * 2**20  # the block was gone before the phase outside began
-    assert doc["peak_rss_bytes"] >= train
-    assert doc["phase_rise_rss_bytes"]["train"] >= 60 * 2**20 and doc["phase_rise_rss_bytes"]["exchange"] < 16 * 2**20
-    assert " MiB (idle " in peak_memory_line(tmp_path / "r1") and ", train " in peak_memory_line(tmp_path / "r1")

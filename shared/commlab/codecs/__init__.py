@@ -9,7 +9,7 @@ import pkgutil
 import numpy as np
 
 from commlab.codecs import base
-from commlab.codecs.base import Codec, decode_any, get_codec, names
+from commlab.codecs.base import Codec, codec_of, decode_any, get_codec, names
 from commlab.codecs.compression import Compression, build_compression
 from commlab.codecs.errors import CodecError
 from commlab.codecs.memory import DgcMemory, ErrorFeedback, Memory, NoMemory
@@ -30,4 +30,4 @@ def warm() -> None:
 
 
 __all__ = ["Codec", "CodecError", "Compression", "DgcMemory", "ErrorFeedback", "Memory", "NoMemory",
-           "build_compression", "decode_any", "get_codec", "names", "warm"]
+           "build_compression", "codec_of", "decode_any", "get_codec", "names", "warm"]

@@ -142,6 +142,23 @@ class Codec(ABC):
         Pass ``numel`` when the receiver knows the vector length (e.g. the model size): a frame
         of any other length is then rejected before anything is allocated.
         """
+        return self._decode(*self._parse(frame, numel))
+
+    def add_decoded(self, frame: bytes | bytearray | memoryview, out: np.ndarray, weight: float) -> None:
+        """out += weight * decode(frame) (float32), the frame validated as decode does; a codec
+        whose frames are sparse adds its kept values where they go, with no decoded vector of
+        out's size (an aggregate decoded into). On CodecError `out` is unchanged."""
+        numel, params, payload = self._parse(frame, out.size)
+        self._add_decoded(numel, params, payload, out, np.float32(weight))
+
+    def _add_decoded(self, numel: int, params: tuple, payload: memoryview, out: np.ndarray,
+                     weight: np.float32) -> None:
+        decoded = self._decode(numel, params, payload)
+        decoded *= weight
+        out += decoded
+
+    def _parse(self, frame: bytes | bytearray | memoryview, numel: int | None) -> tuple[int, tuple, memoryview]:
+        """(numel, parameters, payload) of an untrusted frame whose header is this codec's."""
         f = wire.parse(frame, self.max_numel)
         if f.codec_id != self.codec_id:
             raise CodecError(f"{self.name}: frame carries codec id {f.codec_id}, expected {self.codec_id}")
@@ -151,7 +168,7 @@ class Codec(ABC):
             raise CodecError(
                 f"{self.name}: {len(f.params)} parameter bytes, expected {self.params_struct.size}"
             )
-        return self._decode(f.numel, self.params_struct.unpack(f.params), f.payload)
+        return f.numel, self.params_struct.unpack(f.params), f.payload
 
     @abstractmethod
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
@@ -260,9 +277,13 @@ def decode_any(
     frame: bytes | bytearray | memoryview, numel: int | None = None, max_numel: int = wire.MAX_NUMEL
 ) -> np.ndarray:
     """Decode a frame with whichever codec its header names."""
+    return codec_of(frame, max_numel).decode(frame, numel)
+
+
+def codec_of(frame: bytes | bytearray | memoryview, max_numel: int = wire.MAX_NUMEL) -> Codec:
+    """A decoder for the codec the frame's header names (it reads its parameters from the frame)."""
     codec_id = wire.parse(frame, max_numel).codec_id
     cls = _BY_ID.get(codec_id)
     if cls is None:
         raise CodecError(f"unknown codec id {codec_id}; known: {sorted(_BY_ID)}")
-    codec = cls(max_numel=max_numel)
-    return codec.decode(frame, numel)
+    return cls(max_numel=max_numel)

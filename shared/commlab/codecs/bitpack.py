@@ -1,9 +1,12 @@
 """Pack unsigned integers of 1..8 bits densely: value i takes bits [b*i, b*(i+1)) of a
 little-endian stream of ceil(D*b/8) bytes; 8 values make b whole bytes.
 
-Packing and unpacking are compiled loops (jit.py) over groups of 8 values, b bytes each: for 2,
-4 and 8 bits byte by byte, for the other widths through one 64-bit word a group. Levels come in
-and go out as float32: what every encoder rounds and every decoder multiplies next. (A BLAS dot of
+Packing and unpacking are compiled loops (jit.py): for 2, 4 and 8 bits byte by byte; the other
+widths in three passes that vectorise (levels to bytes; 8 bytes of levels to one word of 8 b-bit
+fields; 8 such words, 64 levels, to b whole 64-bit words), and back the same way (a loop building
+each group's bytes from its float32 levels took twice as long). Levels come in as float32 or
+bytes (what the encoders round to) and go out as float32 (what every decoder multiplies next).
+The sign decoders' passes over bitmaps (signsgd, terngrad, qsgd) are here too. (A BLAS dot of
 groups of levels with the powers of two of their bit positions packed some widths faster on an idle
 machine, but BLAS's threads slowed it tenfold while other processes ran.)
 
@@ -15,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import literal_unroll
 
-from commlab.codecs import chunks
+from commlab.codecs import scratch
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
 
@@ -24,73 +27,135 @@ def packed_size(count: int, bits: int) -> int:
     return -(-count * bits // 8)
 
 
-# A float32 array whose length is a multiple of this is packed in place, without a padded copy.
-PAD = 16
-# The widths packed through a 64-bit word a group of 8 (the others byte by byte).
+# A float32 array whose length is a multiple of this is packed in place, without a padded copy
+# (the word widths pack runs of 64 levels).
+PAD = 64
+_RUN = 64  # levels a run: ``bits`` whole 64-bit words of the stream
+# The widths packed through 64-bit words (the others byte by byte).
 _WORD_WIDTHS = (1, 3, 5, 6, 7)
 
 
 def pack(values: np.ndarray, bits: int, count: int | None = None) -> np.ndarray:
     """Levels < 2**bits (float32 integers or any integer dtype) -> uint8 stream of packed_size
-    bytes. The first ``count`` values (default: all) are packed; the rest of ``values`` must be 0."""
+    bytes. The first ``count`` values (default: all) are packed; the rest of ``values`` must be 0.
+    Float32 or uint8 levels whose length is a multiple of PAD are packed without a copy."""
     count = values.size if count is None else count
     if bits == 8:
         return values[:count].astype(np.uint8)
-    if values.dtype != np.float32 or values.size % PAD:
+    if values.dtype not in (np.float32, np.uint8) or values.size % PAD:
         padded = np.zeros(-(-values.size // PAD) * PAD, np.float32)
         padded[: values.size] = values
         values = padded
     stream = np.empty(values.size * bits // 8, np.uint8)
-    _pack(values, bits, stream)
+    if bits in _WORD_WIDTHS:
+        levels = values
+        if values.dtype != np.uint8:
+            levels = scratch.buffer("bitpack.levels", values.size, np.uint8)
+            _to_bytes(values, levels)
+        groups = scratch.buffer("bitpack.groups", values.size // 8, np.uint64)
+        _fields(levels.view(np.uint64), bits, groups)
+        _join(groups, bits, stream)
+    else:
+        _pack(values, bits, stream)
     return stream[: packed_size(count, bits)]
 
 
+@kernel
+def _to_bytes(values: np.ndarray, out: np.ndarray) -> None:
+    for i in range(values.size):
+        out[i] = np.uint8(np.int32(values[i]))  # int32: a conversion that vectorises
+
+
+@kernel
+def _to_floats(levels: np.ndarray, out: np.ndarray) -> None:
+    for i in range(levels.size):
+        out[i] = np.float32(np.int32(levels[i]))  # a third faster than numpy's cast
+
+
+@kernel
+def _fields(lanes: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """Each word of 8 byte levels -> one word of 8 ``bits``-bit fields, level t at bit bits * t."""
+    for g in range(lanes.size):
+        x, word = lanes[g], np.uint64(0)
+        for t in range(8):
+            word |= ((x >> np.uint64(8 * t)) & np.uint64(0xFF)) << np.uint64(bits * t)
+        out[g] = word
+
+
 @kernel(inline="always")
-def _pack_words(values: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """Group g of 8 levels becomes bytes [bits g, bits (g + 1)): two 32-bit halves of 4 levels
-    (int32 conversions measured twice as fast as 64-bit ones), joined in one word; inlined with a
-    constant ``bits``, so that its loops unroll."""
-    for g in range(values.size // 8):
-        v = values[8 * g : 8 * g + 8]
-        low = np.int32(v[0]) | (np.int32(v[1]) << bits) | (np.int32(v[2]) << (2 * bits)) | (np.int32(v[3]) << (3 * bits))
-        high = np.int32(v[4]) | (np.int32(v[5]) << bits) | (np.int32(v[6]) << (2 * bits)) | (np.int32(v[7]) << (3 * bits))
-        word = np.uint64(low) | (np.uint64(high) << np.uint64(4 * bits))
-        for b in range(bits):
-            out[bits * g + b] = np.uint8((word >> np.uint64(8 * b)) & np.uint64(0xFF))
+def _join_words(groups: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """Each run of 8 group words (8 bits bits each) -> ``bits`` 64-bit words of the stream: word j
+    holds stream bits [64 j, 64 j + 64), from the groups that overlap them; inlined with a
+    constant ``bits``, so that the loops unroll and every shift and test is a constant."""
+    words = out.view(np.uint64)
+    for r in range(groups.size // 8):
+        g8, w = groups[8 * r : 8 * r + 8], words[bits * r : bits * r + bits]
+        for j in range(bits):
+            word = np.uint64(0)
+            for g in range(8):
+                shift = 8 * bits * g - 64 * j
+                if 0 <= shift < 64:
+                    word |= g8[g] << np.uint64(shift)
+                elif -8 * bits < shift < 0:
+                    word |= g8[g] >> np.uint64(-shift)
+            w[j] = word
+
+
+@kernel
+def _join(groups: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """The stream of ``bits`` * groups.size bytes from group words (groups.size a multiple of 8)."""
+    for width in literal_unroll(_WORD_WIDTHS):  # a copy of the loop per width, each unrolled
+        if bits == width:
+            _join_words(groups, width, out)
 
 
 @kernel
 def _pack(values: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """float32 levels (values.size a multiple of 8) -> the stream of bits * values.size / 8 bytes."""
+    """Levels of 4 or 2 bits (values.size a multiple of 8) -> the stream of bits * values.size / 8 bytes."""
     if bits == 4:
         for j in range(out.size):
             out[j] = np.uint8(values[2 * j]) | (np.uint8(values[2 * j + 1]) << 4)
-    elif bits == 2:
+    else:
         for j in range(out.size):
             out[j] = (np.uint8(values[4 * j]) | (np.uint8(values[4 * j + 1]) << 2)
                       | (np.uint8(values[4 * j + 2]) << 4) | (np.uint8(values[4 * j + 3]) << 6))
-    else:
-        for width in literal_unroll(_WORD_WIDTHS):  # a copy of the loop per width, each unrolled
-            if bits == width:
-                _pack_words(values, width, out)
 
 
 @kernel(inline="always")
-def _unpack_words(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """Group g of 8 values is bytes [bits g, bits (g + 1)) read as one little-endian word; inlined
-    with a constant ``bits``, so that its loops unroll."""
+def _split_words(stream: np.ndarray, bits: int, groups: np.ndarray) -> None:
+    """The inverse of _join_words: each run of ``bits`` 64-bit stream words -> 8 group words."""
+    words, mask = stream.view(np.uint64), np.uint64((1 << (8 * bits)) - 1)
+    for r in range(groups.size // 8):
+        w, g8 = words[bits * r : bits * r + bits], groups[8 * r : 8 * r + 8]
+        for g in range(8):
+            start = 8 * bits * g
+            word = w[start // 64] >> np.uint64(start % 64)
+            if start % 64 + 8 * bits > 64:
+                word |= w[start // 64 + 1] << np.uint64(64 - start % 64)
+            g8[g] = word & mask
+
+
+@kernel
+def _split(stream: np.ndarray, bits: int, groups: np.ndarray) -> None:
+    for width in literal_unroll(_WORD_WIDTHS):
+        if bits == width:
+            _split_words(stream, width, groups)
+
+
+@kernel
+def _bytes_of_fields(groups: np.ndarray, bits: int, lanes: np.ndarray) -> None:
+    """The inverse of _fields: each word of 8 ``bits``-bit fields -> a word of 8 byte levels."""
     mask = np.uint64((1 << bits) - 1)
-    for g in range(out.size // 8):
-        word = np.uint64(0)
-        for b in range(bits):
-            word |= np.uint64(stream[bits * g + b]) << np.uint64(8 * b)
+    for g in range(groups.size):
+        x, word = groups[g], np.uint64(0)
         for t in range(8):
-            out[8 * g + t] = np.float32(np.int32((word >> np.uint64(bits * t)) & mask))  # int32: a cheap conversion
+            word |= ((x >> np.uint64(bits * t)) & mask) << np.uint64(8 * t)
+        lanes[g] = word
 
 
 @kernel
 def _unpack(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """float32 levels of a stream of whole groups (out.size a multiple of 8, stream bits * out.size / 8 bytes)."""
+    """float32 levels of 8, 4 or 2 bits from a stream of bits * out.size / 8 bytes."""
     if bits == 8:
         for i in range(out.size):
             out[i] = np.float32(stream[i])
@@ -98,16 +163,26 @@ def _unpack(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
         for j in range(stream.size):
             out[2 * j] = np.float32(stream[j] & 15)
             out[2 * j + 1] = np.float32(stream[j] >> 4)
-    elif bits == 2:
+    else:
         for j in range(stream.size):
             out[4 * j] = np.float32(stream[j] & 3)
             out[4 * j + 1] = np.float32((stream[j] >> 2) & 3)
             out[4 * j + 2] = np.float32((stream[j] >> 4) & 3)
             out[4 * j + 3] = np.float32(stream[j] >> 6)
-    else:
-        for width in literal_unroll(_WORD_WIDTHS):
-            if bits == width:
-                _unpack_words(stream, width, out)
+
+
+def _unpack_runs(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """float32 levels of whole runs (out.size a multiple of _RUN) from bits * out.size / 8 bytes."""
+    if bits not in _WORD_WIDTHS:
+        _unpack(stream, bits, out)
+        return
+    aligned = scratch.buffer("bitpack.stream", stream.size, np.uint8)  # 64-bit words: aligned
+    aligned[:] = stream
+    groups = scratch.buffer("bitpack.groups", out.size // 8, np.uint64)
+    _split(aligned, bits, groups)
+    levels = scratch.buffer("bitpack.levels", out.size, np.uint8)
+    _bytes_of_fields(groups, bits, levels.view(np.uint64))
+    _to_floats(levels, out)
 
 
 def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | None = None) -> np.ndarray:
@@ -121,13 +196,14 @@ def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | No
     spare = 8 * stream.size - count * bits
     if spare and stream[-1] >> (8 - spare):
         raise CodecError("packed stream has non-zero padding bits")
-    levels = np.empty(-(-count // 8) * 8, np.float32)
-    whole = count // 8 * bits  # bytes of the whole groups; the last group's, zero-padded, on its own
-    _unpack(stream[:whole], bits, levels[: count // 8 * 8])
+    levels = np.empty(-(-count // _RUN) * _RUN, np.float32)
+    runs = count // _RUN
+    whole = runs * _RUN * bits // 8  # bytes of the whole runs; the last run's, zero-padded, on its own
+    _unpack_runs(stream[:whole], bits, levels[: runs * _RUN])
     if whole < stream.size:
-        tail = np.zeros(bits, np.uint8)
+        tail = np.zeros(_RUN * bits // 8, np.uint8)
         tail[: stream.size - whole] = stream[whole:]
-        _unpack(tail, bits, levels[count // 8 * 8 :])
+        _unpack_runs(tail, bits, levels[runs * _RUN :])
     levels = levels[:count]
     if max_level is not None and max_level < (1 << bits) - 1 and count and levels.max() > max_level:
         raise CodecError(f"level {int(levels.max())} exceeds the {max_level} levels in the header")
@@ -154,77 +230,59 @@ def read_bitmap(payload: memoryview, offset: int, numel: int, what: str) -> np.n
     return data
 
 
-_ONE = np.ones(1, np.float32)
-# Row b: the 8 values of bitmap byte b, -1 for a set bit and +1 for a clear one (signs), 1 and 0 (masks).
-_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little")
-_SIGNS = np.where(_BITS, -1, 1).astype(np.float32)
-_MASKS = _BITS.astype(np.float32)
+_SIGN = np.uint32(31)
+
+
+def _flags(bitmap_bytes: np.ndarray, numel: int) -> np.ndarray:
+    """One byte (0 or 1) per value of a bitmap: numpy's unpacking, then loops over plain byte
+    arrays that vectorise (a loop reading bit i of byte i // 8 took two to three times as long)."""
+    return np.unpackbits(bitmap_bytes, count=numel, bitorder="little")
 
 
 @kernel
-def _signed_scales(negative: np.ndarray, nonzero: np.ndarray, masked: bool, scales: np.ndarray, per: int,
+def _signed_scales(negative: np.ndarray, nonzero: np.ndarray, masked: bool, scales: np.ndarray, block: int,
                    out: np.ndarray) -> None:
-    """out (8 values a bitmap byte): the scale of the byte's group of ``per`` bytes times +1, or
-    -1 where the ``negative`` bit is set, and times 0 where the ``nonzero`` bit is clear (when
-    ``masked``): a table row per byte, a few vector operations."""
+    """out (as uint32 words): the bits of the block's scale, cleared where ``nonzero`` is 0 (when
+    ``masked``), with the sign bit of ``negative``; flags are bytes, one per value."""
+    words, scale_bits = out.view(np.uint32), scales.view(np.uint32)
     for c in range(scales.size):
-        s = scales[c]
-        for j in range(c * per, min((c + 1) * per, negative.size)):
-            signs = _SIGNS[negative[j]]
-            if masked:
-                mask = _MASKS[nonzero[j]]
-                for t in range(8):
-                    out[8 * j + t] = mask[t] * signs[t] * s
-            else:
-                for t in range(8):
-                    out[8 * j + t] = signs[t] * s
+        # Plain slices, the mask's only where it is read (one slice too many, as a tuple of
+        # views, and LLVM kept these loops scalar: three times as long).
+        y, neg, s = words[c * block : (c + 1) * block], negative[c * block : (c + 1) * block], scale_bits[c]
+        if masked:
+            keep = nonzero[c * block : (c + 1) * block]
+            for i in range(y.size):
+                y[i] = (s & (np.uint32(0) - np.uint32(keep[i]))) | (np.uint32(neg[i]) << _SIGN)
+        else:
+            for i in range(y.size):
+                y[i] = s | (np.uint32(neg[i]) << _SIGN)
 
 
 @kernel
-def _scale_signs(values: np.ndarray, negative: np.ndarray, scales: np.ndarray, per: int) -> None:
-    """``values`` (8 a bitmap byte, the last byte's maybe fewer) times the scale of their byte's
-    group of ``per`` bytes, then times -1 where the ``negative`` bit is set. Whole bytes in a
-    loop of 8 that unrolls, the last byte's values on their own."""
-    whole = values.size // 8
+def _scale_signs(values: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int) -> None:
+    """``values`` times their block's scale, then times -1 where the ``negative`` flag is 1."""
     for c in range(scales.size):
-        s = scales[c]
-        for j in range(c * per, min((c + 1) * per, whole)):
-            signs = _SIGNS[negative[j]]
-            for t in range(8):
-                values[8 * j + t] = values[8 * j + t] * s * signs[t]
-    if whole < negative.size:
-        s, signs = scales[whole // per], _SIGNS[negative[whole]]
-        for i in range(8 * whole, values.size):
-            values[i] = values[i] * s * signs[i - 8 * whole]
-
-
-def _groups(block: int, nbytes: int, scales: np.ndarray) -> tuple[np.ndarray, int]:
-    """(scales, bytes per scale) for the kernels: blocks of whole bytes as they are; any other
-    block size as one factor 1 for every byte, the caller scaling the blocks afterwards."""
-    return (scales, block // 8) if block % 8 == 0 else (_ONE, max(nbytes, 1))
+        span = slice(c * block, (c + 1) * block)
+        x, neg, s = values[span], negative[span], scales[c]
+        for i in range(x.size):
+            x[i] = x[i] * s * (np.float32(1) - np.float32(2) * np.float32(neg[i]))
 
 
 def signed_scales(negative: np.ndarray, scales: np.ndarray, block: int, numel: int,
                   nonzero: np.ndarray | None = None) -> np.ndarray:
     """float32 vector of ``numel`` values from bitmaps of ceil(numel / 8) bytes: value i is
-    scales[i // block], negative where its ``negative`` bit is set, and 0 where its ``nonzero``
-    bit (when given) is clear. One pass for blocks of whole bytes."""
-    out = np.empty(8 * negative.size, np.float32)
-    factors, per = _groups(block, negative.size, scales)
-    _signed_scales(negative, negative if nonzero is None else nonzero, nonzero is not None, factors, per, out)
-    out = out[:numel]
-    if factors is _ONE:
-        chunks.scale_rows(out, block, scales)
+    scales[i // block], negative where its ``negative`` bit is set, and +0 where its ``nonzero``
+    bit (when given) is clear (a clear ``nonzero`` bit has a clear ``negative`` one)."""
+    out = np.empty(numel, np.float32)
+    neg = _flags(negative, numel)
+    _signed_scales(neg, neg if nonzero is None else _flags(nonzero, numel), nonzero is not None, scales, block, out)
     return out
 
 
 def scale_signs(values: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int) -> np.ndarray:
     """Non-negative float32 ``values`` in place times scales[i // block], negated where bit i of
-    the ``negative`` bitmap is set. One pass for blocks of whole bytes."""
-    factors, per = _groups(block, negative.size, scales)
-    _scale_signs(values, negative, factors, per)
-    if factors is _ONE:
-        chunks.scale_rows(values, block, scales)
+    the ``negative`` bitmap is set."""
+    _scale_signs(values, _flags(negative, values.size), scales, block)
     return values
 
 

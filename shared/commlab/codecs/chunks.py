@@ -20,8 +20,3 @@ def rows(x: np.ndarray, chunk: int) -> list[tuple[slice, np.ndarray]]:
         out.append((slice(whole, whole + 1), x[whole * chunk :].reshape(1, -1)))
     return out
 
-
-def scale_rows(x: np.ndarray, chunk: int, factors: np.ndarray) -> None:
-    """Multiply each chunk of ``x`` in place by its factor (float32, one per chunk)."""
-    for span, view in rows(x, chunk):
-        view *= factors[span, None]

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from commlab.codecs.base import Codec, Context, Layout, codec_class
-from commlab.codecs.memory import Memory, NoMemory
+from commlab.codecs.memory import Memory
 from commlab.codecs.schedule import Schedule
 
 
@@ -47,8 +47,7 @@ class Compression:
         self.at_step(self.rounds, 1)
         self.rounds += 1
         frame, sent = self.compress(vec)
-        if not isinstance(self.memory, NoMemory):
-            self.remember(sent, self.codec.decode(frame, numel=sent.size))
+        self.memory.update_from_frame(sent, frame, self.codec)  # `sent` is compensate's new vector: the memory's
         return frame
 
     def compress(self, vec: np.ndarray) -> tuple[bytes, np.ndarray]:

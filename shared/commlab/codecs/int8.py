@@ -28,8 +28,8 @@ def _quantize(vec: np.ndarray, chunk: int, amax: np.ndarray, q: np.ndarray) -> N
         # Loops over a chunk's own views (not offsets into the whole arrays) are the ones LLVM vectorises.
         x, k, y = vec[c * chunk : (c + 1) * chunk], keys[c * chunk : (c + 1) * chunk], q[c * chunk : (c + 1) * chunk]
         top = np.uint32(0)
-        for i in range(k.size):
-            top = max(top, k[i] & np.uint32(0x7FFFFFFF))
+        for i in range(k.size):  # numpy's scalar ufuncs: 32-bit operations, which vectorise
+            top = np.maximum(top, np.bitwise_and(k[i], np.uint32(0x7FFFFFFF)))
         amax_bits[c] = top
         factor = np.float32(127) / amax[c] if 0 < amax[c] <= MAX_MAGNITUDE else np.float32(0)
         if factor == np.inf:

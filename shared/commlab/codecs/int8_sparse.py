@@ -26,17 +26,27 @@ class Int8Sparse(Codec):
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         idx = topk.select(vec, self.ratio)
         mode, idx_bytes = indices.encode(idx, vec.size)
-        scales, q = int8.quantize(vec[idx], self.chunk)
+        scales, q = int8.quantize(topk.gather(vec, idx), self.chunk)
         return (idx.size, mode, idx_bytes.size, self.chunk), [idx_bytes, scales, q]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
+        out = np.zeros(numel, np.float32)
+        topk.scatter(*self._kept(numel, params, payload), out)
+        return out
+
+    def _add_decoded(self, numel: int, params: tuple, payload: memoryview, out: np.ndarray,
+                     weight: np.float32) -> None:
+        idx, values = self._kept(numel, params, payload)
+        values *= weight
+        topk.scatter_add(idx, values, out)
+
+    def _kept(self, numel: int, params: tuple, payload: memoryview) -> tuple[np.ndarray, np.ndarray]:
+        """The validated positions and float32 values of the kept entries."""
         k, mode, index_len, chunk = params
         if chunk == 0:
             raise CodecError(f"{self.name}: chunk size 0 in frame")
         idx, rest = topk.split_sparse(payload, numel, k, mode, index_len, self.name)
-        out = np.zeros(numel, np.float32)
-        topk.scatter(idx, int8.dequantize(*int8.read_quantized(rest, k, chunk, self.name), chunk), out)
-        return out
+        return idx, int8.dequantize(*int8.read_quantized(rest, k, chunk, self.name), chunk)
 
     def payload_size(self, numel: int) -> int:
         k = topk.num_kept(numel, self.ratio)

@@ -11,9 +11,22 @@ loop rounds as numpy's float32 arithmetic does, so frames are bit-identical to t
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 
 def kernel(fn=None, **options):
     """numba.njit with the options above (plus any given: ``@kernel(inline="always")``)."""
     jit = numba.njit(cache=True, nogil=True, error_model="numpy", **options)
     return jit if fn is None else jit(fn)
+
+
+@kernel
+def _first(values: np.ndarray) -> float:
+    return values[0]
+
+
+def warm_up() -> None:
+    """Start numba's compiler (LLVM) once, as part of setting a node up: the first compiled loop a
+    process runs costs it tens of MB and a second or so, even when the machine code is cached,
+    which would otherwise land on the node's first frame."""
+    _first(np.zeros(1, np.float32))

@@ -14,11 +14,14 @@ its checkpoint (state_dict); codecs hold no memory.
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from commlab.codecs.errors import CodecError
+
+if TYPE_CHECKING:  # base imports this module
+    from commlab.codecs.base import Codec
 
 
 class Memory(Protocol):
@@ -27,6 +30,9 @@ class Memory(Protocol):
 
     def compensate(self, vec: np.ndarray) -> np.ndarray: ...
     def update(self, compensated: np.ndarray, decoded: np.ndarray) -> None: ...
+    # update() with the frame sent instead of its decoded form; `compensated` is the memory's own
+    # to change (compensate made it for this frame): no decoded vector where a memory needs none.
+    def update_from_frame(self, compensated: np.ndarray, frame: bytes, codec: Codec) -> None: ...
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
 
@@ -38,6 +44,9 @@ class NoMemory:
         return np.asarray(vec, dtype=np.float32)
 
     def update(self, compensated: np.ndarray, decoded: np.ndarray) -> None:
+        pass
+
+    def update_from_frame(self, compensated: np.ndarray, frame: bytes, codec: Codec) -> None:
         pass
 
     def state_dict(self) -> dict:
@@ -88,6 +97,12 @@ class ErrorFeedback:
         """Record what was lost: the compensated input minus its decoded form."""
         self.residual = np.subtract(compensated, decoded, dtype=np.float32)
 
+    def update_from_frame(self, compensated: np.ndarray, frame: bytes, codec: Codec) -> None:
+        """update(), the frame's values taken out of `compensated` where it lies: the same float32
+        differences, with no decoded vector and no new one (a sparse frame touches its kept values only)."""
+        codec.add_decoded(frame, compensated, -1.0)
+        self.residual = compensated
+
     def state_dict(self) -> dict:
         return {"residual": None if self.residual is None else self.residual.copy()}
 
@@ -135,6 +150,9 @@ class DgcMemory:
             step = self.momentums
         self.velocities += step
         return self.velocities.copy()
+
+    def update_from_frame(self, compensated: np.ndarray, frame: bytes, codec: Codec) -> None:
+        self.update(compensated, codec.decode(frame, numel=compensated.size))
 
     def update(self, compensated: np.ndarray, decoded: np.ndarray) -> None:
         """Remove what was sent from the velocity (keeping any rounding error of the values)."""

@@ -37,9 +37,9 @@ def _ranges(vec: np.ndarray, chunk: int, lo: np.ndarray, hi: np.ndarray) -> None
     for c in range(lo.size):
         k = keys[c * chunk : (c + 1) * chunk]
         low, high = np.int32(2**31 - 1), np.int32(-(2**31))
-        for i in range(k.size):
-            key = k[i] ^ ((k[i] >> 31) & np.int32(0x7FFFFFFF))
-            low, high = min(low, key), max(high, key)
+        for i in range(k.size):  # numpy's scalar ufuncs: 32-bit operations (Python's widen to 64), which vectorise
+            key = np.bitwise_xor(k[i], np.bitwise_and(np.right_shift(k[i], np.int32(31)), np.int32(0x7FFFFFFF)))
+            low, high = np.minimum(low, key), np.maximum(high, key)
         lo[c : c + 1].view(np.int32)[0] = low ^ ((low >> 31) & np.int32(0x7FFFFFFF))
         hi[c : c + 1].view(np.int32)[0] = high ^ ((high >> 31) & np.int32(0x7FFFFFFF))
 
@@ -47,16 +47,17 @@ def _ranges(vec: np.ndarray, chunk: int, lo: np.ndarray, hi: np.ndarray) -> None
 @kernel
 def _levels(vec: np.ndarray, chunk: int, lo: np.ndarray, inv: np.ndarray, scale: np.ndarray, top: float,
             out: np.ndarray) -> None:
-    """out = min(rint((w - min) * inv), top) per chunk; chunks with a subnormal scale (inv 0,
-    scale > 0) divide by the scale instead. One pass over chunk views (which LLVM vectorises)."""
+    """out (bytes) = min(rint((w - min) * inv), top) per chunk; chunks with a subnormal scale (inv
+    0, scale > 0) divide by the scale instead. One pass over chunk views (which LLVM vectorises;
+    int32 then uint8: conversions that vectorise)."""
     for c in range(lo.size):
         x, y, low, factor = vec[c * chunk : (c + 1) * chunk], out[c * chunk : (c + 1) * chunk], lo[c], inv[c]
         if factor == 0 and scale[c] > 0:
             for i in range(x.size):
-                y[i] = min(np.rint((x[i] - low) / scale[c]), top)
+                y[i] = np.uint8(np.int32(min(np.rint((x[i] - low) / scale[c]), top)))
         else:
             for i in range(x.size):
-                y[i] = min(np.rint((x[i] - low) * factor), top)
+                y[i] = np.uint8(np.int32(min(np.rint((x[i] - low) * factor), top)))
 
 
 @kernel
@@ -114,7 +115,7 @@ class MinMax(Codec):
         # constant chunks (scale 0) keep level 0.
         inv = np.zeros_like(scale)
         np.divide(1, scale, out=inv, where=scale >= _TINY)
-        padded = scratch.buffer("minmax.levels", -(-vec.size // bitpack.PAD) * bitpack.PAD, np.float32)
+        padded = scratch.buffer("minmax.levels", -(-vec.size // bitpack.PAD) * bitpack.PAD, np.uint8)
         padded[vec.size :] = 0
         _levels(vec, self.chunk, lo, inv, scale, np.float32(top), padded[: vec.size])
         return (self.bits, self.chunk), [head, bitpack.pack(padded, self.bits, vec.size)]

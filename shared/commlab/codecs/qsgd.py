@@ -19,7 +19,7 @@ import struct
 import numpy as np
 import zstandard
 
-from commlab.codecs import bitpack, chunks, draws, scratch
+from commlab.codecs import bitpack, chunks, draws, scratch, sparsebits
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
 from commlab.codecs.errors import CodecError, chunk_size, integer_in
 from commlab.codecs.jit import kernel
@@ -32,7 +32,7 @@ def _bits(levels: int) -> int:
 @kernel
 def _quantize(vec: np.ndarray, bucket: int, norms: np.ndarray, factor: np.ndarray, top: np.float32,
               key: np.ndarray, levels: np.ndarray, negative: np.ndarray) -> None:
-    """levels = min(floor(|w| * factor + u), s) per bucket, u the frame's uniform of the value
+    """levels (bytes) = min(floor(|w| * factor + u), s) per bucket, u the frame's uniform of the value
     (draws.uniform under ``key``); buckets whose factor overflowed take |w| / norm * s; negative =
     w < 0 where the level is > 0. One loop over each bucket's own views."""
     for c in range(norms.size):
@@ -41,10 +41,10 @@ def _quantize(vec: np.ndarray, bucket: int, norms: np.ndarray, factor: np.ndarra
         x, t, neg, f = vec[span], levels[span], negative[span], factor[c]
         if f == np.inf:
             for i in range(x.size):
-                t[i] = min(np.floor(abs(x[i]) / norms[c] * top + draws.uniform(key, start + i)), top)
+                t[i] = np.uint8(np.int32(min(np.floor(abs(x[i]) / norms[c] * top + draws.uniform(key, start + i)), top)))
         else:
-            for i in range(x.size):
-                t[i] = min(np.floor(abs(x[i]) * f + draws.uniform(key, start + i)), top)
+            for i in range(x.size):  # int32 then uint8: conversions that vectorise
+                t[i] = np.uint8(np.int32(min(np.floor(abs(x[i]) * f + draws.uniform(key, start + i)), top)))
         for i in range(x.size):
             neg[i] = (x[i] < 0) & (t[i] > 0)
 
@@ -68,13 +68,13 @@ class QSGD(RandomCodec):
         self.rng = np.random.default_rng(seed)
 
     def _quantize(self, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(float32 bucket norms, float32 levels in 0..s zero-padded to a multiple of bitpack.PAD,
+        """(float32 bucket norms, uint8 levels in 0..s zero-padded to a multiple of bitpack.PAD,
         the signs of the non-zero levels as bools); the two arrays are scratch arrays."""
         n, bucket = vec.size, self.bucket
         norms = bucket_norms(vec, bucket)
         if not (norms <= MAX_MAGNITUDE).all():
             raise CodecError(f"{self.name}: values must be finite with bucket norms <= {MAX_MAGNITUDE:g}")
-        t = scratch.buffer("qsgd.levels", -(-n // bitpack.PAD) * bitpack.PAD, np.float32)
+        t = scratch.buffer("qsgd.levels", -(-n // bitpack.PAD) * bitpack.PAD, np.uint8)
         t[n:] = 0
         # s / norm per bucket, rounded once; all-zero buckets keep 0. Where s / norm overflows
         # float32 (tiny norms) the bucket takes |w| / norm first, then times s.
@@ -164,36 +164,6 @@ def _steps(norms: np.ndarray, levels: int) -> np.ndarray:
     return (norms.astype(np.float64) / levels).astype(np.float32)
 
 
-@kernel
-def _signed_values(q: np.ndarray, bucket: int, steps: np.ndarray, signs: np.ndarray) -> int:
-    """qsgdz's values in place: level * step of its bucket, negated where the sign bit of its
-    non-zero level is set (one bit per non-zero level, in order). Returns the count of non-zero
-    levels. A sign past the end of ``signs`` reads its last byte: the caller checks the length
-    against the count afterwards."""
-    words, last, nonzero = q.view(np.uint32), signs.size - 1, 0
-    for c in range(steps.size):
-        span = slice(c * bucket, (c + 1) * bucket)
-        t, w, step = q[span], words[span], steps[c]
-        for i in range(t.size):
-            kept = np.uint8(t[i] > 0)
-            negative = (signs[min(nonzero >> 3, last)] >> (nonzero & 7)) & kept
-            nonzero += kept
-            t[i] *= step
-            w[i] |= np.uint32(negative) << np.uint32(31)
-    return nonzero
-
-
-@kernel
-def _nonzero_signs(levels: np.ndarray, negative: np.ndarray, out: np.ndarray) -> int:
-    """The signs of the non-zero levels, in order, into ``out`` (one longer than their count);
-    their count. Branch-free: every sign is stored, the count advances past the non-zero levels."""
-    count = 0
-    for i in range(negative.size):
-        out[count] = negative[i]
-        count += levels[i] > 0
-    return count
-
-
 def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int, bucket: int) -> np.ndarray:
     """norm * sign * level / s per value, in place in the float32 levels ``q``; ``signs`` is the
     packed bitmap of one bit per value (set: negative)."""
@@ -201,7 +171,7 @@ def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int
 
 
 _LENGTH = struct.Struct("<I")
-_NO_SIGNS = np.zeros(1, np.uint8)  # what _signed_values reads when a frame has no sign bytes
+_NO_SIGNS = np.zeros(1, np.uint8)  # what sparsebits.deposit reads when a frame has no sign bytes
 # Packed levels look like random bytes with a skewed histogram: long matches are rare and the
 # Huffman coding of the literals does the work, so a small match table (zstd's fast strategy with
 # 2**8 entries) loses nothing against zstd's level 1 and spends less time looking for matches.
@@ -230,8 +200,7 @@ class QSGDZ(QSGD):
         norms, q, negative = self._quantize(vec)
         packed = bitpack.pack(q, _bits(self.levels), vec.size)
         stream = zstandard.ZstdCompressor(compression_params=_ZSTD).compress(packed)
-        kept = scratch.buffer("qsgd.kept_signs", vec.size + 1, np.bool_)
-        signs = np.packbits(kept[: _nonzero_signs(q, negative, kept)], bitorder="little")
+        signs = sparsebits.extract(bitpack.bitmap(q[: vec.size] > 0), bitpack.bitmap(negative))
         return (self.levels, self.bucket), [norms, _LENGTH.pack(len(stream)), stream, signs]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
@@ -250,13 +219,16 @@ class QSGDZ(QSGD):
         packed = _unzstd(name, payload[start:start + stream_len], packed_len, f"{numel} levels of {_bits(levels)} bits")
         out = _levels(name, np.frombuffer(packed, np.uint8), numel, levels)
         signs = np.frombuffer(payload, np.uint8, offset=start + stream_len)
-        # The values and the count of non-zero levels in one pass, checked before anything returns.
-        nonzero = _signed_values(out, bucket, _steps(norms, levels), signs if signs.size else _NO_SIGNS)
+        # The signs spread over the non-zero levels (one bit per value) and their count, checked
+        # before anything returns.
+        kept = bitpack.bitmap(out > 0)
+        negative = np.empty(kept.size, np.uint8)
+        nonzero = sparsebits.deposit(kept, signs if signs.size else _NO_SIGNS, negative)
         if signs.size != -(-nonzero // 8):
             raise CodecError(f"{name}: {signs.size} sign bytes, {nonzero} non-zero levels need {-(-nonzero // 8)}")
         if nonzero % 8 and signs[-1] >> (nonzero % 8):
             raise CodecError(f"{name}: sign bits set past the last non-zero level")
-        return out
+        return _dequantize(out, negative, norms, levels, bucket)
 
     def payload_size(self, numel: int) -> int:
         """An upper bound: levels that do not compress, and a sign for every value."""

@@ -32,7 +32,7 @@ import struct
 
 import numpy as np
 
-from commlab.codecs import draws, topk
+from commlab.codecs import draws, scratch, topk
 from commlab.codecs.base import RandomCodec, register
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
@@ -52,40 +52,26 @@ def _cut(seed: int, numel: int, m: int) -> tuple[np.ndarray, int, np.ndarray]:
     return keys, cut, _subset(seed, 1, tied, m - below)
 
 
-@kernel(inline="always")
-def _chosen(key: np.uint8, cut: int, tied: np.ndarray, tie: int) -> tuple[bool, int]:
-    """Whether a position of byte ``key`` is in the subset, and the count of tied positions seen
-    after it: below the cut it is; at the cut, as ``tied`` says of the next tied position."""
-    if key == cut:
-        return tied[tie], tie + 1
-    return key < cut, tie
-
-
 @kernel
-def _gather(keys: np.ndarray, cut: int, tied: np.ndarray, complement: bool, vec: np.ndarray, out: np.ndarray) -> None:
-    """The values of the selected positions, in order, into ``out`` (one longer than their count):
-    a position is selected when its byte is below ``cut``, or equal to it and picked by ``tied``
-    (the complement of that when ``complement``). Every value is stored and the count advances
-    past the selected ones: no branch to mispredict."""
-    count, tie = 0, 0
-    for i in range(keys.size):
-        chosen, tie = _chosen(keys[i], cut, tied, tie)
+def _gather(flags: np.ndarray, vec: np.ndarray, out: np.ndarray) -> None:
+    """The values where ``flags`` is 1, in order, into ``out`` (one longer than their count).
+    Every value is stored and the count advances past the kept ones: no branch to mispredict."""
+    count = 0
+    for i in range(flags.size):
         out[count] = vec[i]
-        count += chosen != complement
+        count += flags[i]
 
 
 @kernel
-def _scatter(keys: np.ndarray, cut: int, tied: np.ndarray, complement: bool, values: np.ndarray, out: np.ndarray) -> None:
-    """The whole vector: the values at the selected positions (as in _gather), zero elsewhere;
-    ``values`` has one more value, a zero, last. Each position reads a value, its own or that zero,
-    by arithmetic on the index: a select of floats compiles to a branch, mispredicted half the time."""
-    zero = values.size - 1
-    count, tie = 0, 0
-    for i in range(keys.size):
-        chosen, tie = _chosen(keys[i], cut, tied, tie)
-        taken = np.int64(chosen != complement)
-        out[i] = values[zero + (count - zero) * taken]
-        count += taken
+def _scatter(flags: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
+    """The whole vector: the next of ``values`` (one longer than their count) where ``flags`` is
+    1, zero elsewhere, as bits: a value's bits and'ed with 0 or all ones (a select of floats
+    compiles to a branch, mispredicted half the time)."""
+    words, bits = out.view(np.uint32), values.view(np.uint32)
+    count = 0
+    for i in range(flags.size):
+        words[i] = bits[count] & (np.uint32(0) - np.uint32(flags[i]))
+        count += flags[i]
 
 
 def _below(keys: np.ndarray, m: int) -> tuple[int, int]:
@@ -102,8 +88,8 @@ def positions(seed: int, numel: int, k: int) -> np.ndarray:
     """The k sorted distinct int64 indices below ``numel`` that a frame seed selects: a uniformly
     random subset of m = min(k, D - k) positions (its complement when k > D / 2), see ``_subset``.
     Built from the AES-128-CTR keystream of (seed, level) alone (draws.py), so sender and receiver
-    agree whatever their numpy. The codec itself walks the selection without listing it
-    (_gather, _scatter)."""
+    agree whatever their numpy. The codec itself marks the selection with a byte a position
+    (_flags) without listing it."""
     m = min(k, numel - k)
     chosen = _subset(seed, 0, numel, m)
     return np.flatnonzero(chosen if m == k else ~chosen)
@@ -129,6 +115,46 @@ def _subset(seed: int, level: int, n: int, m: int) -> np.ndarray:
     return chosen
 
 
+_ONES = np.uint64(0x0101010101010101)
+_HIGHS = np.uint64(0x8080808080808080)
+
+
+@kernel
+def _mark_ties(words: np.ndarray, rest: np.ndarray, cut: int, tied: np.ndarray, flags: np.ndarray) -> None:
+    """flags at the positions whose byte is ``cut``, in order, from ``tied``: the bytes 8 at a
+    time (``words``, then the ``rest``), a word looked into only when one of its bytes is the cut
+    (the classic test for a zero byte, of the word xor the cut in every byte)."""
+    pattern, tie = np.uint64(cut) * _ONES, 0
+    for w in range(words.size):
+        x = words[w] ^ pattern
+        if (x - _ONES) & ~x & _HIGHS:
+            for t in range(8):
+                if (x >> np.uint64(8 * t)) & np.uint64(0xFF) == 0:
+                    flags[8 * w + t] = tied[tie]
+                    tie += 1
+    for t in range(rest.size):
+        if rest[t] == cut:
+            flags[8 * words.size + t] = tied[tie]
+            tie += 1
+
+
+def _flags(seed: int, numel: int, k: int) -> np.ndarray:
+    """One byte per position, 1 where a frame of ``seed`` keeps the value (``positions``), built
+    by vectorised passes over the bytes of ``_cut``; a scratch array."""
+    m = min(k, numel - k)
+    flags = scratch.buffer("randomk.flags", numel, np.uint8)
+    if m == 0:  # k == numel: every value
+        flags[:] = 1
+        return flags
+    keys, cut, tied = _cut(seed, numel, m)
+    np.less(keys, cut, out=flags.view(np.bool_))
+    whole = numel // 8 * 8
+    _mark_ties(keys[:whole].view(np.uint64), keys[whole:], cut, tied, flags)
+    if m != k:  # the complement
+        flags ^= 1
+    return flags
+
+
 @register
 class RandomK(RandomCodec):
     name = "randomk"
@@ -146,8 +172,7 @@ class RandomK(RandomCodec):
         seed = int(self.rng.integers(2**64, dtype=np.uint64))
         out = np.empty(k + 1, np.float32)
         if k:
-            m = min(k, vec.size - k)
-            _gather(*self._selection(seed, vec.size, m), m != k, vec, out)
+            _gather(_flags(seed, vec.size, k), vec, out)
         return (seed, k), [out[:k]]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
@@ -160,16 +185,8 @@ class RandomK(RandomCodec):
             return np.zeros(numel, np.float32)
         out, values = np.empty(numel, np.float32), np.zeros(k + 1, np.float32)
         values[:k] = np.frombuffer(payload, "<f4")
-        m = min(k, numel - k)
-        _scatter(*self._selection(seed, numel, m), m != k, values, out)
+        _scatter(_flags(seed, numel, k), values, out)
         return out
-
-    @staticmethod
-    def _selection(seed: int, numel: int, m: int) -> tuple[np.ndarray, int, np.ndarray]:
-        """(bytes, cut, tied picks) of the m-subset (``_cut``); every byte above the cut when m is 0."""
-        if m == 0:
-            return np.zeros(numel, np.uint8), -1, np.zeros(0, np.bool_)
-        return _cut(seed, numel, m)
 
     def payload_size(self, numel: int) -> int:
         return 4 * topk.num_kept(numel, self.ratio)

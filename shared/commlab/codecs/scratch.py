@@ -6,7 +6,7 @@ at the largest size asked for."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import threading
 
 import numpy as np
@@ -30,6 +30,13 @@ def buffer(name: str, size: int, dtype: np.dtype | type) -> np.ndarray:
     return raw[:nbytes].view(dtype)
 
 
+def release_buffers() -> None:
+    """Drop this thread's work arrays. For a process that encodes once in a long while (an FL
+    node, once a round), whose arrays would otherwise stay resident between frames: top-k's are
+    about 3.25 times the vector's size (candidates, keys and a flag byte per value)."""
+    _local.__dict__.pop("pool", None)
+
+
 def retain_freed_memory() -> bool:
     """Make glibc's malloc keep the memory a process frees for its next allocations: every block
     from its heap (no mmap per large block, which free returns to the kernel) and no trimming of
@@ -38,12 +45,25 @@ def retain_freed_memory() -> bool:
     in on first touch (for a 10M-value vector that took longer than the codec itself). The cost:
     the process's resident memory stays at its peak. Returns whether the policy applied (False
     where the C library is not glibc). Node programs and the codec benchmark call it at start."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    except OSError:
-        return False
-    if not hasattr(libc, "gnu_get_libc_version"):  # glibc's parameters only (musl's mallopt does nothing)
+    libc = _glibc()
+    if libc is None:
         return False
     mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _KEEP_FREED))
+
+
+def release_freed_memory() -> bool:
+    """Hand the memory this process freed back to the kernel at once (glibc's malloc_trim): after
+    a burst that retain_freed_memory would keep resident for good, such as training's activations,
+    many times the size of any frame. Returns whether it applied (False: not glibc, or nothing to free)."""
+    libc = _glibc()
+    return libc is not None and bool(libc.malloc_trim(0))
+
+
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """The C library where it is glibc (musl's mallopt does nothing, and it has no malloc_trim):
+    the symbols the process already has loaded."""
+    libc = ctypes.CDLL(None)
+    return libc if hasattr(libc, "gnu_get_libc_version") else None

@@ -81,18 +81,41 @@ def _pairwise(x: np.ndarray) -> float:
 
 
 @kernel
-def _block_means(vec: np.ndarray, block: int, means: np.ndarray) -> None:
-    """float32 of (float64 sum of |x| over the block) / its length, per block."""
-    for c in range(means.size):
+def _pairwise_means(vec: np.ndarray, block: int, blocks: np.ndarray, means: np.ndarray) -> None:
+    """means[c] = float32 of numpy's pairwise float64 sum of |x| over block c, over its length,
+    for the listed blocks."""
+    for c in blocks:
         x = vec[c * block : (c + 1) * block]
         means[c] = np.float32((_pairwise_leaf(x) if x.size <= 128 else _pairwise(x)) / x.size)
 
 
+@kernel(fastmath={"reassoc"})
+def _block_means(vec: np.ndarray, block: int, means: np.ndarray) -> None:
+    """float64 mean |x| per block, summed in whatever order LLVM vectorises (reassociated)."""
+    for c in range(means.size):
+        x = vec[c * block : (c + 1) * block]
+        total = 0.0
+        for i in range(x.size):
+            total += np.float64(abs(x[i]))
+        means[c] = total / x.size
+
+
 def block_means(vec: np.ndarray, block: int) -> np.ndarray:
-    """The mean |x| of each block (the last may be shorter), float32 of a float64 accumulation:
-    the float32 sum of a large block overflows or loses precision."""
-    means = np.empty(num_blocks(vec.size, block), np.float32)
-    _block_means(vec, block, means)
+    """The mean |x| of each block (the last may be shorter), float32 of numpy's pairwise float64
+    sum (the float32 sum of a large block overflows or loses precision). A float64 sum of n
+    non-negative values in any order is within (n - 1) 2**-53 of the exact sum, relative, so the
+    vectorised mean and the pairwise one differ by less than n 2**-50 of it: where every value that
+    near rounds to the same float32, that is the pairwise mean's float32. The other blocks are
+    summed pairwise: non-finite ones, and those whose mean lies at a float32 midpoint (exact sums
+    of a few significant bits; about one block in 150 of an MNIST CNN update). Under half the time
+    of the pairwise sums alone (make bench-codecs)."""
+    fast = np.empty(num_blocks(vec.size, block), np.float64)
+    _block_means(vec, block, fast)
+    margin = fast * (block * 2.0**-50)
+    with np.errstate(invalid="ignore", over="ignore"):
+        means = fast.astype(np.float32)
+        unsure = np.flatnonzero(~((fast - margin).astype(np.float32) == (fast + margin).astype(np.float32)))
+    _pairwise_means(vec, block, unsure, means)
     return means
 
 

@@ -47,8 +47,8 @@ def _ternarize(vec: np.ndarray, block: int, key: np.ndarray, s: np.ndarray, nonz
         span = slice(start, start + block)
         x, k, nz, neg = vec[span], keys[span], nonzero[span], negative[span]
         top = np.uint32(0)
-        for i in range(k.size):
-            top = max(top, k[i] & np.uint32(0x7FFFFFFF))
+        for i in range(k.size):  # numpy's scalar ufuncs: 32-bit operations, which vectorise
+            top = np.maximum(top, np.bitwise_and(k[i], np.uint32(0x7FFFFFFF)))
         s_bits[c] = top
         divisor = s[c] if s[c] > 0 else np.float32(1)
         for i in range(x.size):

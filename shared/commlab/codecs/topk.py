@@ -39,17 +39,26 @@ _MAGNITUDE = np.uint32(0x7FFFFFFF)
 
 
 @kernel
-def _at_least(vec: np.ndarray, low: np.uint32, positions: np.ndarray, keys: np.ndarray) -> int:
-    """Write the positions whose magnitude key is >= low, in order, and their keys to
-    ``positions`` and ``keys`` (n long each); return their count. Every position is stored and
-    the count advances past the ones that pass: no branch to mispredict."""
+def _at_least(vec: np.ndarray, low: np.uint32, flags: np.ndarray) -> None:
+    """flags = 1 where the magnitude key is >= low (a loop that vectorises)."""
     bits = vec.view(np.uint32)
-    count = 0
     for i in range(bits.size):
-        key = bits[i] & _MAGNITUDE
+        flags[i] = np.greater_equal(np.bitwise_and(bits[i], _MAGNITUDE), low)
+
+
+@kernel
+def _flagged(flags: np.ndarray, vec: np.ndarray, positions: np.ndarray, keys: np.ndarray) -> int:
+    """The positions where ``flags`` is 1, in order, into ``positions``, their magnitude keys into
+    ``keys`` (each one longer than their count); returns the count. Every position is stored and
+    the count advances past the flagged ones: no branch to mispredict; the keys are read at the
+    positions afterwards, in order."""
+    count = 0
+    for i in range(flags.size):
         positions[count] = i
-        keys[count] = key
-        count += key >= low
+        count += flags[i]
+    bits = vec.view(np.uint32)
+    for j in range(count):
+        keys[j] = bits[positions[j]] & _MAGNITUDE
     return count
 
 
@@ -64,13 +73,12 @@ def _below(keys: np.ndarray, high: np.uint32, out: np.ndarray) -> int:
 
 
 @kernel
-def _keep(vec: np.ndarray, candidates: np.ndarray, kth: np.uint32, ties: int, out: np.ndarray) -> None:
-    """The candidates above ``kth``, and the first ``ties`` equal to it, in order, into ``out`` (one
-    longer than their count); branch-free, as _at_least."""
-    keys = vec.view(np.uint32)
+def _keep(candidates: np.ndarray, keys: np.ndarray, kth: np.uint32, ties: int, out: np.ndarray) -> None:
+    """The candidates whose key is above ``kth``, and the first ``ties`` equal to it, in order, into
+    ``out`` (one longer than their count); branch-free, as _flagged."""
     count = 0
     for j in range(candidates.size):
-        key = keys[candidates[j]] & _MAGNITUDE
+        key = keys[j]
         tie = (key == kth) & (ties > 0)
         ties -= tie
         out[count] = candidates[j]
@@ -95,8 +103,10 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
     candidates, sure_above = None, None
     if 0 < low and high < sample.size:
         sample = np.partition(sample, (low, high))
-        found, keys = scratch.buffer("topk.candidates", n, np.int64), scratch.buffer("topk.keys", n, np.uint32)
-        count = _at_least(vec, sample[low], found, keys)
+        flags = scratch.buffer("topk.flags", n, np.uint8)
+        _at_least(vec, sample[low], flags)
+        found, keys = scratch.buffer("topk.candidates", n + 1, np.int64), scratch.buffer("topk.keys", n + 1, np.uint32)
+        count = _flagged(flags, vec, found, keys)
         candidates, chosen, sure_above = found[:count], keys[:count], sample[high]
     if candidates is None or candidates.size < k:  # no sample, or it misled the low mark: every value is a candidate
         candidates, sure_above = np.arange(n, dtype=np.int64), None
@@ -113,7 +123,7 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
         band, need = chosen, k
     kth = np.partition(band, band.size - need)[band.size - need]
     out = np.empty(k + 1, np.int64)
-    _keep(vec, candidates, kth, k - np.count_nonzero(chosen > kth), out)
+    _keep(candidates, chosen, kth, k - np.count_nonzero(chosen > kth), out)
     return out[:k]
 
 
@@ -123,6 +133,26 @@ def scatter(idx: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
     several times as long)."""
     for j in range(idx.size):
         out[idx[j]] = values[j]
+
+
+@kernel
+def scatter_add(idx: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
+    """out[idx] += values for validated indices (distinct: a decoded frame's)."""
+    for j in range(idx.size):
+        out[idx[j]] += values[j]
+
+
+@kernel
+def _take(vec: np.ndarray, idx: np.ndarray, out: np.ndarray) -> None:
+    for j in range(idx.size):
+        out[j] = vec[idx[j]]
+
+
+def gather(vec: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """vec[idx] for valid indices, by a compiled loop (numpy's fancy indexing takes longer)."""
+    out = np.empty(idx.size, vec.dtype)
+    _take(vec, idx, out)
+    return out
 
 
 def reference_select(vec: np.ndarray, ratio: float) -> np.ndarray:
@@ -158,7 +188,7 @@ class TopK(Codec):
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         idx = select(vec, self.ratio)
         mode, idx_bytes = indices.encode(idx, vec.size)
-        return (idx.size, mode, idx_bytes.size), [idx_bytes, vec[idx]]
+        return (idx.size, mode, idx_bytes.size), [idx_bytes, gather(vec, idx)]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         k, mode, index_len = params

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from commlab.config.schema import ConfigError
-from commlab.output.checksummed import read_checksummed, write_checksummed
+from commlab.output.checksummed import check_checksummed, read_checksummed, write_checksummed
 
 NO_RESUME = (-1, 0)     # the point of a rank starting afresh (no resume_from)
 UNUSABLE = (-2, -1)     # the point of a rank whose checkpoint could not be loaded
@@ -60,7 +60,7 @@ def save_checkpoint(path: Path, epoch: int, step: int, model: torch.nn.Module, e
     if current is not None:
         write_checksummed(previous_path(path), current)
     write_checksummed(path, lambda f: torch.save(state, f))
-    read_checksummed(path)
+    check_checksummed(path)
 
 
 def load_checkpoint(path: Path) -> dict:

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from commlab.codecs import Codec, CodecError, decode_any
+from commlab.codecs import Codec, CodecError, codec_of, decode_any
 from commlab.codecs.fp32 import Fp32
 from commlab.fl.messages import ModelBlob
 from commlab.models import weights_digest
@@ -48,12 +48,13 @@ class ModelSender:
         if self.delta_codec is None:
             return self.full(rnd, weights)
         start = time.perf_counter()
-        frame = self.delta_codec.encode(weights - self.replica)
-        decoded = self.delta_codec.decode(frame, numel=self.replica.size)
-        self.encode_s += time.perf_counter() - start
+        frame = self.delta_codec.encode(weights - self.replica)  # the difference is gone once encoded
         base = self.digest
-        # Exactly the addition every client makes (float32, same operands), so digests agree.
-        self.replica = self.replica + decoded
+        # The addition every client makes (float32, same operands: digests agree), decoded straight
+        # into the replica, this sender's own copy (full() copies what it is given): a sparse frame
+        # adds its kept values where they go, with no decoded model.
+        self.delta_codec.add_decoded(frame, self.replica, 1.0)
+        self.encode_s += time.perf_counter() - start
         self.round, self.digest = rnd, weights_digest(self.replica)
         return ModelBlob(round=rnd, kind="delta", digest=self.digest, base_digest=base, run_id=self.run_id,
                          payload=frame)
@@ -77,19 +78,25 @@ class ModelReplica:
             return None, False  # already here (e.g. a resync another client asked for)
         if blob.kind == "delta" and blob.base_digest != self.digest:
             return f"delta for replica {blob.base_digest}, this replica is {self.digest or 'empty'}", True
-        try:
-            decoded = decode_any(blob.payload, numel=self.numel)
-        except CodecError as e:
-            return str(e), True
-        if not np.isfinite(decoded).all():
-            return "holds NaN or Inf", True
         if blob.kind == "full":
-            weights = decoded
-        elif decoded.flags.writeable and decoded.dtype == self.weights.dtype:
-            weights = np.add(self.weights, decoded, out=decoded)  # the sum where the delta was: no third model copy
+            try:
+                weights = decode_any(blob.payload, numel=self.numel)
+            except CodecError as e:
+                return str(e), True
         else:
-            weights = self.weights + decoded
-        if weights_digest(weights) != blob.digest:
-            return f"applied, it gives model {weights_digest(weights)}, the blob names {blob.digest}", True
+            # Decoded straight into the replica: a sparse frame adds its kept values where they go,
+            # with no decoded model (a frame that does not decode leaves the replica as it was).
+            try:
+                codec_of(blob.payload).add_decoded(blob.payload, self.weights, 1.0)
+            except CodecError as e:
+                return str(e), True
+            weights = self.weights
+        problem = "holds NaN or Inf" if not np.isfinite(weights).all() else None
+        if problem is None and weights_digest(weights) != blob.digest:
+            problem = f"applied, it gives model {weights_digest(weights)}, the blob names {blob.digest}"
+        if problem is not None:
+            if weights is self.weights:  # the replica took the delta: it is no model any more
+                self.weights, self.round, self.digest = None, None, ""
+            return problem, True
         self.weights, self.round, self.digest = weights, blob.round, blob.digest
         return None, False

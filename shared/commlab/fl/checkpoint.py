@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from commlab.config.schema import ConfigError
-from commlab.output.checksummed import read_checksummed, write_checksummed
+from commlab.output.checksummed import check_checksummed, read_checksummed, write_checksummed
 
 _NAME = re.compile(r"^round-(\d{6})\.npz$")
 _STRATEGY = "strategy."
@@ -50,7 +50,7 @@ def save_checkpoint(directory: Path, ckpt: Checkpoint, keep: int = 1) -> Path:
     arrays = {"weights": ckpt.weights, "meta": np.frombuffer(meta, dtype=np.uint8)}
     arrays.update({_STRATEGY + k: v for k, v in ckpt.strategy_state.items()})
     write_checksummed(path, lambda f: np.savez(f, **arrays))
-    read_checksummed(path)
+    check_checksummed(path)
     for old in list_checkpoints(directory)[:-keep]:
         old.unlink()
     return path

@@ -30,7 +30,8 @@ from commlab.fl.secagg_client import SecAggAborted, SecAggSender
 from commlab.fl.strategy import FitIns
 from commlab.models import flatten_params, layout_of, weights_digest
 from commlab.models.train_step import load_train_step
-from commlab.output.run_folder import CsvTable, MemoryWatch
+from commlab.output.memory_watch import MemoryWatch
+from commlab.output.run_folder import CsvTable
 from commlab.output.tables import COLUMNS
 from commlab.runs.fault_points import halt_at
 from commlab.runs.roster import CONTROLLER, client_name
@@ -168,7 +169,8 @@ class Client:
                 self.log(f"ignoring ModelBlob of run {blob.run_id!r} (this is run {self.cfg.run_id!r})")
                 continue
             start = time.perf_counter()
-            problem, need_full = self.replica.apply(blob)
+            with self.watch.phase("decode"):
+                problem, need_full = self.replica.apply(blob)
             self.decode_s += time.perf_counter() - start
             if problem is not None:
                 self.log(f"dropped ModelBlob of round {blob.round} ({blob.kind}): {problem}")
@@ -240,7 +242,8 @@ class Client:
     def _upload(self, client: HostedClient, update: ClientUpdate) -> bool:
         who = "" if self.cfg.procs is None else f"{client.name} "
         try:
-            self.update_pub.publish(update, to={CONTROLLER})
+            with self.watch.phase("send"):
+                self.update_pub.publish(update, to={CONTROLLER})
             return True
         except DdsError as e:  # controller gone: keep listening; it asks again once it is back
             self.log(f"{who}round {update.round}: update not delivered ({e}); waiting for the controller")
@@ -315,7 +318,8 @@ class Client:
         try:
             compression = self._compression_for(cmd, client)
             start = time.perf_counter()  # a host's encode time includes swapping the client's memory in and out
-            payload = self.memory.encode(client.index, rnd, delta, compression)
+            with self.watch.phase("encode"):
+                payload = self.memory.encode(client.index, rnd, delta, compression)
             sizes = self.adaptive.size_report(compression.codec, delta, len(payload))
         except CodecError as e:  # e.g. a diverged update the codec cannot represent: the round goes on without it
             self._held = None  # a refused encode may have moved its state: the next round rebuilds it
@@ -335,15 +339,12 @@ class Client:
             self.adaptive.after_upload(cmd, len(payload), upload_start, self.update_pub, cmd.deadline_s)
         return len(payload), encode_s
 
-    def _moved_past(self, rnd: int) -> bool:
-        """Whether the model of round `rnd` (or later) arrived: that round is over."""
-        self._apply_blobs(0.0)
-        return self.replica.round is not None and self.replica.round >= rnd
-
     def _secagg_send(self, cmd: TrainCmd, rnd: int, client: HostedClient, delta: np.ndarray) -> int | None:
         """The round's SecAgg+ steps (fl.secagg_client); payload bytes sent, None if it went on without this client."""
         try:
-            return self.secagg.run(cmd, rnd, delta, self.seeds.codec(client.index), lambda: self._moved_past(rnd))
+            # Whether the model of round `rnd` (or later) arrived: that round is over.
+            moved_past = lambda: self._apply_blobs(0.0) or (self.replica.round is not None and self.replica.round >= rnd)  # noqa: E731
+            return self.secagg.run(cmd, rnd, delta, self.seeds.codec(client.index), moved_past)
         except (SecAggAborted, ValueError) as e:
             self.log(f"round {rnd}: left out of the secure aggregation: {e}")
             return None

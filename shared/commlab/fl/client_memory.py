@@ -30,7 +30,7 @@ from commlab.output.checksummed import read_checksummed, write_checksummed
 class Entry:
     round: int    # the last round encoded
     before: dict  # the state before it
-    after: dict   # the state after it
+    after: dict | None  # the state after it; None in memory (ClientMemory.encode)
 
 
 class ClientMemory:
@@ -60,18 +60,31 @@ class ClientMemory:
     def encode(self, client: int, rnd: int, delta: np.ndarray, compression: Compression) -> bytes:
         """Encode client `client`'s delta of round `rnd` through its own memory; `compression` is
         freshly built (its state is the client's first) and is left holding the client's new state."""
-        entry, live, self._live = self._get(client), self._live, None  # an encode that raises may move the state
-        if entry is not None and entry.round != rnd and live is not None and live[0] is compression \
-                and live[1:] == (client, entry.round):
-            before = entry.after  # the compression holds it already (entries are never changed in place)
-        else:
-            if entry is not None:
-                compression.load_state_dict(_copy(entry.before if entry.round == rnd else entry.after))
-            before = compression.state_dict()  # state_dict() returns copies
+        self._restore(client, rnd, compression)
+        before = compression.state_dict()  # state_dict() returns copies
+        if self.folder is None:
+            # In memory the state after the round is kept by `compression` alone (self._live), not
+            # copied: one model-sized state less for a large model. Recorded before encoding: an
+            # encode that raises leaves the state the round started from.
+            self._ram[client] = Entry(rnd, before, None)
         payload = compression.encode(delta)
-        self._put(client, Entry(rnd, before, compression.state_dict()))
+        if self.folder is not None:
+            self._put(client, Entry(rnd, before, compression.state_dict()))
         self._live = (compression, client, rnd)
         return payload
+
+    def _restore(self, client: int, rnd: int, compression: Compression) -> None:
+        """Load into `compression` the client's state before round `rnd`."""
+        entry, live, self._live = self._get(client), self._live, None  # an encode that raises may move the state
+        if entry is None:
+            return
+        holds = live is not None and live[1:] == (client, entry.round)  # live[0] holds the state after entry.round
+        if entry.round == rnd or (entry.after is None and not holds):  # run again, or its encode raised
+            compression.load_state_dict(_copy(entry.before))
+        elif holds and live[0] is not compression:  # a rebuilt compressor goes on from the one that holds it
+            compression.load_state_dict(live[0].state_dict())
+        elif not holds:
+            compression.load_state_dict(_copy(entry.after))
 
     def _path(self, client: int) -> Path:
         return self.folder / f"client-{client}.state"

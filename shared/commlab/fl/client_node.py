@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from commlab.config.builders import build_dataset, build_node_model, dds_settings
 from commlab.data.partition import client_summary
+from commlab.codecs.jit import warm_up
 from commlab.dds import DdsNode
 from commlab.fl.client import Client
 from commlab.fl.config import load_client_config
 from commlab.fl.entry import as_config_error, log_to
 from commlab.models import flatten_params
-from commlab.output.run_folder import MemoryWatch, write_transport_totals
+from commlab.output.memory_watch import MemoryWatch
+from commlab.output.run_folder import write_transport_totals
 from commlab.runs.roster import client_name
 
 
@@ -23,7 +25,8 @@ def run_client(config_path: str) -> None:
     model = as_config_error("model", lambda: build_node_model(cfg.model, seeds.model_init, cfg.threads, data))
     p = cfg.partition
     parts = as_config_error("partition", lambda: p.split(data, cfg.num_clients, seeds.partition))
-    settings = as_config_error("dds", lambda: dds_settings(cfg.dds, flatten_params(model, cfg.sends_buffers).size))
+    numel = flatten_params(model, cfg.sends_buffers).size
+    settings = as_config_error("dds", lambda: dds_settings(cfg.dds, numel))
     log = log_to(cfg.name)
     hosted = {i: parts[i] for i in cfg.hosted()}
     if cfg.procs is None:
@@ -35,7 +38,8 @@ def run_client(config_path: str) -> None:
         log(f"partition {p.scheme}: hosting {len(hosted)} clients ({client_name(min(hosted))} ... "
             f"{client_name(max(hosted))}), {min(sizes)}-{max(sizes)} samples each")
     node = DdsNode(cfg.name, settings)
-    watch = MemoryWatch()
+    warm_up()
+    watch = MemoryWatch(4 * numel)  # the model's fp32 size: the unit of the exchange's memory target
     try:
         Client(cfg, node, model, data, hosted, log, watch).run()
     finally:

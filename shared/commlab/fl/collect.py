@@ -9,6 +9,7 @@ and logged with the reason, and never stop the round.
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from commlab.codecs import Codec, CodecError
 from commlab.fl.messages import TrainCmd
-from commlab.fl.strategy import FitRes
+from commlab.fl.strategy import FitRes, Frame
 
 
 # A gap this long between two looks at the clients means this process stood still (stopped, starved):
@@ -51,6 +52,7 @@ class UpdateCollector:
     node_of: Callable[[str], str | None] = lambda client: client  # the node that may speak for a client
     # Why an update is not signed by the client it names (None: it is; fl.update_identity).
     unsigned: Callable[[Any], str | None] = lambda msg: None
+    phase: Callable[[str], AbstractContextManager] = lambda name: nullcontext()  # MemoryWatch.phase: decoding's memory
     replies: RoundReplies = field(default_factory=RoundReplies)
 
     def offer(self, msg: Any, sender: str | None = None) -> None:
@@ -59,11 +61,13 @@ class UpdateCollector:
         if reason is None:
             start = time.perf_counter()
             try:
-                delta = self.codec.decode(msg.payload, numel=self.numel)
+                with self.phase("decode"):
+                    delta = self.codec.decode(msg.payload, numel=self.numel)
                 if not np.isfinite(delta).all():
                     reason = "payload holds NaN or Inf"
-                else:
-                    self.replies.results.append(FitRes(msg.client_id, int(msg.num_samples), delta))
+                else:  # the frame is kept, not the decoded delta: the strategy decodes each again when it adds it
+                    frame = Frame(self.codec, msg.payload, self.numel)
+                    self.replies.results.append(FitRes(msg.client_id, int(msg.num_samples), frame))
             except CodecError as e:
                 reason = f"malformed payload: {e}"
             self.replies.decode_s += time.perf_counter() - start

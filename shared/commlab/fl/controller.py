@@ -35,7 +35,8 @@ from commlab.fl.sampling import select_round
 from commlab.fl.strategy import FedBuff, Strategy
 from commlab.models import weights_digest
 from commlab.links.trace import RATES_FILE, LinkRates
-from commlab.output.run_folder import MemoryWatch, RunWriter
+from commlab.output.memory_watch import MemoryWatch
+from commlab.output.run_folder import RunWriter
 from commlab.output.tables import COLUMNS
 from commlab.runs.fault_points import halt_at
 
@@ -90,7 +91,11 @@ class Controller:
         # Clients need the model of round r-1 for TrainCmd r, also after a controller restart. Sent
         # before round 1 is timed, and recorded on its own, so every round's row is that round's traffic.
         before = self.node.stats.snapshot()
-        self.blob_pub.publish(self.sender.full(self.start_round - 1, self.strategy.weights))
+        with self.watch.phase("encode"):
+            blob = self.sender.full(self.start_round - 1, self.strategy.weights)
+        with self.watch.phase("send"):
+            self.blob_pub.publish(blob)
+        del blob  # the whole model, encoded: not to be held for the rest of the run
         initial = self.node.stats.since(before)
         self.writer.update_manifest(initial_model_bytes=int(initial["bytes_sent"]))
         self.log(f"sent the model of round {self.start_round - 1} ({initial['bytes_sent'] / 1e6:.2f} MB on the wire)")
@@ -191,7 +196,7 @@ class Controller:
             self.run_secagg_round(cmd, sample, started, before)
             return
         collector = UpdateCollector(rnd, sample, self.codec, self.strategy.weights.size, self.log, self.cfg.node_of,
-                                    self.unsigned)
+                                    self.unsigned, self.watch.phase)
         self.open_round = OpenRound(cmd, collector, {n: self.node.announcer.returns(n) for n in cfg.node_names()})
         self.cmd_pub.publish(cmd)
         try:
@@ -206,7 +211,8 @@ class Controller:
         agg_start = time.perf_counter()
         # In client order, not arrival order: float sums depend on order, and a run must not.
         results = sorted(replies.results, key=lambda r: r.client_id)
-        weights = self.strategy.aggregate(rnd, results, replies.failures)
+        with self.watch.phase("aggregate"):
+            weights = self.strategy.aggregate(rnd, results, replies.failures)
         self.finish_round(rnd, started, before, weights, replies, time.perf_counter() - agg_start)
 
     def run_secagg_round(self, cmd: TrainCmd, sample: list[str], started: float, before: dict[str, float]) -> None:
@@ -259,7 +265,8 @@ class Controller:
         results, stale = strategy.take()
         replies.results, replies.failures = results, replies.failures + stale
         agg_start = time.perf_counter()
-        weights = strategy.aggregate(rnd, results, replies.failures) if results else strategy.weights
+        with self.watch.phase("aggregate"):
+            weights = strategy.aggregate(rnd, results, replies.failures) if results else strategy.weights
         self.finish_round(rnd, started, before, weights, replies, time.perf_counter() - agg_start)
 
     def unsigned(self, msg: ClientUpdate) -> str | None:
@@ -276,7 +283,7 @@ class Controller:
             reason = self.unsigned(msg) or self.dispatch.returned(msg.client_id, msg.round, version)
         if reason is None:
             one = UpdateCollector(msg.round, [msg.client_id], self.codec, self.strategy.weights.size, self.log,
-                                  self.cfg.node_of, self.unsigned)
+                                  self.cfg.node_of, self.unsigned, self.watch.phase)
             one.offer(msg, sender)  # logs its own rejections
             replies.decode_s += one.replies.decode_s
             replies.rejected += one.replies.rejected
@@ -300,7 +307,10 @@ class Controller:
         participants = sorted(r.client_id for r in replies.results) if secure is None else secure
         rates = {c: self.link_rates.rate_of(c) for c in participants}
         broadcast_start = time.perf_counter()
-        self.blob_pub.publish(self.sender.next(rnd, weights))
+        with self.watch.phase("encode"):
+            blob = self.sender.next(rnd, weights)
+        with self.watch.phase("send"):
+            self.blob_pub.publish(blob)
         broadcast_end = time.perf_counter()
         broadcast_s, round_time = broadcast_end - broadcast_start, broadcast_end - started
         # fedbuff's next row counts from here: its uploads keep arriving while this one is evaluated.
@@ -310,8 +320,9 @@ class Controller:
             accuracy, loss = self.evaluate(weights)
         self.last_accuracy, self.round_time_sum_s = accuracy, self.round_time_sum_s + round_time
         progress = {"round_time_sum_s": self.round_time_sum_s, "last_accuracy": accuracy}
-        save_checkpoint(Path(cfg.checkpoint_dir), Checkpoint(rnd, weights, self.strategy.state_dict(), to_dict(cfg),
-                                                             progress), cfg.keep_checkpoints)
+        with self.watch.phase("checkpoint"):
+            save_checkpoint(Path(cfg.checkpoint_dir), Checkpoint(rnd, weights, self.strategy.state_dict(), to_dict(cfg),
+                                                                 progress), cfg.keep_checkpoints)
         spent = self.strategy.epsilon()
         self.rounds_table.append({
             "round": rnd, "round_time_s": round(round_time, 4), "participants": ";".join(participants),

@@ -40,4 +40,6 @@ def local_update(model: torch.nn.Module, global_weights: np.ndarray, data: Datas
                            lr=fit.lr, seed=seeds.shuffle(epoch), optimizer=opt, step=step)
     delta = flatten_params(model, buffers)
     delta -= global_weights  # in place: one vector of the model's size, not two
+    # The gradients (the model's size) would stay resident through the exchange that follows.
+    model.zero_grad(set_to_none=True)
     return delta, loss

@@ -1,7 +1,8 @@
 """Round logic in the style of Flower's Strategy: configure a round, aggregate its replies.
 
-The strategy never touches the transport: the controller hands it decoded results and the
-failures (clients that did not answer or whose update was rejected), and publishes what it returns.
+The strategy never touches the transport: the controller hands it the results (each update as
+the checked frame it came in, decoded where it is read: FitRes) and the failures (clients that
+did not answer or whose update was rejected), and publishes what it returns.
 
 FedAvg is the reference; Median, TrimmedMean, NormClip, Krum and FLTrust change only how a round's
 deltas are combined (`combine`), so server lr/momentum and checkpoints work the same for all of them. FedBuff
@@ -18,6 +19,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from commlab.codecs import Codec
+
 
 @dataclass(frozen=True)
 class FitIns:
@@ -30,12 +33,39 @@ class FitIns:
 
 
 @dataclass(frozen=True)
+class Frame:
+    """An update as it arrived, already checked (fl.collect decoded it once): a round's frames are
+    a fraction of the model's size each where its decoded deltas would be one model each."""
+    codec: Codec
+    payload: bytes
+    numel: int
+
+    def decode(self) -> np.ndarray:
+        return self.codec.decode(self.payload, numel=self.numel)
+
+    def add_to(self, out: np.ndarray, weight: float) -> None:
+        self.codec.add_decoded(self.payload, out, weight)
+
+
+@dataclass(frozen=True)
 class FitRes:
-    """One client's decoded reply: a model delta (trained - global) and its sample count."""
+    """One client's reply: a model delta (trained - global), or the frame it is decoded from
+    whenever it is read, and its sample count."""
     client_id: str
     num_samples: int
-    delta: np.ndarray
+    update: np.ndarray | Frame
     staleness: int = 0  # fedbuff: server versions between the model it trained from and the one it updates
+
+    @property
+    def delta(self) -> np.ndarray:
+        return self.update if isinstance(self.update, np.ndarray) else self.update.decode()
+
+    def add_to(self, out: np.ndarray, weight: float) -> None:
+        """out += weight * delta (float32); a frame is decoded straight into `out` (Codec.add_decoded)."""
+        if isinstance(self.update, np.ndarray):
+            out += self.update * np.float32(weight)
+        else:
+            self.update.add_to(out, weight)
 
 
 class Strategy(ABC):
@@ -81,8 +111,9 @@ class FedAvg(Strategy):
         if not results:
             raise ValueError(f"round {rnd}: nothing to aggregate ({len(failures)} failures)")
         for r in results:
-            if r.delta.shape != self.weights.shape:
-                raise ValueError(f"round {rnd}: {r.client_id} sent {r.delta.shape}, model is {self.weights.shape}")
+            shape = (r.update.numel,) if isinstance(r.update, Frame) else r.update.shape
+            if shape != self.weights.shape:
+                raise ValueError(f"round {rnd}: {r.client_id} sent {shape}, model is {self.weights.shape}")
         # Capped at what was asked: more reported samples than subset_size buy no extra weight. In
         # client order, not arrival order: float sums depend on the order, and arrival order on the
         # links and the load, so the same updates always give the same model.
@@ -93,18 +124,26 @@ class FedAvg(Strategy):
         return self.step(self.combine(capped))
 
     def step(self, mean: np.ndarray) -> np.ndarray:
-        """The server step on the round's mean delta (also a securely aggregated one, fl.secagg_round)."""
-        self.momentum = (self.server_momentum * self.momentum + mean).astype(np.float32)
-        # A new array, not an in-place update: a previous ModelBlob may still reference the old one.
-        self.weights = (self.weights + np.float32(self.server_lr) * self.momentum).astype(np.float32)
+        """The server step on the round's mean delta (also a securely aggregated one, fl.secagg_round).
+        No model-sized temporary beyond the new weights: with no server momentum the mean is the
+        momentum (state_dict), else the momentum is updated in place."""
+        if self.server_momentum == 0:
+            self.momentum = np.asarray(mean, dtype=np.float32)
+        else:
+            self.momentum *= np.float32(self.server_momentum)
+            self.momentum += mean
+        # A new array, not an in-place update: the caller may still hold the weights returned before.
+        weights = self.momentum * np.float32(self.server_lr)
+        weights += self.weights
+        self.weights = weights
         return self.weights
 
     def combine(self, results: list[FitRes]) -> np.ndarray:
-        """The round's delta: the mean weighted by num_samples (float64)."""
+        """The round's delta: the mean weighted by num_samples (float32), one decoded delta at a time."""
         total = sum(r.num_samples for r in results)
-        mean = np.zeros_like(self.weights, dtype=np.float64)
+        mean = np.zeros_like(self.weights)
         for r in results:
-            mean += (r.num_samples / total) * r.delta.astype(np.float64)
+            r.add_to(mean, r.num_samples / total)
         return mean
 
     def state_dict(self) -> dict[str, np.ndarray]:

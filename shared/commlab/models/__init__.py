@@ -92,7 +92,8 @@ def layout_of(model: nn.Module, buffers: bool = False) -> list[tuple[str, tuple[
 def _flatten(tensors: list[tuple[str, torch.Tensor]]) -> np.ndarray:
     with torch.no_grad():
         flat = [t.detach().reshape(-1).float() for _, t in tensors]
-        return torch.cat(flat).numpy().copy() if flat else np.zeros(0, np.float32)
+        # cat made a new tensor: the array is its own (no second copy of the model)
+        return torch.cat(flat).numpy() if flat else np.zeros(0, np.float32)
 
 
 def _pieces(model: nn.Module, tensors: list[tuple[str, torch.Tensor]], vec: np.ndarray,
@@ -146,7 +147,8 @@ def recompute_batchnorm(model: nn.Module, x: np.ndarray, batch_size: int) -> Non
 
 def weights_digest(weights: np.ndarray) -> str:
     """Short content hash of a weight vector, logged so resumes can be checked for bit-identity."""
-    return hashlib.sha256(np.ascontiguousarray(weights, dtype=np.float32).tobytes()).hexdigest()[:16]
+    # Hashed where it lies (no copy of the model): float32 and contiguous, as every caller holds it.
+    return hashlib.sha256(memoryview(np.ascontiguousarray(weights, dtype=np.float32)).cast("B")).hexdigest()[:16]
 
 
 def flatten_grads(model: nn.Module) -> np.ndarray:
@@ -159,6 +161,29 @@ def load_grads(model: nn.Module, vec: np.ndarray) -> None:
     """Set every parameter's .grad from a vector (e.g. the allreduced mean) before optimizer.step()."""
     for _, p, piece in list(_pieces(model, _tensors(model, False), vec, "gradient")):
         p.grad = piece.clone()
+
+
+def largest_output_bytes(model: nn.Module, sample: np.ndarray) -> int:
+    """The largest tensor any module of `model` outputs for one input sample, in bytes (an eval-mode
+    forward pass without gradients): what each sample of a batch adds to an evaluation's peak, a
+    few such outputs being alive at once."""
+    largest = 0
+
+    def note(_module: nn.Module, _inputs: object, out: object) -> None:
+        nonlocal largest
+        for t in out if isinstance(out, tuple) else (out,):
+            if isinstance(t, torch.Tensor):
+                largest = max(largest, t.numel() * t.element_size())
+
+    handles = [m.register_forward_hook(note) for m in model.modules()]
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(torch.from_numpy(sample[None]))
+    finally:
+        for h in handles:
+            h.remove()
+    return largest
 
 
 def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 1000) -> tuple[float, float]:

@@ -12,10 +12,10 @@ import resource
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Mapping
+
+from commlab.output.memory_watch import MemoryWatch
 
 
 def git_commit(repo_dir: Path | None = None) -> str:
@@ -70,64 +70,6 @@ def write_atomic(path: Path, data: bytes | Callable[[BinaryIO], None], mode: int
         os.close(folder)
 
 
-def status_bytes(field: str) -> int:
-    """A memory figure of this process from /proc/self/status (VmRSS, VmHWM), in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) * 1024  # "VmHWM:   123456 kB"
-    raise KeyError(f"/proc/self/status has no {field}")
-
-
-class MemoryWatch:
-    """This process's resident memory: ``idle`` (VmRSS when it is made: the node is set up, its
-    model and data loaded, nothing sent yet) and the high-water mark of each named phase, so a
-    training step's activations and the copies of the exchange are told apart. ``with
-    watch.phase("train"):``; whatever happens outside a phase is "exchange" (receiving, decoding,
-    encoding, sending, waiting). Each phase starts by resetting VmHWM (writing 5 to
-    /proc/self/clear_refs, Linux >= 4.0), which also lowers ru_maxrss: the overall peak is kept
-    here. Where the reset is refused, only idle and the overall peak are recorded."""
-    OUTSIDE = "exchange"
-
-    def __init__(self) -> None:
-        self.idle, self.overall = status_bytes("VmRSS"), status_bytes("VmHWM")
-        self.peaks: dict[str, int] = {}
-        self.rises: dict[str, int] = {}  # a phase's peak above the RSS it started from
-        self.resettable = self._reset()
-        self.start = self.idle
-
-    def _reset(self) -> bool:
-        try:
-            Path("/proc/self/clear_refs").write_text("5")
-            return True
-        except OSError:
-            return False
-
-    def _close(self, name: str) -> None:
-        hwm = status_bytes("VmHWM")
-        self.overall = max(self.overall, hwm)
-        if self.resettable:
-            self.peaks[name] = max(self.peaks.get(name, 0), hwm)
-            self.rises[name] = max(self.rises.get(name, 0), hwm - self.start)
-            self._reset()
-            self.start = status_bytes("VmRSS")
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        self._close(self.OUTSIDE)
-        try:
-            yield
-        finally:
-            self._close(name)
-
-    def record(self) -> dict[str, Any]:
-        """What transport-<node>.json keeps: idle, the overall peak, each phase's peak, and its rise
-    above the resident memory it started from (memory freed by an earlier phase, e.g. training's
-    activations kept by the allocator, stays resident: the rise is what the phase itself added)."""
-        self._close(self.OUTSIDE)
-        return {"idle_rss_bytes": self.idle, "peak_rss_bytes": self.overall, "phase_peak_rss_bytes": self.peaks,
-                "phase_rise_rss_bytes": self.rises}
-
-
 def write_transport_totals(results_dir: Path | str, run_id: str, node: str, totals: Mapping[str, Any],
                            memory: MemoryWatch | None = None) -> None:
     """results/<run-id>/transport-<node>.json: a node's CommStats at its end (bytes, messages,
@@ -155,7 +97,9 @@ def peak_memory_line(run_dir: Path) -> str | None:
             rises = doc.get("phase_rise_rss_bytes", {})
             phases = "".join(f", {k} {v / 2**20:.0f} (+{rises.get(k, 0) / 2**20:.0f})"
                              for k, v in sorted(doc.get("phase_peak_rss_bytes", {}).items()))
-            detail[name] = f" (idle {doc['idle_rss_bytes'] / 2**20:.0f}{phases})"
+            worst = doc.get("exchange_above_idle_x_model")
+            target = "" if worst is None else f"; exchange {worst:.2f}x model (target {doc['exchange_target_x_model']:g}x)"
+            detail[name] = f" (idle {doc['idle_rss_bytes'] / 2**20:.0f}{phases}{target})"
     if not peaks:
         return None
     nodes = ", ".join(f"{name} {peak / 2**20:.0f} MiB{detail.get(name, '')}" for name, peak in peaks.items())
