@@ -58,7 +58,8 @@ def slow(rate: str, a: argparse.Namespace) -> bool:
 
 def at_rate(rate: str, a: argparse.Namespace) -> argparse.Namespace:
     """The run settings at `rate`: the shorter ones below --slow-below."""
-    short = {"rounds": a.slow_rounds, "ddp_train_subset": a.slow_train_subset, "skip": a.slow_skip} if slow(rate, a) else {}
+    short = ({"rounds": a.slow_rounds, "ddp_train_subset": a.slow_train_subset, "skip": a.slow_skip}
+             if slow(rate, a) else {})
     return argparse.Namespace(**{**vars(a), **short, "profile": rate})
 
 
@@ -75,11 +76,21 @@ def fl_command(case: str, a: argparse.Namespace, run_id: str) -> list[str]:
     return bench_peers_fl.command(fl_case(case), fl, run_id)
 
 
+def bytes_source(mode: str, case: str, rate: str) -> str:
+    """Where a row's bytes come from: DDS counts its own (DDP; FL on loopback), FL in namespaces
+    reads the controller's interface, gloo and Flower read kernel counters, on loopback the shared
+    lo's (an upper bound: every process on the machine adds to them)."""
+    if mode == "fl" and rate != "lan":
+        return "controller iface"
+    if case == FLOWER or case.startswith("gloo-"):
+        return "lo counters" if rate == "lan" else "rank iface"
+    return "DDS CommStats"
+
+
 def fl_measure(case: str, a: argparse.Namespace, run_dir: Path) -> dict:
     m = bench_peers_fl.measure(fl_case(case), a, run_dir)
-    loopback = "lo counters" if case == FLOWER else "DDS CommStats"
     return {"time_s": m["round_time_s"], "bytes": m["bytes_up_per_client_round_incl_warmup"],
-            "bytes_from": m["bytes_from"] if "iface" in m["bytes_from"] else loopback}
+            "bytes_from": bytes_source("fl", case, a.profile)}
 
 
 def ddp_command(case: str, a: argparse.Namespace, run_id: str) -> list[str]:
@@ -90,7 +101,7 @@ def ddp_command(case: str, a: argparse.Namespace, run_id: str) -> list[str]:
 def ddp_measure(case: str, a: argparse.Namespace, run_dir: Path) -> dict:
     m = bench_peers.measure(ddp_case(case), a, run_dir)
     return {"time_s": m["step_time_s"], "bytes": m["bytes_sent_per_rank_step_after_warmup"],
-            "bytes_from": "rank iface" if case.startswith("gloo-") else "DDS CommStats"}
+            "bytes_from": bytes_source("ddp", case, a.profile)}
 
 
 def payoff(rows: list[dict], mode: str) -> dict[str, str | None]:
@@ -196,13 +207,14 @@ def plan(a: argparse.Namespace) -> list[tuple[str, str, str]]:
 def notes(a: argparse.Namespace, shaped: bool) -> list[str]:
     return [f"FL: {a.clients} clients, {a.rounds} round(s) of {a.samples} samples a client ({a.slow_rounds} below "
             f"{a.slow_below}) from {a.train_subset} training samples, median round time, bytes a client uploads a "
-            f"round (DDS CommStats on loopback, the controller's interface counters in namespaces; Flower on loopback: the shared lo counters, an upper "
-            f"bound). DDP: world {a.world}, {a.epochs} epoch of {a.ddp_train_subset} samples ({a.slow_train_subset} below "
+            f"round ('bytes from' says whose counters: loopback's lo counters are shared, an upper bound). DDP: "
+            f"world {a.world}, {a.epochs} epoch of {a.ddp_train_subset} samples ({a.slow_train_subset} below "
             f"{a.slow_below}), median step time and bytes a rank sends a step over the steps after the first "
             f"{a.skip} ({a.slow_skip} below {a.slow_below}), DGC's warm-up and PowerSGD's {a.start_iter} dense "
             f"step(s) among them. Model mnist_cnn on MNIST subsets ({a.test_subset} test samples): time and bytes "
-            f"do not depend on accuracy. Batch {bench_peers.WORKLOAD['batch_size']} a rank. Compressors at their defaults. x of DDS fp32 (FL) or dense (DDP) at the "
-            f"same rate; lan is loopback; {a.loss_rate} rows: the same cases with packets lost, not in the ladder"
+            f"do not depend on accuracy. Batch {bench_peers.WORKLOAD['batch_size']} a rank. Compressors at their "
+            f"defaults. x of DDS fp32 (FL) or dense (DDP) at the same rate; lan is loopback; {a.loss_rate} rows: the "
+            f"same cases with packets lost, not in the ladder"
             + ("" if shaped else "; NOT root: every rate ran unshaped on loopback")]
 
 

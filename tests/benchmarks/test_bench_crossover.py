@@ -101,3 +101,11 @@ def test_the_figure_draws_a_line_per_case_and_mode_without_the_lossy_rows():
     assert [line.get_label() for line in fl.get_lines()] == ["fp32", "flower"]
     assert [len(line.get_xdata()) for line in ddp.get_lines()] == [3, 3, 3]
     assert [t.get_text() for t in ddp.get_xticklabels()] == ["1mbit", "100mbit", "lan"]
+
+
+def test_bytes_name_whose_counters_they_are():
+    assert bench.bytes_source("fl", "int8", "lan") == "DDS CommStats"
+    assert bench.bytes_source("fl", "flower", "10mbit") == bench.bytes_source("fl", "fp32", "1mbit") == "controller iface"
+    assert bench.bytes_source("fl", "flower", "lan") == bench.bytes_source("ddp", "gloo-none", "lan") == "lo counters"
+    assert bench.bytes_source("ddp", "gloo-fp16", "1mbit") == "rank iface"
+    assert bench.bytes_source("ddp", "dense", "10mbit-loss5") == "DDS CommStats"
