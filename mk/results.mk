@@ -5,5 +5,5 @@
 # then bench_matrix builds the table from those cells.
 RESULTS ?= codecs auth transport chaos
 .PHONY: results
-results: $(STAMP) ## rerun the self-contained benchmarks (RESULTS: codecs auth transport chaos; also secagg and swarm-engines (root), minutes, privacy and peers-resnet18 (root: 10 Mbit/s namespaces), about half an hour, crossover and matrix-fashion_mnist, hours) into docs/results/*.md (QUICK=1: minutes)
+results: $(STAMP) $(if $(filter crossover,$(RESULTS)),flwr) ## rerun the self-contained benchmarks (RESULTS: codecs auth transport chaos; also secagg and swarm-engines (root), minutes, privacy and peers-resnet18 (root: 10 Mbit/s namespaces), about half an hour, crossover (root, Flower), about an hour, matrix-fashion_mnist, hours) into docs/results/*.md (QUICK=1: minutes)
 	$(PYTHON) -m commlab.report.results_doc $(if $(QUICK),--quick) $(RESULTS)

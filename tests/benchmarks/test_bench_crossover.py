@@ -1,10 +1,12 @@
-"""benchmarks/bench_crossover.py, the pure parts: the rate below which a compressor pays off, and
-the commands of its runs (no runs, no timing)."""
+"""benchmarks/bench_crossover.py, the pure parts: the rate below which a compressor pays off, the
+runs it plans and their commands, the shorter settings at slow rates, the figure (no runs, no timing)."""
 from __future__ import annotations
 
 import importlib.util
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))  # as when the benchmark runs: its shared modules sit beside it
@@ -28,22 +30,82 @@ def test_payoff_is_the_fastest_rate_where_the_case_beat_the_reference():
     # topk won at lan but lost at 10mbit: it pays off only below 10mbit, not "at lan and below"
     assert bench.payoff(rows, "fl") == {"int8": "100mbit", "signsgd": None, "topk": "1mbit"}
     assert bench.payoff(rows, "ddp") == {"gloo-none": "lan"}
-    assert bench.payoff_lines(rows)[:2] == ["fl int8: pays off at 100mbit and below",
-                                            "fl signsgd: does not pay off at the slowest rate measured"]
+    assert bench.payoff_lines(rows)[:2] == ["- fl int8: pays off at 100mbit and below",
+                                            "- fl signsgd: does not pay off at the slowest rate measured"]
     assert {r["pays_off_at_or_below"] for r in rows if r["case"] == "int8"} == {"100mbit"}
+
+
+def test_a_lossy_rate_stays_out_of_the_ladder():
+    rows = [row("dense", r, 1.0, "ddp") for r in ("10mbit", "1mbit", "10mbit-loss5")]
+    rows += [row("gloo-none", "10mbit", 0.9, "ddp"), row("gloo-none", "1mbit", 0.8, "ddp"),
+             row("gloo-none", "10mbit-loss5", 1.5, "ddp")]
+    assert bench.payoff(rows, "ddp") == {"gloo-none": "10mbit"}
 
 
 def test_rates_order_loopback_above_every_shaped_rate():
     assert sorted(["1mbit", "lan", "100mbit", "1gbit"], key=bench.rate_bps) == ["1mbit", "100mbit", "1gbit", "lan"]
+    assert bench.rate_bps("10mbit-loss5") == bench.rate_bps("10mbit")
 
 
-def test_ddp_cases_run_the_dds_method_or_the_gloo_hook_on_the_rate():
-    import argparse
-    a = argparse.Namespace(world=2, epochs=1, train_subset=640, test_subset=None, profile="lan", seed=0,
-                           results_dir=Path("/tmp/r"), skip=4, start_iter=2)
-    dds = bench.ddp_command("int8", "10mbit", a, "x")
-    gloo = bench.ddp_command("gloo-fp16", "1mbit", a, "y")
+def test_every_compressor_runs_once_at_its_default():
+    cases = bench.defaults()
+    assert "fp32" not in cases and not any("<" in c for c in cases)
+    assert {"minmax", "qsgd", "powersgd", "int8_sparse"} <= set(cases)
+
+
+def test_rates_below_the_slow_one_run_the_shorter_settings():
+    a = bench.parse(["--results-dir", "/tmp/r"])
+    fast, slow = bench.at_rate("10mbit", a), bench.at_rate("1mbit", a)
+    assert (fast.rounds, fast.ddp_train_subset, fast.skip) == (a.rounds, a.ddp_train_subset, a.skip)
+    assert (slow.rounds, slow.ddp_train_subset, slow.skip) == (a.slow_rounds, a.slow_train_subset, a.slow_skip)
+    assert slow.profile == "1mbit"
+
+
+def test_the_plan_runs_every_case_at_every_rate_then_the_loss_cases_at_the_lossy_rate():
+    a = bench.parse(["--rates", "lan,1mbit", "--fl-cases", "fp32,flower", "--ddp-cases", "dense,gloo-none",
+                     "--results-dir", "/tmp/r"])
+    runs = bench.plan(a)
+    assert runs[:4] == [("fl", "fp32", "lan"), ("fl", "flower", "lan"), ("ddp", "dense", "lan"),
+                        ("ddp", "gloo-none", "lan")]
+    assert runs[-2:] == [("ddp", "dense", "10mbit-loss5"), ("ddp", "gloo-none", "10mbit-loss5")] and len(runs) == 10
+    with pytest.raises(SystemExit, match="ddp:gloo-none"):
+        bench.plan(bench.parse(["--ddp-cases", "dense", "--results-dir", "/tmp/r"]))
+
+
+def test_powersgd_dense_steps_must_be_warm_up_steps(capsys):
+    with pytest.raises(SystemExit):
+        bench.parse(["--start-iter", "3", "--results-dir", "/tmp/r"])
+    assert "--start-iter 3" in capsys.readouterr().err
+
+
+def test_cases_run_the_dds_method_codec_or_the_peer_on_the_rate():
+    a = bench.parse(["--results-dir", "/tmp/r"])
+    dds = bench.ddp_command("int8", bench.at_rate("10mbit", a), "x")
+    gloo = bench.ddp_command("gloo-fp16", bench.at_rate("1mbit", a), "y")
     assert dds[dds.index("--method") + 1] == "int8" and dds[dds.index("--profile") + 1] == "10mbit"
+    assert dds[dds.index("--train-subset") + 1] == str(a.ddp_train_subset)
     assert gloo[gloo.index("--hook") + 1] == "fp16" and gloo[gloo.index("--profile") + 1] == "1mbit"
-    fl = bench.fl_command("qsgd4", "100mbit", argparse.Namespace(**{**vars(a), "rounds": 1, "samples": 100}), "z")
-    assert fl[fl.index("--codec") + 1] == "qsgd4" and fl[fl.index("--profile") + 1] == "100mbit"
+    assert gloo[gloo.index("--train-subset") + 1] == str(a.slow_train_subset)
+    fl = bench.fl_command("qsgd", bench.at_rate("100mbit", a), "z")
+    assert fl[fl.index("--codec") + 1] == "qsgd" and fl[fl.index("--profile") + 1] == "100mbit"
+    flower = bench.fl_command("flower", bench.at_rate("1mbit", a), "w")
+    assert flower[flower.index("--kind") + 1] == "flower" and flower[flower.index("--rounds") + 1] == str(a.slow_rounds)
+
+
+def test_the_figure_draws_a_line_per_case_and_mode_without_the_lossy_rows():
+    rows = [{"mode": m, "case": c, "rate": r, "time_s": 1.0 + i}
+            for m, cases in (("fl", ("fp32", "flower")), ("ddp", ("dense", "int8", "gloo-none")))
+            for c in cases for i, r in enumerate(("lan", "100mbit", "1mbit"))]
+    rows.append({"mode": "ddp", "case": "dense", "rate": "10mbit-loss5", "time_s": 9.0})
+    fl, ddp = bench.figure(rows).axes
+    assert [line.get_label() for line in fl.get_lines()] == ["fp32", "flower"]
+    assert [len(line.get_xdata()) for line in ddp.get_lines()] == [3, 3, 3]
+    assert [t.get_text() for t in ddp.get_xticklabels()] == ["1mbit", "100mbit", "lan"]
+
+
+def test_bytes_name_whose_counters_they_are():
+    assert bench.bytes_source("fl", "int8", "lan") == "DDS CommStats"
+    assert bench.bytes_source("fl", "flower", "10mbit") == bench.bytes_source("fl", "fp32", "1mbit") == "controller iface"
+    assert bench.bytes_source("fl", "flower", "lan") == bench.bytes_source("ddp", "gloo-none", "lan") == "lo counters"
+    assert bench.bytes_source("ddp", "gloo-fp16", "1mbit") == "rank iface"
+    assert bench.bytes_source("ddp", "dense", "10mbit-loss5") == "DDS CommStats"

@@ -105,3 +105,23 @@ def test_identical_rounds_counts_the_rounds_whose_models_match(tmp_path: Path) -
     table_csv = tmp_path / "swarm-engines.csv"
     table_csv.write_text("round,compose_model,swarm_model,equal\n1,a,a,True\n2,b,c,False\n3,d,d,True\n")
     assert results_doc.identical_rounds(table_csv) == ["rounds with bit-identical models: 2/3"]
+
+
+def test_a_benchmark_with_a_figure_publishes_it_beside_its_table_with_its_notes(tmp_path, monkeypatch):
+    def fake_run(argv, cwd):
+        stem = table_stem(cwd / "results", "crossover", True)
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        stem.with_suffix(".csv").write_text("mode,case\nfl,int8\n")
+        stem.with_suffix(".png").write_bytes(b"\x89PNG drawn")
+        stem.with_name(stem.name + "-notes.md").write_text("FL: 2 clients\n\n- fl int8: pays off at 10mbit and below\n")
+        return subprocess.CompletedProcess(argv, 0)
+    monkeypatch.setattr(results_doc.subprocess, "run", fake_run)
+    monkeypatch.setattr(results_doc, "git_commit", lambda root: "0123456")
+    bench = results_doc.BENCHES["crossover"]
+    monkeypatch.setattr(results_doc, "BENCHES", {"crossover": results_doc.Bench(
+        bench.title, bench.script, {"mode": ("mode", ""), "case": ("case", "")}, summary=bench.summary,
+        figure=bench.figure)})
+    out = results_doc.run("crossover", True, tmp_path / "docs", tmp_path)
+    assert (tmp_path / "docs" / "crossover.png").read_bytes() == b"\x89PNG drawn"
+    assert out.read_text().endswith("| fl | int8 |\n\nFL: 2 clients\n\n- fl int8: pays off at 10mbit and below\n\n"
+                                    f"![{bench.title}](crossover.png)\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,10 @@ PEERS_RESNET18_ARGS = ("--name", "peers-resnet18", "--model", "resnet18", "--dat
                        "--batch-size", "8", "--train-subset", "120", "--test-subset", "96", "--skip", "2",
                        "--start-iter", "2", "--profile", "10mbit",
                        "--only", "dds-dense-ring,gloo-none,dds-dgc,gloo-powersgd")
+# Every rate on the same model, about an hour on two shared cores: the references, int8_sparse and
+# int8 (FL), int8 and DGC (DDP) beside Flower and gloo's hooks; the DDP ring and gloo under 5 % loss.
+CROSSOVER_ARGS = ("--fl-cases", "fp32,int8_sparse,int8,flower",
+                  "--ddp-cases", "dense,int8,dgc,gloo-none,gloo-fp16,gloo-powersgd")
 Column = tuple[str, str]  # (heading, format spec for float(value); "" keeps the value as written)
 # The first columns of both probe benchmarks (auth, transport): which link, what was sent, how often.
 PROBE_COLUMNS: dict[str, Column] = {"link": ("link", ""), "size": ("message bytes", ",.0f"),
@@ -94,6 +99,12 @@ def peer_ratios(table_csv: Path) -> list[str]:
     return lines
 
 
+def written_beside(table_csv: Path) -> list[str]:
+    """The lines a benchmark wrote beside its table for the reader (<name>-notes.md: its settings
+    and verdicts)."""
+    return table_csv.with_name(table_csv.stem + "-notes.md").read_text().splitlines()
+
+
 def identical_rounds(table_csv: Path) -> list[str]:
     """How many rounds' models were bit-identical across the two deployments."""
     rows = read_rows(table_csv)
@@ -110,6 +121,8 @@ class Bench:
     # Its runs are a sweep file's cells (experiments/sweeps/<name>[-quick].json, the benchmark's own
     # with these args): the sweep runs them, then the benchmark builds its table from them (--resume).
     sweep: bool = False
+    figure: bool = False  # the benchmark draws <name>.png beside its table: copied beside the document, shown
+
 
     def sweep_file(self, name: str, quick: bool) -> Path:
         return SWEEPS / f"{name}{QUICK_SUFFIX if quick else ''}.json"
@@ -150,7 +163,9 @@ BENCHES = {
         {"mode": ("mode", ""), "case": ("case", ""), "rate": ("link", ""), "time_s": ("round / step s", ".3f"),
          "bytes": ("bytes a node sends", ",.0f"), "time_x_of_reference": ("time, x of fp32 / dense", ".3f"),
          "bytes_x_of_reference": ("bytes, x of fp32 / dense", ".4f"),
-         "pays_off_at_or_below": ("pays off at or below", ""), "status": ("status", "")}),
+         "pays_off_at_or_below": ("pays off at or below", ""), "bytes_from": ("bytes from", ""),
+         "status": ("status", "")},
+        args=CROSSOVER_ARGS, summary=written_beside, figure=True),
     "matrix-fashion_mnist": Bench(
         "Every compressor on Fashion-MNIST, FL and DDP, 3 seeds: accuracy against fp32 / dense",
         "benchmarks/bench_matrix.py",
@@ -246,7 +261,11 @@ def run(name: str, quick: bool, out_dir: Path, root: Path) -> Path:
     head = header(command, commit, date, machine(), wall_s)
     table_csv = table_stem(root / "results", name, quick).with_suffix(".csv")
     rows = read_rows(table_csv)
-    out.write_text(document(bench.title, head, rows, bench.columns, bench.summary(table_csv) if bench.summary else []))
+    after = bench.summary(table_csv) if bench.summary else []
+    if bench.figure:
+        shutil.copyfile(table_csv.with_suffix(".png"), out_dir / f"{name}.png")
+        after += ["", f"![{bench.title}]({name}.png)"]
+    out.write_text(document(bench.title, head, rows, bench.columns, after))
     return out
 
 
