@@ -68,6 +68,14 @@ def test_default_chunk_size_follows_the_link_mode_and_an_explicit_one_wins():
     assert DdsSettings.from_config({"domain_id": 1, "loopback_tuned": False}).chunk_bytes == MTU_CHUNK
 
 
+def test_a_shaped_links_chunk_takes_it_about_two_ms_from_64_up_to_256_kib():
+    from commlab.dds.settings import link_chunk_bytes
+    rates = {1e6: 64, 100e6: 64, 300e6: 128, 1e9: 256, 10e9: 256}
+    assert {rate: link_chunk_bytes(rate) // 1024 for rate in rates} == rates
+    with pytest.raises(ValueError, match="link rate must be positive"):
+        link_chunk_bytes(0)
+
+
 def test_config_errors_name_the_problem():
     with pytest.raises(ValueError, match="chunk_byte"):
         DdsSettings.from_config({"domain_id": 1, "chunk_byte": 5})
