@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import subprocess
 import sys
@@ -245,3 +246,20 @@ def test_freed_large_blocks_are_reused_without_page_faults():
     forced = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"}
     assert _faults("default", forced) > 50 * 2048 // 2
     assert _faults("keep", forced) < 2048
+
+
+def test_an_authenticated_ring_blocks_head_is_parsed_from_the_prefix_a_reader_copies():
+    # A one-chunk message carries envelope and trailer in its meta: parsed from the prefix, the
+    # block is copied once (a prefix too short for the head costs a copy of the whole sample).
+    from commlab.dds.auth import make_keyrings
+    from commlab.dds.chunk import Chunk, decode_head, encode_head
+    from commlab.dds.endpoints import HEAD_PREFIX
+    from commlab.dds.seal import Sealer
+    nodes = [f"worker-{r}" for r in range(8)]  # a DDP run's: every worker signs, payloads in clear on loopback
+    keyrings = make_keyrings("20261126-092115-bench-peers-dds-dense-ring", nodes, trusted=set(nodes))
+    sealer = Sealer(keyrings["worker-0"], 1, encrypt=False)
+    block = 1 << 20
+    meta = json.dumps({"key": "123456/grads", "step": 13, "block": 21, "numel": 11_689_512})
+    envelope, _ = sealer.seal("coll_ddp_ring1", meta, bytes(block))
+    head = encode_head(Chunk("worker-0", 1, 7, 0, 1, block, envelope, b""), block)
+    assert decode_head(head[:HEAD_PREFIX], len(head) + block).meta == envelope
