@@ -6,14 +6,18 @@ receiver (the FL controller to a client: Ed25519 signatures and a BLAKE3 digest 
 Loopback: one sender and one receiver process hold a node per mode and run the three modes'
 batches in turn, `--repeat` rounds (commlab.dds.probe --modes), so the load of the shared machine
 falls on all of them alike; each round's goodput of a mode is compared with
-the plain batch beside it and the median of those costs reported, with the CPU seconds per MB of
-both processes (all their threads), which load disturbs less than wall time. 10 Mbit/s tbf between
+the plain batch beside it and the median of those costs reported, with the middle half of them
+(how much the rounds disagree), the CPU seconds per MB of both processes (all their threads), which
+load disturbs less than wall time, and the machine's load average when the row was measured: on a
+machine whose cores are all busy, goodput follows CPU time, so the goodput cost tends to the CPU
+cost; only cores left idle can take the sealing done beside the writes for free. 10 Mbit/s tbf between
 two network namespaces (root): the same, two rounds. Writes the costs to results/bench/auth.{csv,md}.
 
     python benchmarks/bench_auth.py            # make bench-auth
 """
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
@@ -52,6 +56,7 @@ def measure(s: BenchRun, label: str, prefixes: Prefixes, sides: Sides, sizes: st
     lines = run_pair(s, label, probe(prefixes[1], "recv", sides[1], sides[0], sizes, domains, mtu, keys["recv"], repeat),
                      probe(prefixes[0], "send", sides[0], sides[1], sizes, domains, mtu, keys["send"], repeat))
     s.step(label)
+    load = os.getloadavg()[0]  # runnable threads, averaged over the last minute: the run's own included
     rows = []
     for size, count in parse_sizes(sizes):
         runs = {mode: {r["round"]: r for r in lines if r["mode"] == mode and r["size"] == size} for mode in MODES}
@@ -60,13 +65,16 @@ def measure(s: BenchRun, label: str, prefixes: Prefixes, sides: Sides, sizes: st
         for mode in MODES:
             row[f"{mode}_MBps"] = statistics.median(r["goodput_MBps"] for r in runs[mode].values())
         for mode in MODES[1:]:  # each round's ratio, to the plain batch run beside it
-            row[f"{mode}_cost"] = 1 - statistics.median(
-                r["goodput_MBps"] / runs["plain"][k]["goodput_MBps"] for k, r in runs[mode].items())
+            costs = [1 - r["goodput_MBps"] / runs["plain"][k]["goodput_MBps"] for k, r in runs[mode].items()]
+            row[f"{mode}_cost"] = statistics.median(costs)
+            low, _, high = statistics.quantiles(costs, n=4) if len(costs) > 1 else costs * 3
+            row[f"{mode}_cost_middle_half"] = f"{low:.1%} to {high:.1%}"
         for mode in MODES:
             row[f"{mode}_cpu_ms_per_MB"] = statistics.median(
                 (r["send_cpu_s"] + r["recv_cpu_s"]) * 1e3 / mb for r in runs[mode].values())
         for mode in MODES[1:]:
             row[f"{mode}_cpu_cost"] = row[f"{mode}_cpu_ms_per_MB"] / row["plain_cpu_ms_per_MB"] - 1
+        row["load"] = load
         rows.append(row)
     return rows
 
@@ -85,8 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             s, "10mbit-tbf", prefixes, sides, SHAPED_SIZES, [187, 188, 189], True, 2, keys))
         s.write(pd.DataFrame(rows), None, "DDS goodput of plain, authenticated (MAC) and encrypted (AEAD) messages",
                 notes=["goodput: median over the rounds; cost: median over the rounds of 1 - goodput / plain goodput "
-                       "of the same round; signed: a trusted sender to an untrusted receiver; "
-                       "cpu: both processes, all threads, per MB of payload"])
+                       "of the same round (middle half: its quartiles); signed: a trusted sender to an untrusted "
+                       "receiver; cpu: both processes, all threads, per MB of payload; load: the machine's 1-minute "
+                       f"load average when the row was measured ({os.cpu_count()} cores)"])
     return 0
 
 

@@ -2,8 +2,9 @@
 
     python benchmarks/bench_transport.py            # loopback, then a 10 Mbit/s tbf link between namespaces
 
-Each measurement: the sender writes `count` messages of one size; the receiver hashes everything
-and acknowledges the batch with the SHA-256; goodput = payload bytes / (first write -> ack).
+Each measurement: the sender writes `count` messages of one size; the receiver acknowledges the
+batch once the last one is in, then sends the SHA-256 of everything it got (hashed outside the
+timed window, which holds the transport alone); goodput = payload bytes / (first write -> ack).
 DDS ends are `python -m commlab.dds.probe`; TCP ends are this script's tcp-send/tcp-recv.
 Writes the median goodput of both over alternating repetitions and the DDS/TCP ratio
 (targets: >= 0.5 loopback, >= 0.9 shaped) to results/bench/transport.{csv,md}.
@@ -53,15 +54,15 @@ def tcp_send(peer: str, port: int, sizes: list[tuple[int, int]]) -> None:
             for _ in range(count):
                 conn.sendall(LEN.pack(size))
                 conn.sendall(payload)
-            ack = _recv_exact(conn, 32, bytearray(32))
+            _recv_exact(conn, 1, bytearray(1))
             seconds = time.perf_counter() - start
-            if bytes(ack) != hashlib.sha256(payload * count).digest():
-                raise SystemExit(f"size {size}: wrong acknowledgement")
+            if bytes(_recv_exact(conn, 32, bytearray(32))) != hashlib.sha256(payload * count).digest():
+                raise SystemExit(f"size {size}: the receiver got other bytes than were sent")
             print(json.dumps({"size": size, "count": count, "seconds": seconds,
                               "goodput_MBps": size * count / seconds / 1e6}), flush=True)
 
 
-def _recv_exact(conn: socket.socket, n: int, buf: bytearray) -> memoryview:
+def _recv_exact(conn: socket.socket, n: int, buf: bytearray | memoryview) -> memoryview:
     view = memoryview(buf)[:n]
     got = 0
     while got < n:
@@ -76,13 +77,16 @@ def tcp_recv(bind: str, port: int, sizes: list[tuple[int, int]]) -> None:
     with socket.create_server((bind, port), reuse_port=True) as srv:
         conn, _ = srv.accept()
         with conn:
-            buf = bytearray(max(s for s, _ in sizes))
+            # Every message of a batch is kept until it is hashed, in a buffer allocated before timing starts.
+            batch = memoryview(bytearray(max(size * count for size, count in sizes)))
             for size, count in sizes:
-                h = hashlib.sha256()
+                at = 0
                 for _ in range(count):
                     (n,) = LEN.unpack(_recv_exact(conn, 8, bytearray(8)))
-                    h.update(_recv_exact(conn, n, buf))
-                conn.sendall(h.digest())
+                    _recv_exact(conn, n, batch[at:])
+                    at += n
+                conn.sendall(b"\1")  # all in: the timed window ends here
+                conn.sendall(hashlib.sha256(batch[:at]).digest())
 
 
 def run_pair(s: BenchRun, label: str, recv_cmd: list[str], send_cmd: list[str]) -> list[dict]:

@@ -13,5 +13,5 @@ test-transport: $(STAMP) ## DDS transport tests (tests/dds: unit, multi-process,
 	$(PYTHON) -m pytest -q -ra tests/dds tests/security/test_auth.py
 
 .PHONY: bench-auth
-bench-auth: $(STAMP) ## cost of authenticated messages: DDS goodput with/without, loopback and a 10 Mbit link -> results/bench/auth.{csv,md} (QUICK=1)
+bench-auth: $(STAMP) ## cost of authenticated (MAC) and encrypted (AEAD) messages: DDS goodput and CPU against plain, loopback and a 10 Mbit link -> results/bench/auth.{csv,md} (QUICK=1)
 	$(PYTHON) benchmarks/bench_auth.py $(BENCH_QUICK)

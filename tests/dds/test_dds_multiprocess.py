@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from commlab.dds import BarrierTimeout, DdsNode, DdsSettings, DdsWriteTimeout, Group, PeerLost, exit_cleanly_on_sigterm
+from commlab.dds.auth import Keyring, make_keyrings
 from commlab.dds.chunk import Chunk
 from commlab.dds.endpoints import ChunkWriter
 from commlab.dds.messages import to_wire
@@ -35,8 +36,8 @@ def _join(procs, timeout=60):
         assert p.exitcode == 0, f"{p.name} exited with {p.exitcode}"
 
 
-def _client_echo(domain: int, n: int, done) -> None:
-    with DdsNode("client-0", _settings(domain, chunk_bytes=65536)) as node:
+def _client_echo(domain: int, n: int, done, ring: Keyring | None) -> None:
+    with DdsNode("client-0", _settings(domain, chunk_bytes=65536, keyring=ring, encrypt=True)) as node:
         reqs, blobs, up = node.subscriber(Request), node.subscriber(Blob), node.publisher(Reply)
         node.barrier({"controller"}, 20)
         req = reqs.receive(20)
@@ -49,13 +50,17 @@ def _client_echo(domain: int, n: int, done) -> None:
 LONG_TAG = "r" * 2000  # a meta longer than the 512-byte head prefix the reader parses first
 
 
-def test_big_chunked_messages_arrive_whole_in_order(domain):
+@pytest.mark.parametrize("protected", [False, True])
+def test_big_chunked_messages_arrive_whole_in_order(domain, protected):
+    """Protected: the controller signs and encrypts (each chunk encrypted while the one before is
+    written, decrypted from the received sample into place), the client encrypts its reply."""
     payloads = [os.urandom(10_000_000), np.arange(425_000, dtype=np.float32).tobytes(), b""]
+    rings = make_keyrings("run", ["controller", "client-0"], trusted={"controller"}) if protected else {}
     done = CTX.Event()
-    p = CTX.Process(target=_client_echo, args=(domain, len(payloads), done), name="client-0")
+    p = CTX.Process(target=_client_echo, args=(domain, len(payloads), done, rings.get("client-0")), name="client-0")
     p.start()
     try:
-        with DdsNode("controller", _settings(domain)) as node:
+        with DdsNode("controller", _settings(domain, keyring=rings.get("controller"), encrypt=True)) as node:
             up, reqs, blobs = node.subscriber(Reply), node.publisher(Request), node.publisher(Blob)
             node.barrier({"client-0"}, 20)
             reqs.publish(Request(seq=4, tag=LONG_TAG, scale=0.1, params={"k": [1, 2]}))
@@ -70,6 +75,7 @@ def test_big_chunked_messages_arrive_whole_in_order(domain):
             assert s["payload_sent"] == sent and sent < s["bytes_sent"] < sent * 1.01
             assert s["payload_received"] == 3_000_000 and s["chunks_received"] == 46
             assert s["malformed_chunks"] == s["duplicate_chunks"] == s["expired_messages"] == 0
+            assert not any(v for k, v in s.items() if k.startswith("auth_"))
     finally:
         done.set()
         _join([p])

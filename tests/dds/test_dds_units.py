@@ -1,7 +1,6 @@
 """Single-process tests of the DDS transport pieces: config XML, chunking, reassembly, messages, stats."""
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -12,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commlab.dds import CommStats, DdsSettings, MessageError, wire_bytes
-from commlab.dds.cdr import address_of
 from commlab.dds.chunk import Chunk, decode_head, encode, split
 from commlab.dds.messages import from_wire, message_type, to_wire
 from commlab.dds.reassembly import MAX_MESSAGE_BYTES, Assembled, Reassembler
@@ -100,7 +98,7 @@ def feed(r: Reassembler, c: Chunk) -> Assembled | None:
     data = encode(c)
     head = decode_head(data, len(data))
     payload = bytes(c.payload)
-    return r.add(head, lambda buf, offset: ctypes.memmove(address_of(buf) + offset, payload, len(payload)))
+    return r.add(head, payload)
 
 
 def test_reassembly_out_of_order_with_duplicates_and_interleaved_senders():

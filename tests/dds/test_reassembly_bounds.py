@@ -2,12 +2,10 @@
 buffers of incomplete messages are capped per sender and in total (oldest evicted, counted)."""
 from __future__ import annotations
 
-import ctypes
 import logging
 
 import pytest
 
-from commlab.dds.cdr import address_of
 from commlab.dds.chunk import Chunk, decode_head, encode, split
 from commlab.dds.reassembly import Assembled, Reassembler
 from commlab.dds.settings import DdsSettings, reassembly_caps
@@ -26,7 +24,7 @@ def feed(r: Reassembler, c: Chunk) -> Assembled | None:
     data = encode(c)
     head = decode_head(data, len(data))
     payload = bytes(c.payload)
-    return r.add(head, lambda buf, offset: ctypes.memmove(address_of(buf) + offset, payload, len(payload)))
+    return r.add(head, payload)
 
 
 def message(sender: str, msg_id: int, size: int, chunk: int = 100, incarnation: int = 1) -> list[Chunk]:

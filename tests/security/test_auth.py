@@ -7,7 +7,7 @@ import pytest
 
 from commlab.dds.auth import KeyFileError, make_keyrings, read_keyring, write_keyring
 from commlab.dds.envelope import GMAC_RECIPIENTS_MAX, WINDOW, AuthError
-from commlab.dds.opener import Opener
+from commlab.dds.opener import ALONGSIDE, Opener
 from commlab.dds.seal import Sealer
 
 NODES = ["controller", "client-0", "client-1"]
@@ -90,6 +90,37 @@ def test_a_chunked_message_is_authenticated_by_its_last_chunk(clients, encrypt, 
     altered.update(bytearray(sent[:-1] + bytes([sent[-1] ^ 1])))
     with pytest.raises(AuthError, match="altered"):
         altered.finish(trailer)
+
+
+@pytest.mark.parametrize("trusted,encrypt", [("all", False), ("all", True), ("controller", False), ("controller", True)])
+def test_pipelined_sealing_opens_into_place_and_still_catches_a_flipped_bit(trusted, encrypt):
+    """updates() (a writer's: each chunk encrypted in the worker while the one before is written)
+    and a receiver's one pass from the received chunk into the message's buffer (large chunks'
+    digest hashed alongside) give back the payload, and refuse it with one bit flipped."""
+    rings = make_keyrings("run-a", NODES, trusted=set(NODES) if trusted == "all" else {"controller"})
+    sealer = Sealer(rings["controller"], 1, encrypt)
+    payload = os.urandom(3 * ALONGSIDE + 1000)
+    step = ALONGSIDE + 7
+    sealing = sealer.begin("ModelBlob", "{}", len(payload))
+    # Each piece is copied before the next is asked for, as write_iov copies it.
+    sent = b"".join(bytes(piece) for piece in sealing.updates([memoryview(payload)[i:i + step]
+                                                                 for i in range(0, len(payload), step)]))
+    trailer = sealing.last_meta("")
+    assert (sent == payload) == (not encrypt)
+    for flip in (None, 0, len(payload) - 1):
+        wire = bytearray(sent)
+        if flip is not None:
+            wire[flip] ^= 1
+        opened = Opener(rings["client-0"]).open("ModelBlob", "controller", 1, len(payload), sealing.envelope)
+        out = memoryview(bytearray(len(payload)))
+        for i in range(0, len(payload), step):
+            opened.update(bytes(wire[i:i + step]), out[i:i + step])
+        if flip is None:
+            opened.finish(trailer)
+            assert out == payload
+        else:
+            with pytest.raises(AuthError, match="altered"):
+                opened.finish(trailer)
 
 
 def test_the_envelope_must_match_its_chunk(rings):

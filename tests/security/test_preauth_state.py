@@ -5,7 +5,6 @@ cannot speak as the controller, not even towards that client; a peer that comes 
 durable announcement is accepted again, from its own participant only."""
 from __future__ import annotations
 
-import ctypes
 import json
 from types import SimpleNamespace
 
@@ -16,7 +15,6 @@ from commlab.dds.auth import Keyring, make_keyrings
 from commlab.dds.envelope import AuthError
 from commlab.dds.opener import Opener
 from commlab.dds.seal import Sealer
-from commlab.dds.cdr import address_of
 from commlab.dds.chunk import Chunk, decode_head, encode, split
 from commlab.dds.reassembly import Reassembler
 from commlab.dds.stats import CommStats, Progress
@@ -44,8 +42,7 @@ def sealed(sealer: Sealer, topic: str, payload: bytes, chunk: int = 100) -> list
 def feed(r: Reassembler, c: Chunk, writer: int):
     data = encode(c)
     payload = bytes(c.payload)
-    return r.add(decode_head(data, len(data)),
-                 lambda buf, offset: ctypes.memmove(address_of(buf) + offset, payload, len(payload)), writer)
+    return r.add(decode_head(data, len(data)), payload, writer)
 
 
 def junk_like(c: Chunk, index: int | None = None) -> Chunk:

@@ -10,7 +10,8 @@ Here a write hands the header and the caller's payload to `ddsi_serdata_from_ser
 separate pieces, so the payload is copied once, into the sample Cyclone sends, and
 `dds_writecdr` sends it (ctypes releases the GIL while it blocks, ddspy_write did not). A take
 gets references to the received samples from `dds_takecdr`; the caller reads a small prefix,
-copies the payload once straight to where it belongs, and releases the reference.
+reads the payload in place (`ddsi_serdata_to_ser_ref`) on its one pass to where it belongs (a
+copy, or decryption straight into the message's buffer), and releases the reference.
 
 All calls are exported by the libddsc that the pinned cyclonedds==11.0.1 wheel loads;
 `dds_takecdr`/`dds_writecdr` are public API, the `ddsi_serdata_*` helpers are exported but
@@ -19,6 +20,8 @@ lower level. tests/dds/test_dds_fastpath.py fails if any of this stops behaving 
 from __future__ import annotations
 
 import ctypes as ct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Sequence
 
 import numpy as np
@@ -64,6 +67,10 @@ _to_ser_releasing_gil = _fn(_lib, "ddsi_serdata_to_ser", None, ct.c_void_p, ct.c
 _takecdr = _fn(_lib_gil, "dds_takecdr", ct.c_int32, ct.c_int32, ct.POINTER(ct.c_void_p), ct.c_uint32, ct.POINTER(SampleInfo), ct.c_uint32)
 _get_sertype = _fn(_lib_gil, "dds_get_entity_sertype", ct.c_int32, ct.c_int32, ct.POINTER(ct.c_void_p))
 _to_ser_holding_gil = _fn(_lib_gil, "ddsi_serdata_to_ser", None, ct.c_void_p, ct.c_size_t, ct.c_size_t, ct.c_void_p)
+_to_ser_ref = _fn(_lib_gil, "ddsi_serdata_to_ser_ref", ct.c_void_p, ct.c_void_p, ct.c_size_t, ct.c_size_t, ct.POINTER(IoVec))
+_to_ser_unref = _fn(_lib_gil, "ddsi_serdata_to_ser_unref", None, ct.c_void_p, ct.POINTER(IoVec))
+_memmove_releasing_gil = _fn(ct.CDLL(None), "memmove", ct.c_void_p, ct.c_void_p, ct.c_void_p, ct.c_size_t)
+_memmove_holding_gil = _fn(ct.PyDLL(None), "memmove", ct.c_void_p, ct.c_void_p, ct.c_void_p, ct.c_size_t)
 serdata_size = _fn(_lib_gil, "ddsi_serdata_size", ct.c_uint32, ct.c_void_p)
 serdata_unref = _fn(_lib_gil, "ddsi_serdata_unref", None, ct.c_void_p)
 COPY_RELEASING_GIL = 256 * 1024  # below this a copy takes some tens of microseconds at most: keep the GIL
@@ -72,6 +79,27 @@ COPY_RELEASING_GIL = 256 * 1024  # below this a copy takes some tens of microsec
 def serdata_to_ser(sample: int, offset: int, size: int, dest: int) -> None:
     """Copy size bytes of a serialized sample, from offset, to address dest."""
     (_to_ser_releasing_gil if size >= COPY_RELEASING_GIL else _to_ser_holding_gil)(sample, offset, size, dest)
+
+
+@contextmanager
+def serdata_view(sample: int, offset: int, size: int) -> Iterator[memoryview]:
+    """size bytes of a serialized sample from offset, read in place (no copy): valid inside the block only."""
+    if not size:
+        yield memoryview(b"")
+        return
+    iov = IoVec()
+    ref = _to_ser_ref(sample, offset, size, ct.byref(iov))
+    try:
+        yield memoryview((ct.c_char * size).from_address(iov.base)).cast("B").toreadonly()
+    finally:
+        _to_ser_unref(ref, ct.byref(iov))
+
+
+def copy_into(dest: int, src) -> None:
+    """Copy the contiguous buffer `src` to address dest."""
+    n = len(src)
+    if n:
+        (_memmove_releasing_gil if n >= COPY_RELEASING_GIL else _memmove_holding_gil)(dest, address_of(src), n)
 
 
 def sertype_of(entity: int) -> int:

@@ -19,7 +19,7 @@ from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 
-from .cdr import SampleInfo, address_of, serdata_bytes, serdata_size, serdata_to_ser, sertype_of, write_iov
+from .cdr import SampleInfo, address_of, serdata_bytes, serdata_size, serdata_to_ser, serdata_view, sertype_of, write_iov
 from .chunk import Chunk, ChunkHead, PrefixTooShort, decode_head, encode_head, padding, split
 from .errors import DdsWriteTimeout, MessageError
 from .host import EndpointHost
@@ -56,6 +56,7 @@ class ChunkWriter:
         self._matched_version: tuple[int, int] = (-1, -1)
         self._ready_at: tuple[int, tuple[int, int]] | None = None  # (directory generation, match version)
         self._lock = threading.Lock()  # one message at a time (a collective's resends come from any thread)
+        self._sealed: list[bytearray] = [bytearray(), bytearray()]  # encrypted chunks, reused message after message
         node.writers.append(self)
 
     def _match_version(self) -> tuple[int, int]:
@@ -131,15 +132,20 @@ class ChunkWriter:
         waited = 0.0
         view = memoryview(payload).cast("B")
         base = address_of(view) if len(view) else 0
+        sent_payloads = None
         try:
             # Protected: an envelope in the first chunk, the payload's tag or digest in the last.
-            sealing = None if self.node.sealer is None else self.node.sealer.begin(self.name, meta, len(view))
-            for chunk in split(self.node.name, self.node.incarnation, msg_id,
-                               meta if sealing is None else sealing.envelope, view, s.chunk_bytes):
+            sealer = self.node.sealer
+            sealing = None if sealer is None else sealer.begin(self.name, meta, len(view), self._sealed)
+            message = list(split(self.node.name, self.node.incarnation, msg_id,
+                                 meta if sealing is None else sealing.envelope, view, s.chunk_bytes))
+            # Sealed (encrypted) into buffers that write_iov copies from, one chunk ahead of the writes.
+            sent_payloads = sealing.updates([c.payload for c in message]) if sealing is not None else None
+            for chunk in message:
                 n = len(chunk.payload)
                 at = base + chunk.index * s.chunk_bytes
-                if sealing is not None:
-                    sent_payload = sealing.update(chunk.payload)  # encrypted into a buffer write_iov copies from
+                if sent_payloads is not None:
+                    sent_payload = next(sent_payloads)
                     at = address_of(sent_payload) if n else 0
                     if chunk.index == chunk.count - 1:
                         chunk.meta = sealing.last_meta(chunk.meta)
@@ -158,6 +164,8 @@ class ChunkWriter:
                 sent += copies * wire_bytes(len(head) + n + pad, s.fragment_bytes, s.ip_mtu)
                 chunks += copies
         except BaseException:
+            if sent_payloads is not None:
+                sent_payloads.close()
             self.node.stats.add(bytes_sent=sent, chunks_sent=chunks, wait_s=waited)
             raise
         # counted once per message: the per-chunk loop is the hot path
@@ -204,8 +212,8 @@ class ChunkReader:
             self.node.stats.add(malformed_chunks=1)
             log.warning("topic %s: undecodable chunk of %d bytes dropped: %s", self.name, size, e)
             return
-        done = self._assembler.add(head, lambda buf, offset: serdata_to_ser(
-            sample, head.payload_offset, head.payload_len, address_of(buf) + offset), info.publication_handle)
+        with serdata_view(sample, head.payload_offset, head.payload_len) as payload:
+            done = self._assembler.add(head, payload, info.publication_handle)
         if done is not None:
             self.node.stats.add(messages_received=1, payload_received=len(done.payload))
             self._on_message(done)

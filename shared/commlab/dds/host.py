@@ -71,6 +71,9 @@ class EndpointHost:
         self._closables.clear()
         self.announcer.leave()
         self.announcer.close()
+        if self.sealer is not None:
+            self.sealer.close()
+            self.opener.close()
         # Deleting the participant deletes its readers and writers; peers see us leave at once.
         self.participant.__del__()
         self._domain.__del__()

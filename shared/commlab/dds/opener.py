@@ -1,7 +1,8 @@
 """The receiving side of protected messages (wire format: envelope.py).
 
 A receiver opens the envelope from chunk 0 alone, before it reserves anything for the rest of the
-message; decrypts (or authenticates) each chunk's payload in place as it arrives; checks the
+message; authenticates each chunk's payload as it arrives, on the one pass that decrypts (or
+copies) it from the received sample into the message's buffer; checks the
 trailer when the last chunk is in; and drops (counting the reason) what is unauthenticated, of
 another wire version or run, tagged by the wrong key for its claimed sender, replayed, outside the
 sequence window or altered. A decrypted payload is handed out only once its tag held.
@@ -12,6 +13,7 @@ import hmac
 import json
 import threading
 from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import blake3
@@ -21,8 +23,11 @@ from cryptography.hazmat.primitives.ciphers import CipherContext
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .auth import Keyring
+from .cdr import address_of, copy_into
 from .envelope import (CIPHERS, MACS, NONCE, SALT_BYTES, VERSION, WINDOW, AuthError, derive, gcm, gmac, gmac_tag,
                        key_label, signed_bytes, tag, trailer_signed, trailer_tag)
+
+ALONGSIDE = 256 * 1024  # smaller chunks are hashed in the reader thread: a hand-off costs more than it saves
 
 
 @dataclass
@@ -39,9 +44,9 @@ class SequenceWindow:
         if seq in self.seen:
             raise AuthError("replayed", f"{sender!r} sequence number {seq} seen before")
         self.seen.add(seq)
-        if seq > self.high:
-            self.high = seq
-            self.seen = {s for s in self.seen if s > seq - WINDOW}
+        self.high = max(self.high, seq)
+        if len(self.seen) > 2 * WINDOW:  # numbers behind the window are refused before `seen` is asked
+            self.seen = {s for s in self.seen if s > self.high - WINDOW}
 
 
 class Opened:
@@ -50,8 +55,9 @@ class Opened:
     with `key` (the message key) the payload is decrypted."""
 
     def __init__(self, meta: str, sender: str, pair: bytes, signed: bytes, trailer: dict | None, node: str, mac: str,
-                 verify: Ed25519PublicKey | None = None, key: bytes | None = None):
+                 verify: Ed25519PublicKey | None = None, key: bytes | None = None, worker: Executor | None = None):
         self.meta, self.sender, self.pair, self.signed, self.verify = meta, sender, pair, signed, verify
+        self._worker = worker  # hashes a large encrypted chunk while it is decrypted
         self.trailer = trailer  # one-chunk messages carry it in the envelope
         self.node = node  # the receiving node (whose tag to check)
         # A signature covers the payload through its BLAKE3 digest, whatever else the sender used.
@@ -59,14 +65,27 @@ class Opened:
         self._mac = gmac(pair, signed) if mac == "gmac" else None
         self._cipher: CipherContext | None = None if key is None else gcm(key, signed, decrypt=True)
 
-    def update(self, data: bytearray | memoryview) -> None:
-        """Authenticate the next chunk's payload as received, and decrypt it in place (`data` writable)."""
+    def update(self, data: bytes | bytearray | memoryview, into: memoryview | None = None) -> None:
+        """Authenticate the next chunk's payload as received, and decrypt it (or copy it) into
+        `into`, its place in the message; without `into`, decrypt it in place (`data` writable)."""
+        hashing = None
         if self._hash is not None:
-            self._hash.update(data)
-        if self._mac is not None:
-            self._mac.authenticate_additional_data(data)
-        if self._cipher is not None:
-            self._cipher.update_into(data, data)
+            # The digest is of the ciphertext: hashed alongside its decryption into another buffer
+            # (both release the GIL), not after it.
+            if self._cipher is not None and into is not None and self._worker is not None and len(data) >= ALONGSIDE:
+                hashing = self._worker.submit(self._hash.update, data)
+            else:
+                self._hash.update(data)
+        try:
+            if self._mac is not None:
+                self._mac.authenticate_additional_data(data)
+            if self._cipher is not None:
+                self._cipher.update_into(data, data if into is None else into)
+            elif into is not None:
+                copy_into(address_of(into), data)
+        finally:  # `data` may be a received sample, released once this returns
+            if hashing is not None:
+                hashing.result()
 
     def finish(self, last_meta: str | None = None) -> None:
         """Check the trailer (from the last chunk's meta, or the envelope) against the payload
@@ -127,6 +146,10 @@ class Opener:
         self._lock = threading.Lock()  # every reader thread of the node opens through this one
         self._verify = {n: Ed25519PublicKey.from_public_bytes(k) for n, k in ring.verify_keys.items()}
         self._on_window_replaced = on_window_replaced  # a newer incarnation of a sender took its window
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"open-{ring.node}")
+
+    def close(self) -> None:
+        self._worker.shutdown()
 
     def open(self, topic: str, sender: str, incarnation: int, total_bytes: int, envelope: str) -> Opened:
         """The message's own meta, or AuthError; from chunk 0 alone."""
@@ -167,7 +190,7 @@ class Opener:
         key = None if cipher == "none" else self._message_key(sender, pair, salt, signed, wrapped)
         with self._lock:
             self._check_sequence(sender, incarnation, seq)
-        return Opened(meta, sender, pair or b"", signed, trailer, self.ring.node, mac, verify, key)
+        return Opened(meta, sender, pair or b"", signed, trailer, self.ring.node, mac, verify, key, self._worker)
 
     def _message_key(self, sender: str, pair: bytes | None, salt: bytes, signed: bytes, wrapped: object) -> bytes:
         """The key of an encrypted message: derived from the pair key (sent to this node alone),

@@ -1,6 +1,7 @@
 """Reassembly of chunked messages: in order, per (sender, incarnation, msg_id), validated.
 
-Each chunk's payload is copied once, straight to its place in the message's buffer: every chunk
+Each chunk's payload goes once, straight to its place in the message's buffer (copied, or
+decrypted on the way when the message is encrypted): every chunk
 but the last carries the sender's chunk size (the stride), so a chunk's offset follows from its
 own head (index * stride; the last one ends at total_bytes) whatever order chunks arrive in.
 Duplicated chunks are ignored; a chunk that contradicts its message (index out of range, another
@@ -31,7 +32,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .cdr import unfilled_bytes, writable_view
+from .cdr import address_of, copy_into, unfilled_bytes, writable_view
 from .envelope import AuthError
 from .opener import Opened, Opener
 from .chunk import ChunkHead
@@ -45,7 +46,6 @@ REMEMBERED_DONE = 4096  # completed ids kept to recognise late duplicates of fin
 MAX_MESSAGE_BYTES = 1 << 32  # a head claiming more is malformed (the buffer is allocated up front)
 SENDER_BYTES = 1 << 31  # default caps on incomplete messages' buffers; settings.reassembly_caps derives tighter ones
 TOTAL_BYTES = 1 << 33
-CopyPayload = Callable[[bytes, int], None]  # (message buffer, offset): copy this chunk's payload there
 
 
 @dataclass
@@ -106,9 +106,9 @@ class Reassembler:
         """Buffer bytes of incomplete messages (of one sender, or of all)."""
         return self._held.get(sender, 0) if sender is not None else sum(self._held.values())
 
-    def add(self, h: ChunkHead, copy_payload: CopyPayload, writer: int = 0) -> Assembled | None:
-        """Feed one chunk carried by DDS writer `writer` (its publication handle); copy_payload is
-        called (once) only if the chunk is accepted. Returns the message when this chunk completes it."""
+    def add(self, h: ChunkHead, payload: bytes | memoryview, writer: int = 0) -> Assembled | None:
+        """Feed one chunk carried by DDS writer `writer` (its publication handle), its `payload`
+        read (once) only if the chunk is accepted. Returns the message when this chunk completes it."""
         key = (h.sender, h.incarnation, h.msg_id, writer)
         if key in self._done:
             if self._done[key]:  # a late copy of a delivered message; chunks of a dropped one are just ignored
@@ -148,9 +148,10 @@ class Reassembler:
                                                            f"out of order (expected {len(p.received)})"))
             return None
         if h.payload_len:
-            copy_payload(p.buffer, offset)
-            if p.opened is not None:  # authenticated and decrypted in place while the chunk is still in cache
-                p.opened.update(writable_view(p.buffer, offset, h.payload_len))
+            if p.opened is not None:  # authenticated, and decrypted into place
+                p.opened.update(payload, writable_view(p.buffer, offset, h.payload_len))
+            else:
+                copy_into(address_of(p.buffer) + offset, payload)
         p.received.add(h.index)
         self.stats.add(chunks_accepted=1)
         if h.index == 0:

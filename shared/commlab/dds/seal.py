@@ -1,11 +1,15 @@
 """The sending side of protected messages (wire format: envelope.py): an envelope for the first
 chunk, the payload encrypted (or only authenticated) chunk by chunk as it is written, and the
-trailer for the last chunk. No pass over the payload happens before the first chunk can leave."""
+trailer for the last chunk. No pass over the payload happens before the first chunk can leave,
+and each later chunk is sealed in a worker thread while the one before it is written (the cipher,
+the hash and the DDS write all release the GIL): beside the DDS work, not before it."""
 from __future__ import annotations
 
 import json
 import secrets
 import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import blake3
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -13,6 +17,7 @@ from cryptography.hazmat.primitives.ciphers import CipherContext
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .auth import KEY_BYTES, TAG_BYTES, Keyring
+from .chunk import Payload
 from .envelope import (GMAC_RECIPIENTS_MAX, NONCE, SALT_BYTES, VERSION, derive, gcm, gmac, gmac_tag, key_label,
                        signed_bytes, tag, trailer_signed, trailer_tag)
 
@@ -35,17 +40,23 @@ class Sealer:
         else:
             self.mac = "gcm" if encrypt else "gmac"
         self._lock = threading.Lock()  # publishers and the announcer seal from several threads
+        # Seals the chunk after the one being written; two, so two writers of the node never wait on each other.
+        self.worker = ThreadPoolExecutor(2, thread_name_prefix=f"seal-{ring.node}")
 
-    def begin(self, topic: str, meta: str, nbytes: int) -> "Sealing":
+    def begin(self, topic: str, meta: str, nbytes: int, out: list[bytearray] | None = None) -> "Sealing":
         """Start sealing one message of `nbytes` payload bytes: its envelope (for chunk 0) now,
-        its trailer (for the last chunk) once every payload byte went through update()."""
+        its trailer (for the last chunk) once every payload byte went through update(). `out`:
+        two buffers to encrypt into, the caller's to reuse for its next message once this one is sent."""
         with self._lock:
             self.seq += 1
             seq = self.seq
         auth = {"v": VERSION, "run": self.ring.run_id, "sender": self.ring.node, "incarnation": self.incarnation,
                 "seq": seq, "topic": topic, "bytes": nbytes, "salt": secrets.token_hex(SALT_BYTES),
                 "cipher": self.cipher, "mac": self.mac}
-        return Sealing(self, auth, meta)
+        return Sealing(self, auth, meta, [bytearray(), bytearray()] if out is None else out)
+
+    def close(self) -> None:
+        self.worker.shutdown()
 
     def seal(self, topic: str, meta: str, payload: bytes | memoryview) -> tuple[str, bytes]:
         """A whole message in one (a one-chunk message): envelope and trailer together, and the payload as sent."""
@@ -55,10 +66,11 @@ class Sealer:
 
 
 class Sealing:
-    """One message being sealed: update() each chunk's payload in order, and send what it returns."""
+    """One message being sealed: update() each chunk's payload in order (or updates() all of them,
+    pipelined), and send what it returns."""
 
-    def __init__(self, sealer: Sealer, auth: dict, meta: str):
-        self.keys, self.signer = sealer.keys, sealer.signer
+    def __init__(self, sealer: Sealer, auth: dict, meta: str, out: list[bytearray]):
+        self.keys, self.signer, self._worker = sealer.keys, sealer.signer, sealer.worker
         self.signed = signed_bytes(auth, meta)
         doc: dict = {"auth": auth, "meta": meta, "tags": {p: tag(k, self.signed) for p, k in self.keys.items()}}
         if self.signer is not None:
@@ -78,21 +90,58 @@ class Sealing:
         self.envelope = json.dumps(doc)
         self._hash = blake3.blake3() if auth["mac"] == "blake3" else None
         self._macs = {p: gmac(k, self.signed) for p, k in self.keys.items()} if auth["mac"] == "gmac" else {}
-        self._out = bytearray()  # ciphertext of the current chunk (write_iov copies it before the next)
+        # Ciphertext of the last two chunks: one being written while the next is encrypted.
+        self._out = out
 
-    def update(self, data: bytes | memoryview) -> bytes | memoryview:
-        """The next chunk's payload as it goes on the wire: encrypted, or `data` itself."""
-        if self._cipher is not None:
-            if len(self._out) < len(data):
-                self._out = bytearray(len(data))
-            out = memoryview(self._out)[:len(data)]
-            self._cipher.update_into(data, out)
-            data = out
+    def encrypt(self, data: Payload) -> Payload:
+        """A chunk's payload as it goes on the wire: encrypted, or `data` itself. What it returns
+        stays valid until the encryption after next."""
+        if self._cipher is None:
+            return data
+        self._out.reverse()
+        if len(self._out[0]) < len(data):
+            self._out[0] = bytearray(len(data))
+        out = memoryview(self._out[0])[:len(data)]
+        self._cipher.update_into(data, out)
+        return out
+
+    def authenticate(self, sent: Payload) -> None:
+        """Take the next chunk's payload as sent into the trailer's digest or MACs (in order)."""
         if self._hash is not None:
-            self._hash.update(data)
+            self._hash.update(sent)
         for mac in self._macs.values():
-            mac.authenticate_additional_data(data)
-        return data
+            mac.authenticate_additional_data(sent)
+
+    def update(self, data: Payload) -> Payload:
+        """The next chunk's payload, encrypted and authenticated, as it goes on the wire."""
+        sent = self.encrypt(data)
+        self.authenticate(sent)
+        return sent
+
+    def updates(self, pieces: Sequence[Payload]) -> Iterator[Payload]:
+        """update() of each piece in turn, as sent (ask for the next only once the last is written).
+        Only encryption has to come before a write: the first piece is encrypted here, and while
+        the caller writes piece i the worker authenticates it and encrypts piece i + 1 (and
+        authenticates that too if it is the last, whose trailer needs the whole payload)."""
+        sent, ahead = self.encrypt(pieces[0]), None
+        try:
+            for i in range(1, len(pieces)):
+                ahead = self._worker.submit(self._advance, sent, pieces[i], i == len(pieces) - 1)
+                yield sent
+                sent, ahead = ahead.result(), None
+        finally:  # closed early (a write failed): the worker leaves the buffers before the next message takes them
+            if ahead is not None:
+                wait([ahead])
+        if len(pieces) == 1:
+            self.authenticate(sent)
+        yield sent
+
+    def _advance(self, sent: Payload, following: Payload, last: bool) -> Payload:
+        self.authenticate(sent)
+        following = self.encrypt(following)
+        if last:
+            self.authenticate(following)
+        return following
 
     def last_meta(self, chunk_meta: str) -> str:
         """The meta of the last chunk: the trailer, merged into the envelope when that chunk is also the first."""
