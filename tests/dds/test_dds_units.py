@@ -1,6 +1,7 @@
 """Single-process tests of the DDS transport pieces: config XML, chunking, reassembly, messages, stats."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -64,6 +65,14 @@ def test_default_chunk_size_follows_the_link_mode_and_an_explicit_one_wins():
     assert DdsSettings(domain_id=1, loopback_tuned=False).chunk_bytes == MTU_CHUNK <= 256 * 1024
     assert DdsSettings(domain_id=1, chunk_bytes=1000).chunk_bytes == 1000
     assert DdsSettings.from_config({"domain_id": 1, "loopback_tuned": False}).chunk_bytes == MTU_CHUNK
+
+
+def test_a_shaped_links_chunk_takes_it_about_two_ms_from_64_up_to_256_kib():
+    from commlab.dds.settings import link_chunk_bytes
+    rates = {1e6: 64, 100e6: 64, 300e6: 128, 1e9: 256, 10e9: 256}
+    assert {rate: link_chunk_bytes(rate) // 1024 for rate in rates} == rates
+    with pytest.raises(ValueError, match="link rate must be positive"):
+        link_chunk_bytes(0)
 
 
 def test_config_errors_name_the_problem():
@@ -235,3 +244,20 @@ def test_freed_large_blocks_are_reused_without_page_faults():
     forced = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"}
     assert _faults("default", forced) > 50 * 2048 // 2
     assert _faults("keep", forced) < 2048
+
+
+def test_an_authenticated_ring_blocks_head_is_parsed_from_the_prefix_a_reader_copies():
+    # A one-chunk message carries envelope and trailer in its meta: parsed from the prefix, the
+    # block is copied once (a prefix too short for the head costs a copy of the whole sample).
+    from commlab.dds.auth import make_keyrings
+    from commlab.dds.chunk import Chunk, decode_head, encode_head
+    from commlab.dds.endpoints import HEAD_PREFIX
+    from commlab.dds.seal import Sealer
+    nodes = [f"worker-{r}" for r in range(8)]  # a DDP run's: every worker signs, payloads in clear on loopback
+    keyrings = make_keyrings("20261126-092115-bench-peers-dds-dense-ring", nodes, trusted=set(nodes))
+    sealer = Sealer(keyrings["worker-0"], 1, encrypt=False)
+    block = 1 << 20
+    meta = json.dumps({"key": "123456/grads", "step": 13, "block": 21, "numel": 11_689_512})
+    envelope, _ = sealer.seal("coll_ddp_ring1", meta, bytes(block))
+    head = encode_head(Chunk("worker-0", 1, 7, 0, 1, block, envelope, b""), block)
+    assert decode_head(head[:HEAD_PREFIX], len(head) + block).meta == envelope

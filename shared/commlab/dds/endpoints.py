@@ -34,7 +34,10 @@ log = logging.getLogger(__name__)
 RETCODE_TIMEOUT = DDSException.DDS_RETCODE_TIMEOUT
 ZEROS = bytes(4)
 ZEROS_ADDRESS = address_of(ZEROS)
-HEAD_PREFIX = 512  # bytes read to parse a chunk's head; a longer meta costs one more copy
+# Bytes read to parse a chunk's head: room for an authenticated message's envelope and trailer to a few
+# recipients (a one-chunk message, e.g. a ring block, carries both); a longer meta costs a copy of
+# the whole sample (at 512 bytes, every ring block of a signed DDP run was copied twice).
+HEAD_PREFIX = 4096
 
 
 def chunk_topic(node: EndpointHost, name: str) -> Topic:

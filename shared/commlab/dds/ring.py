@@ -1,5 +1,5 @@
 """Ring allreduce of a Group: reduce-scatter then allgather, W-1 steps each, block by block,
-on two rings at once: the first half of the vector goes round 0 -> 1 -> ... -> W-1 -> 0, the
+on two rings at once (two_rings.py): the first half of the vector goes round 0 -> 1 -> ... -> W-1 -> 0, the
 second half the other way round, each in a thread of its own, so every rank sends to both
 neighbours (on 10 Mbit links one writer alone paces itself well below the link rate waiting for
 acknowledgements; see docs/transport.md).
@@ -42,10 +42,9 @@ of each step as soon as it can.
 """
 from __future__ import annotations
 
+import heapq
 import json
 import logging
-import threading
-import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Callable
 
@@ -55,7 +54,7 @@ from .endpoints import ChunkReader, ChunkWriter
 from .errors import DdsError, DdsWriteTimeout, PeerLost
 from .reassembly import Assembled
 from .reading import wait_for_acks
-from .resend import Ask, SentLog, write_again
+from .resend import Ask, SentLog
 
 if TYPE_CHECKING:
     from .collectives import FrameCodec, Group
@@ -82,7 +81,7 @@ class Ring:
         self.position = g.rank if direction == 1 else (g.world - g.rank) % g.world  # next is position + 1
         self._cond = g.node.announcer.directory.changed  # one condition for arrivals and peer changes
         self._blocks: dict[tuple[str, int, int], tuple[int, bytes]] = {}  # (key, step, block) -> (numel, payload)
-        self._active: set[str] = set()
+        self._active: dict[str, RingHandle] = {}  # told of each block that arrives for its key
         self._finished: OrderedDict[str, None] = OrderedDict()  # late blocks for these keys are dropped
         self._aborts: dict[str, tuple[list[int], str]] = {}  # key -> (lost ranks, reason) from the previous rank
         self._next_joined = False
@@ -112,6 +111,9 @@ class Ring:
                 self._aborts.setdefault(key, abort)
             else:
                 self._blocks[(key, step, block)] = (numel, msg.payload)
+                handle = self._active.get(key)
+                if handle is not None:
+                    handle.arrived(step, block)
             self._cond.notify_all()
 
     def note_abort(self, key: str, error: PeerLost) -> None:
@@ -135,8 +137,11 @@ class Ring:
         with self._cond:
             if key in self._active or key in self._finished:
                 raise DdsError(f"group {self.group.name!r}: key {key!r} was already used")
-            self._active.add(key)
-        return RingHandle(self, key, vec, codec, out, ready)
+            handle = self._active[key] = RingHandle(self, key, vec, codec, out, ready)
+            for k, step, block in list(self._blocks):  # blocks of ranks that started it before this one
+                if k == key:
+                    handle.arrived(step, block)
+        return handle
 
     def gone(self) -> list[int]:
         """Ranks of the group whose node is known to be gone."""
@@ -156,7 +161,7 @@ class Ring:
     def finish(self, key: str) -> None:
         self.sent.finish(key)
         with self._cond:
-            self._active.discard(key)
+            self._active.pop(key, None)
             for k in [k for k in self._blocks if k[0] == key]:
                 del self._blocks[k]
             self._aborts.pop(key, None)
@@ -165,8 +170,16 @@ class Ring:
                 self._finished.popitem(last=False)
 
 
+Item = tuple[int, int, int, int]  # (step, block, lo, hi): block `block` of step `step` holds vec[lo:hi]
+
+
 class RingHandle:
-    """A ring allreduce (sum) of one vector on one ring; wait() runs its 2(W-1) steps."""
+    """A ring allreduce (sum) of one vector on one ring; wait() runs its 2(W-1) steps.
+
+    Each block of each step waits in one place until it can go: for the block of the step before
+    (fed by Ring when it arrives), then, if it adds this rank's values, for ready() to hold for
+    them (asked at each wake-up), then in a heap that gives the earliest step first. So a wake-up
+    costs the blocks still waiting for values, not every block of the allreduce."""
 
     def __init__(self, ring: Ring, key: str, vec: np.ndarray, codec: "FrameCodec", out: np.ndarray,
                  ready: Ready | None = None):
@@ -176,11 +189,53 @@ class RingHandle:
         world, n = ring.group.world, vec.size
         self.edges = [j * n // world for j in range(world + 1)]
         self.block = max(1, ring.group.node.settings.chunk_bytes // 4)  # floats per message
+        self._awaiting: dict[tuple[int, int], Item] = {}  # (step, block) -> item: step - 1's block not here yet
+        self._unready: list[Item] = []  # adds this rank's values, which ready() did not yet report final
+        self._runnable: list[Item] = []  # a heap: can go now
+        self._left = 0  # items not run yet
+        for step in range(2 * world - 1):
+            for b, (lo, hi) in enumerate(self.blocks((ring.position - step) % world)):
+                self._left += 1
+                if step == 0:
+                    self._enqueue((step, b, lo, hi))
+                else:
+                    self._awaiting[(step, b)] = (step, b, lo, hi)
 
     def blocks(self, segment: int) -> list[tuple[int, int]]:
         """(lo, hi) of each block of a segment; an empty segment still has one (empty) block."""
         lo, hi = self.edges[segment], self.edges[segment + 1]
         return [(a, min(a + self.block, hi)) for a in range(lo, hi, self.block)] or [(lo, lo)]
+
+    def _enqueue(self, item: Item) -> None:
+        if item[0] <= self.ring.group.world - 1 and self.ready is not None:
+            self._unready.append(item)
+        else:
+            heapq.heappush(self._runnable, item)
+
+    def arrived(self, step: int, block: int) -> None:
+        """Block `block` of step `step` is in ring._blocks (under the ring's lock): the block of
+        the next step that receives it waits no more for it (a copy written again: nothing to do)."""
+        item = self._awaiting.pop((step + 1, block), None)
+        if item is not None:
+            self._enqueue(item)
+
+    def can_go(self) -> bool:
+        """Whether a block can go now (under the ring's lock), after moving those whose values
+        ready() now reports final to the heap."""
+        if self._unready:
+            waiting = []
+            for item in self._unready:
+                if self.ready is not None and self.ready(item[2], item[3]):
+                    heapq.heappush(self._runnable, item)
+                else:
+                    waiting.append(item)
+            self._unready = waiting
+        return bool(self._runnable)
+
+    def take(self) -> Item | None:
+        """The block that can go now with the earliest step (then block), taken off the queue;
+        None if none can (under the ring's lock)."""
+        return heapq.heappop(self._runnable) if self.can_go() else None
 
     def send(self, step: int, block: int, frame: bytes | memoryview) -> None:
         g = self.ring.group
@@ -197,19 +252,10 @@ class RingHandle:
                 raise
             log.info("group %s: ring block to gone rank %d kept for when it asks: %s", g.name, self.ring.next, e)
 
-    def runnable(self, step: int, block: int, lo: int, hi: int) -> bool:
-        """Block `block` of step `step` can go now (under the ring's lock): what it adds to or passes
-        on arrived, and this rank's values of it, if it adds them, are final."""
-        world = self.ring.group.world
-        return ((step == 0 or (self.key, step - 1, block) in self.ring._blocks)
-                and (step > world - 1 or self.ready is None or self.ready(lo, hi)))
-
-    def lacking(self, todo: list[tuple[int, int, int, int]]) -> Ask:
+    def lacking(self) -> Ask:
         """An ask for the blocks from the previous rank that the steps still to run need and that
         have not arrived (under the ring's lock); the previous rank writes again those it wrote."""
-        blocks = tuple((step - 1, b) for step, b, _, _ in todo
-                       if step > 0 and (self.key, step - 1, b) not in self.ring._blocks)
-        return Ask(self.key, self.ring.tag, blocks=blocks)
+        return Ask(self.key, self.ring.tag, blocks=tuple((step - 1, b) for step, b in sorted(self._awaiting)))
 
     def receive(self, step: int, block: int, length: int) -> tuple[bytes, np.ndarray]:
         """(the frame of block `block` of step `step`, which has arrived, and its `length` decoded values)."""
@@ -246,23 +292,21 @@ class RingHandle:
         sum lands in `out` (a view of the caller's result), returned. At step s this rank's
         position p handles segment (p - s) mod W. A block that cannot go yet (with overlap: its
         values not final) holds up no other block, and the sums stay those of the step order."""
-        ring, g, world, rank = self.ring, self.ring.group, self.ring.group.world, self.ring.position
-        todo = [(step, b, lo, hi) for step in range(2 * world - 1)
-                for b, (lo, hi) in enumerate(self.blocks((rank - step) % world))]
+        ring, g = self.ring, self.ring.group
         try:
-            while todo:
+            while self._left:
                 with ring._cond:
-                    item = next((i for i in todo if self.runnable(*i)), None)
+                    item = self.take()
                     abort = ring._aborts.get(self.key)
                 if item is not None:
-                    todo.remove(item)
+                    self._left -= 1
                     self.run(*item)
                 elif abort is not None:  # the previous rank gave up first: the same verdict
                     raise PeerLost(abort[0], g.name, self.key, abort[1])
                 else:
                     with ring._cond:
-                        want = self.lacking(todo)
-                    g.await_ranks(lambda: self.key in ring._aborts or any(self.runnable(*i) for i in todo),
+                        want = self.lacking()
+                    g.await_ranks(lambda: self.key in ring._aborts or self.can_go(),
                                   lambda: [ring.prev], self.key,
                                   f"no ring block from the previous rank within {g.timeout_s:.1f}s", want=want)
         except PeerLost as e:
@@ -272,64 +316,4 @@ class RingHandle:
             raise
         finally:
             ring.finish(self.key)
-        return self.out
-
-
-class TwoRings:
-    """The forward and the backward ring of a group; start() splits a vector between them."""
-
-    def __init__(self, group: "Group"):
-        self.group = group
-        self.rings = (Ring(group, 1), Ring(group, -1))
-        self.writers = [r.writer for r in self.rings]
-        self.readers = [r.reader for r in self.rings]
-
-    def write_again(self, rank: int, ask: Ask, asked_at: float) -> int:
-        """Write again to `rank` the blocks it asked for on the ring it named; how many."""
-        return sum(write_again(ring.writer, ring.sent, ask, asked_at) for ring in self.rings
-                   if ring.next == rank and ring.tag == ask.topic)
-
-    def start(self, key: str, vec: np.ndarray, op: str, codec: "FrameCodec",
-              ready: Ready | None = None) -> "TwoRingsHandle":
-        half = vec.size // 2
-        out = np.empty(vec.size, dtype=np.float32)  # each ring fills its half in place
-        second_ready = None if ready is None else (lambda lo, hi: ready(half + lo, half + hi))
-        first = self.rings[0].start(key, vec[:half], codec, out[:half], ready)
-        try:
-            second = self.rings[1].start(key, vec[half:], codec, out[half:], second_ready)
-        except BaseException:
-            self.rings[0].finish(key)
-            raise
-        first.sibling, second.sibling = self.rings[1], self.rings[0]
-        return TwoRingsHandle(self.group, (first, second), op, out)
-
-
-class TwoRingsHandle:
-    def __init__(self, group: "Group", halves: tuple[RingHandle, RingHandle], op: str, out: np.ndarray):
-        self.group, self.halves, self.op, self.out = group, halves, op, out
-
-    def wait(self) -> np.ndarray:
-        """Both halves at once (the backward one in a thread); the first failure is raised. Both
-        threads count their network wait in CommStats.wait_s: the excess over this call's wall
-        time is taken off again, so wait_s stays a share of wall time."""
-        stats, start = self.group.node.stats, time.perf_counter()
-        waited = stats.snapshot()["wait_s"]
-        errors: list[BaseException] = []
-
-        def run(k: int) -> None:
-            try:
-                self.halves[k].wait()
-            except BaseException as e:  # re-raised in the caller's thread below
-                errors.append(e)
-        helper = threading.Thread(target=run, args=(1,), name=f"ring {self.halves[1].key}", daemon=True)
-        helper.start()
-        run(0)
-        helper.join()
-        excess = stats.snapshot()["wait_s"] - waited - (time.perf_counter() - start)
-        if excess > 0:
-            stats.add(wait_s=-excess)
-        if errors:
-            raise errors[0]
-        if self.op == "mean":
-            self.out /= np.float32(self.group.world)
         return self.out

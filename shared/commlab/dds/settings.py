@@ -37,6 +37,14 @@ IP_HEADER, UDP_SPARE, FRAGMENT_HEADERS = 20, 8 + 16, 112
 # about 15% faster than with 64 KiB, see docs/transport.md).
 LOOPBACK_CHUNK = 1024 * 1024
 MTU_CHUNK = 64 * 1024
+# A shaped link's chunk (link_chunk_bytes): what it carries in about LINK_CHUNK_S, so that the
+# per-chunk work of both ends (and of the ring allreduce, whose blocks are chunks) stays small
+# beside the chunk's time on the link: MTU_CHUNK up to 100 Mbit/s, FAST_LINK_CHUNK at 1 Gbit/s.
+# Measured at 1 Gbit/s, WORLD=3 ring allreduce of 6.65 MB (benchmarks/bench_allreduce.py
+# --chunk-bytes): 256 KiB and 1 MiB blocks were both faster than 64 KiB ones, 1 MiB not steadily
+# faster than 256 KiB, which is the most that slow links stand (see above).
+LINK_CHUNK_S = 0.002
+FAST_LINK_CHUNK = 256 * 1024
 WANTED_SOCKET_BUFFER = 4 * 1024 * 1024
 MAX_DOMAIN_ID = 232  # Cyclone ports are 7400 + 250 * domain: above this they leave the 16-bit range
 # dds.multicast: what may be multicast. off: nothing (unicast peers); discovery: SPDP only;
@@ -68,6 +76,17 @@ def _sysctl(name: str) -> int | None:
         return int(Path("/proc/sys/net/core", name).read_text().split()[0])
     except (OSError, ValueError):
         return None
+
+
+def link_chunk_bytes(rate_bps: float) -> int:
+    """dds.chunk_bytes for a shaped link of `rate_bps` bit/s: the smallest power of two from
+    MTU_CHUNK up that the link takes LINK_CHUNK_S to carry, at most FAST_LINK_CHUNK."""
+    if not rate_bps > 0:
+        raise ValueError(f"a link rate must be positive, got {rate_bps!r} bit/s")
+    chunk = MTU_CHUNK
+    while chunk < rate_bps / 8 * LINK_CHUNK_S and chunk < FAST_LINK_CHUNK:
+        chunk *= 2
+    return chunk
 
 
 def socket_buffer_bytes(which: str = "rmem_max") -> int:

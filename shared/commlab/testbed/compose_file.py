@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..links.profiles import link_for
+from ..dds.settings import link_chunk_bytes
+from ..links.profiles import TRACE_PREFIX, link_for, split_loss
 from ..runs.roster import Node
 from .images import node_image
 
@@ -32,11 +33,23 @@ def addresses(nodes: list[Node], net: int) -> dict[str, str]:
 
 def networked_dds(dds: dict[str, Any], node: str, addrs: dict[str, str], link_profile: str) -> dict[str, Any]:
     """The `dds` section for a node on a shaped private network (container or namespace eth0):
-    data multicast unless the run chose otherwise, unicast peers for discovery all the same, and
-    repair timing for loss when any node's link of the profile loses packets."""
+    data multicast unless the run chose otherwise, unicast peers for discovery all the same,
+    repair timing for loss when any node's link of the profile loses packets, and the run's chunk
+    size (profile_chunk_bytes) unless it chose one."""
+    chunk = profile_chunk_bytes(link_profile, list(addrs)) if dds.get("chunk_bytes") is None else None
     lossy = any(link_for(link_profile, name).loss_pct > 0 for name in addrs)
     return {**dds, "interface": "eth0", "loopback_tuned": False, "multicast": dds.get("multicast") or "data",
-            "peers": [a for name, a in addrs.items() if name != node], **({"lossy_link": True} if lossy else {})}
+            "peers": [a for name, a in addrs.items() if name != node], **({"chunk_bytes": chunk} if chunk else {}),
+            **({"lossy_link": True} if lossy else {})}
+
+
+def profile_chunk_bytes(link_profile: str, nodes: list[str]) -> int | None:
+    """dds.chunk_bytes for every node of a run on `link_profile`: the slowest node's link's
+    (commlab.dds.settings.link_chunk_bytes), one size for all, since a ring allreduce's ranks must
+    agree on its blocks; None (the default) for a trace, whose rates change during the run."""
+    if split_loss(link_profile)[0].startswith(TRACE_PREFIX):
+        return None
+    return link_chunk_bytes(min(link_for(link_profile, name).rate_bps for name in nodes))
 
 
 def container_config(cfg: dict[str, Any], node: str, addrs: dict[str, str], link_profile: str,

@@ -1,0 +1,47 @@
+"""The queue of a ring allreduce's blocks (commlab.dds.ring.RingHandle), without a network: a block
+waits for the block of the step before, then (if it adds this rank's values) for them to be final,
+and the earliest step goes first."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from commlab.dds.collectives import FLOAT32
+from commlab.dds.ring import RingHandle
+
+WORLD, NUMEL, BLOCK_FLOATS = 3, 24, 4  # segments of 8 floats: 2 blocks each
+
+
+def handle(ready=None, position: int = 0) -> RingHandle:
+    settings = SimpleNamespace(chunk_bytes=4 * BLOCK_FLOATS)
+    ring = SimpleNamespace(group=SimpleNamespace(world=WORLD, node=SimpleNamespace(settings=settings)),
+                           position=position, tag="ring")
+    vec = np.arange(NUMEL, dtype=np.float32)
+    return RingHandle(ring, "k", vec, FLOAT32, np.empty(NUMEL, dtype=np.float32), ready)
+
+
+def test_a_block_goes_once_the_block_before_it_arrived_earliest_step_first():
+    h = handle(position=1)  # at step s: segment (1 - s) mod 3
+    assert [h.take(), h.take(), h.take()] == [(0, 0, 8, 12), (0, 1, 12, 16), None]
+    assert h.lacking().blocks == tuple((s, b) for s in range(4) for b in range(2))
+    h.arrived(1, 1)  # step 2 passes it on whether or not this rank ran step 1 yet
+    h.arrived(0, 1)
+    h.arrived(5, 0)  # outside the allreduce (a malformed or stray message): ignored
+    assert h.lacking().blocks == ((0, 0), (1, 0), (2, 0), (2, 1), (3, 0), (3, 1))
+    assert [h.take(), h.take(), h.take()] == [(1, 1, 4, 8), (2, 1, 20, 24), None]
+    h.arrived(0, 1)  # a copy written again after it was used
+    assert h.take() is None
+
+
+def test_a_block_adding_this_ranks_values_waits_for_them_and_the_allgather_does_not():
+    final: set[tuple[int, int]] = set()
+    h = handle(lambda lo, hi: (lo, hi) in final)  # position 0: segments 0, 2, 1, 0, 2 at steps 0..4
+    assert not h.can_go()
+    for step in range(3):
+        h.arrived(step, 0)
+    assert [h.take(), h.take()] == [(3, 0, 0, 4), None]  # the allgather adds no values of this rank
+    final.add((16, 20))  # step 1's block 0 (segment 2)
+    assert [h.take(), h.take()] == [(1, 0, 16, 20), None]
+    final.update({(0, 4), (8, 12)})
+    assert [h.take(), h.take(), h.take()] == [(0, 0, 0, 4), (2, 0, 8, 12), None]
