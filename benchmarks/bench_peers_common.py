@@ -103,7 +103,8 @@ def run_table(p: BenchParser, argv: list[str] | None, t: PeerTable) -> int:
 
 def parse_cases(p: BenchParser, argv: list[str] | None, t: PeerTable) -> argparse.Namespace:
     """The arguments, with --only, --jobs and the data subsets; a.cases the cases of --only in
-    order (an unknown one: one line, exit 2)."""
+    order (an unknown or repeated one: one line, exit 2; a repeat would share its first run's id and
+    folder, so its tables would be appended to the first's)."""
     p.add_argument("--train-subset", type=int, default=t.train_subset,
                    help=f"random training subset (default: {t.train_subset or 'all 60000'})")
     p.add_argument("--test-subset", type=int, help="random test subset (default: all 10000)")
@@ -115,6 +116,9 @@ def parse_cases(p: BenchParser, argv: list[str] | None, t: PeerTable) -> argpars
     unknown = set(a.cases) - set(t.known)
     if unknown:
         p.error(f"unknown case(s) {', '.join(sorted(unknown))}; known: {', '.join(t.known)}")
+    repeated = sorted({c for c in a.cases if a.cases.count(c) > 1})
+    if repeated:
+        p.error(f"case(s) {', '.join(repeated)} given more than once in --only; run the benchmark again to repeat them")
     if a.profile != "lan" and os.geteuid() != 0:
         print(f"{p.prog}: not root: profile {a.profile} will NOT be applied (runs on loopback)", flush=True)
     return a

@@ -1,6 +1,7 @@
 """bench_peers without running anything: --model, --dataset and --batch-size reach every case's
 command line; the ratio columns (to gloo-none, to DDS dense ring's bytes, to gloo PowerSGD's step
-time) are computed from the rows, and left empty where their case did not run."""
+time) are computed from the rows, and left empty where their case did not run; a case given twice
+is refused."""
 from __future__ import annotations
 
 import sys
@@ -72,3 +73,12 @@ def test_a_ratio_to_a_case_that_did_not_run_stays_empty():
     common.add_ratios(rows, bench_peers.TABLE.all_ratios)
     assert "bytes_x_of_dds_dense_ring" not in rows[0] and "step_time_x_of_gloo_powersgd" not in rows[0]
     assert rows[0]["bytes_x_of_gloo_none"] == pytest.approx(90_000 / 62_000_000, rel=1e-3)
+
+
+def test_a_case_given_twice_is_one_line_not_a_shared_run_folder(tmp_path, capsys):
+    """A repeat would get its first run's id, and its tables would be appended to the first's."""
+    with pytest.raises(SystemExit) as e:
+        args(tmp_path, "--only", "dds-dense-ring,gloo-none,dds-dense-ring")
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "dds-dense-ring given more than once" in err and "gloo-none" not in err
