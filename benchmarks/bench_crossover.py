@@ -15,7 +15,7 @@ the bytes a client uploads per round or a rank sends per step, and both as x of 
 fp32, dense) at the same rate. Below the table, per case, the fastest rate at which it beat the
 reference there and at every slower rate: the rate below which it pays off; beside it a figure of
 the times against the rate. `--quick`: loopback and 10mbit, three cases a mode.
-Writes results/bench/crossover[-quick].{csv,md,png}.
+Writes results/bench/crossover[-quick].{csv,md,svg} (the figure as SVG: text, reproducible, diffable).
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import os
 import sys
 from pathlib import Path
 
+import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -160,6 +161,12 @@ def figure(rows: list[dict]) -> Figure:
     return fig
 
 
+def save_figure(fig: Figure, path: Path) -> None:
+    """The figure as SVG with no date and fixed element ids: the same rows give the same bytes."""
+    with matplotlib.rc_context({"svg.hashsalt": "crossover"}):
+        fig.savefig(path, format="svg", metadata={"Date": None})
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = BenchParser(__doc__, "crossover", QUICK, seeds=0)
     p.add_argument("--rates", default="lan,1gbit,100mbit,10mbit,1mbit", help="link profiles, comma-separated")
@@ -245,13 +252,13 @@ def main(argv: list[str] | None = None) -> int:
                 r["time_x_of_reference"] = round(r["time_s"] / ref["time_s"], 3)
                 r["bytes_x_of_reference"] = round(r["bytes"] / ref["bytes"], 4) if ref["bytes"] else None
         after = payoff_lines(rows)
-        s.path(".png").parent.mkdir(parents=True, exist_ok=True)
-        figure(rows).savefig(s.path(".png"))
+        s.path(".svg").parent.mkdir(parents=True, exist_ok=True)
+        save_figure(figure(rows), s.path(".svg"))
         columns = ["mode", "case", "rate", "time_s", "bytes", "time_x_of_reference", "bytes_x_of_reference",
                    "pays_off_at_or_below", "bytes_from", "status", "run_id"]
         s.write(pd.DataFrame(rows).reindex(columns=columns), {c: c for c in columns if c != "run_id"},
                 "FL round and DDP step time and bytes against the link rate", notes=notes(a, shaped),
-                after=[*after, f"![time against the link rate]({s.path('.png').name})"])
+                after=[*after, f"![time against the link rate]({s.path('.svg').name})"])
         s.path("-notes.md").write_text("\n\n".join([*notes(a, shaped), *after]) + "\n")
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 

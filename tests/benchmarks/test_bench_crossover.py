@@ -103,6 +103,17 @@ def test_the_figure_draws_a_line_per_case_and_mode_without_the_lossy_rows():
     assert [t.get_text() for t in ddp.get_xticklabels()] == ["1mbit", "100mbit", "lan"]
 
 
+def test_the_figure_is_svg_text_and_the_same_rows_give_the_same_bytes(tmp_path):
+    """Published beside the table in the repository: text, and no date or random ids that change it."""
+    rows = [{"mode": m, "case": c, "rate": r, "time_s": 1.0 + i}
+            for m, c in (("fl", "fp32"), ("ddp", "dense")) for i, r in enumerate(("lan", "10mbit"))]
+    first, second = tmp_path / "a.svg", tmp_path / "b.svg"
+    bench.save_figure(bench.figure(rows), first)
+    bench.save_figure(bench.figure(rows), second)
+    assert first.read_text().startswith("<?xml") and "<svg" in first.read_text()
+    assert first.read_bytes() == second.read_bytes()
+
+
 def test_bytes_name_whose_counters_they_are():
     assert bench.bytes_source("fl", "int8", "lan") == "DDS CommStats"
     assert bench.bytes_source("fl", "flower", "10mbit") == bench.bytes_source("fl", "fp32", "1mbit") == "controller iface"

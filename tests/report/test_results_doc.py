@@ -112,7 +112,7 @@ def test_a_benchmark_with_a_figure_publishes_it_beside_its_table_with_its_notes(
         stem = table_stem(cwd / "results", "crossover", True)
         stem.parent.mkdir(parents=True, exist_ok=True)
         stem.with_suffix(".csv").write_text("mode,case\nfl,int8\n")
-        stem.with_suffix(".png").write_bytes(b"\x89PNG drawn")
+        stem.with_suffix(".svg").write_text("<svg>drawn</svg>")
         stem.with_name(stem.name + "-notes.md").write_text("FL: 2 clients\n\n- fl int8: pays off at 10mbit and below\n")
         return subprocess.CompletedProcess(argv, 0)
     monkeypatch.setattr(results_doc.subprocess, "run", fake_run)
@@ -122,6 +122,6 @@ def test_a_benchmark_with_a_figure_publishes_it_beside_its_table_with_its_notes(
         bench.title, bench.script, {"mode": ("mode", ""), "case": ("case", "")}, summary=bench.summary,
         figure=bench.figure)})
     out = results_doc.run("crossover", True, tmp_path / "docs", tmp_path)
-    assert (tmp_path / "docs" / "crossover.png").read_bytes() == b"\x89PNG drawn"
+    assert (tmp_path / "docs" / "crossover.svg").read_text() == "<svg>drawn</svg>"
     assert out.read_text().endswith("| fl | int8 |\n\nFL: 2 clients\n\n- fl int8: pays off at 10mbit and below\n\n"
-                                    f"![{bench.title}](crossover.png)\n")
+                                    f"![{bench.title}](crossover.svg)\n")

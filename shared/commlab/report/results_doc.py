@@ -121,7 +121,7 @@ class Bench:
     # Its runs are a sweep file's cells (experiments/sweeps/<name>[-quick].json, the benchmark's own
     # with these args): the sweep runs them, then the benchmark builds its table from them (--resume).
     sweep: bool = False
-    figure: bool = False  # the benchmark draws <name>.png beside its table: copied beside the document, shown
+    figure: bool = False  # the benchmark draws <name>.svg beside its table: copied beside the document, shown
 
 
     def sweep_file(self, name: str, quick: bool) -> Path:
@@ -263,8 +263,8 @@ def run(name: str, quick: bool, out_dir: Path, root: Path) -> Path:
     rows = read_rows(table_csv)
     after = bench.summary(table_csv) if bench.summary else []
     if bench.figure:
-        shutil.copyfile(table_csv.with_suffix(".png"), out_dir / f"{name}.png")
-        after += ["", f"![{bench.title}]({name}.png)"]
+        shutil.copyfile(table_csv.with_suffix(".svg"), out_dir / f"{name}.svg")
+        after += ["", f"![{bench.title}]({name}.svg)"]
     out.write_text(document(bench.title, head, rows, bench.columns, after))
     return out
 
