@@ -8,6 +8,7 @@ import torch
 from commlab.data import Dataset
 from commlab.fl.strategy import FitIns
 from commlab.models import flatten_params, load_params, train_epoch
+from commlab.models.storage import backs
 from commlab.models.train_step import TrainStep, cross_entropy_step
 from commlab.runs.seeds import TrainingSeeds
 
@@ -22,11 +23,12 @@ def round_subset(part: np.ndarray, fit: FitIns, seeds: TrainingSeeds) -> np.ndar
 
 def local_update(model: torch.nn.Module, global_weights: np.ndarray, data: Dataset, indices: np.ndarray,
                  fit: FitIns, seeds: TrainingSeeds, *, momentum: float, weight_decay: float, buffers: bool = True,
-                 step: TrainStep = cross_entropy_step) -> tuple[np.ndarray, float]:
+                 step: TrainStep = cross_entropy_step, storage: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """Train from global_weights for fit.epochs over data[indices], each batch's loss from `step`
     (the client config's train_step); return (new - global, last epoch loss). `buffers`: the
     vectors carry BatchNorm's running statistics after the parameters (config batchnorm: default
-    "aggregate").
+    "aggregate"). `storage`: the vector holding the model's tensors (models.storage.share_storage);
+    the delta is then made in it, and the model holds the delta until its next load.
 
     A fresh optimizer every round: momentum is client-local state that must not leak stale
     directions from a model the server has since replaced.
@@ -38,7 +40,12 @@ def local_update(model: torch.nn.Module, global_weights: np.ndarray, data: Datas
     for epoch in range(fit.epochs):
         loss = train_epoch(model, data.train_x, data.train_y, indices, batch_size=fit.batch_size,
                            lr=fit.lr, seed=seeds.shuffle(epoch), optimizer=opt, step=step)
-    delta = flatten_params(model, buffers)
+    if storage is None:
+        delta = flatten_params(model, buffers)
+    elif backs(storage, model, buffers):
+        delta = storage  # where the new weights lie: no vector of the model's size made
+    else:
+        raise RuntimeError("local_update: the model's tensors are no longer views of its storage vector")
     delta -= global_weights  # in place: one vector of the model's size, not two
     # The gradients (the model's size) would stay resident through the exchange that follows.
     model.zero_grad(set_to_none=True)
