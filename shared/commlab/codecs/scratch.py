@@ -32,8 +32,8 @@ def buffer(name: str, size: int, dtype: np.dtype | type) -> np.ndarray:
 
 def release_buffers() -> None:
     """Drop this thread's work arrays. For a process that encodes once in a long while (an FL
-    node, once a round), whose arrays would otherwise stay resident between frames: top-k's are
-    about 3.25 times the vector's size (candidates, keys and a flag byte per value)."""
+    node, once a round), whose arrays would otherwise stay resident between frames: top-k's candidates (positions and
+    keys) are sized for every value, twice the vector's size, resident as far as they filled."""
     _local.__dict__.pop("pool", None)
 
 
