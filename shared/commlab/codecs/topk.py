@@ -106,7 +106,7 @@ def _candidates(vec: np.ndarray, low: np.uint32) -> tuple[int, np.ndarray, np.nd
 
 
 def select(vec: np.ndarray, ratio: float) -> np.ndarray:
-    """Sorted int64 positions of the k largest |vec| values; among equal magnitudes at the k-th
+    """Sorted positions (int32 where they fit, else int64) of the k largest |vec| values; among equal magnitudes at the k-th
     the first positions (``reference_select``). Without sorting the vector: a threshold from a
     strided sample keeps a few more than k candidates, whose exact k-th magnitude is found among them."""
     n = vec.size
@@ -139,7 +139,7 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
     if need <= 0:
         band, need = chosen, k
     kth = np.partition(band, band.size - need)[band.size - need]
-    out = np.empty(k + 1, np.int64)
+    out = np.empty(k + 1, candidates.dtype)
     _keep(candidates, chosen, kth, k - np.count_nonzero(chosen > kth), out)
     return out[:k]
 
