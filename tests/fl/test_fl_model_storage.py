@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from commlab.data import Dataset
-from commlab.fl.local_training import local_update
+from commlab.fl.local_training import local_update, warm_up
 from commlab.fl.strategy import FitIns
 from commlab.models import build_model, flatten_params
 from commlab.models.storage import backs, share_storage
@@ -55,3 +55,10 @@ def test_a_model_whose_tensor_was_replaced_is_refused(data):
 def test_a_tensor_not_float32_is_refused():
     with pytest.raises(ValueError, match="float64"):
         share_storage(torch.nn.Linear(2, 2).double())
+
+
+def test_warming_up_training_leaves_the_model_as_it_was(data):
+    model = build_model("resnet20", seed=2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    warm_up(model, data, momentum=0.9, weight_decay=1e-4)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -2,6 +2,8 @@
 Its seeds are the client's for the round (commlab.runs.seeds.SeedTree.local)."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -50,3 +52,16 @@ def local_update(model: torch.nn.Module, global_weights: np.ndarray, data: Datas
     # The gradients (the model's size) would stay resident through the exchange that follows.
     model.zero_grad(set_to_none=True)
     return delta, loss
+
+
+def warm_up(model: torch.nn.Module, data: Dataset, *, momentum: float, weight_decay: float,
+            step: TrainStep = cross_entropy_step) -> None:
+    """One step of local training on a copy of `model` (two samples, learning rate 0), dropped:
+    the code training runs is loaded while the node is set up, not in its first round. The first
+    torch.optim optimizer a process makes imports torch._dynamo, and the first forward and
+    backward pass faults in libtorch's kernels: code, the same for any size of the model, which
+    would otherwise land in the first exchange phase after training. `model` is not touched."""
+    twin = copy.deepcopy(model)
+    opt = torch.optim.SGD(twin.parameters(), lr=0.0, momentum=momentum, weight_decay=weight_decay)
+    train_epoch(twin, data.train_x, data.train_y, np.arange(min(2, len(data.train_y))), batch_size=2, lr=0.0,
+                seed=0, optimizer=opt, step=step)

@@ -1,13 +1,10 @@
-"""A model whose tensors live in one vector, and torch's optimizer made ready: what an FL client
-sets up once so that a round's exchange needs no memory beyond the vectors it exchanges.
+"""A model whose tensors live in one vector: what an FL client sets up once so that a round's
+exchange needs no vector of the model's size beyond those it exchanges.
 
 share_storage: every tensor of flatten_params' vector (parameters, then with `buffers` the
 floating-point buffers) becomes a view of one float32 vector, returned. Training updates it in
 place; the client then makes its delta in that vector (new - global, where the new weights lie)
 instead of in a copy of the model's size: the next round loads the model from its replica anyway.
-
-warm_up_optimizer: the first torch.optim optimizer a process makes imports torch._dynamo (about
-70 MiB of code, the same for any model); made once while the node is set up, with its other code.
 """
 from __future__ import annotations
 
@@ -47,7 +44,3 @@ def backs(storage: np.ndarray, model: nn.Module, buffers: bool = False) -> bool:
         offset += t.numel()
     return offset == storage.size
 
-
-def warm_up_optimizer() -> None:
-    """Make (and drop) one torch.optim optimizer: its code is loaded now, not in the first round."""
-    torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.0)
