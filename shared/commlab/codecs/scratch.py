@@ -12,6 +12,7 @@ import threading
 import numpy as np
 
 _local = threading.local()
+_pooling = True  # buffer() keeps its arrays (pool_buffers)
 
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
@@ -20,14 +21,27 @@ _KEEP_FREED = 2**31 - 1  # bytes free at the top of the heap before glibc return
 
 def buffer(name: str, size: int, dtype: np.dtype | type) -> np.ndarray:
     """A work array of ``size`` elements of ``dtype``, contents undefined. The next call with the
-    same name in this thread returns the same memory: only for temporaries that are dead by then
-    (nothing a codec returns, except through the frame it joins)."""
-    pool = _local.__dict__.setdefault("pool", {})
+    same name in this thread returns the same memory (unless pool_buffers turned that off): only
+    for temporaries that are dead by then (nothing a codec returns, except through the frame it joins)."""
     nbytes = size * np.dtype(dtype).itemsize
+    if not _pooling:
+        return np.empty(nbytes, np.uint8).view(dtype)
+    pool = _local.__dict__.setdefault("pool", {})
     raw = pool.get(name)
     if raw is None or raw.size < nbytes:
         raw = pool[name] = np.empty(nbytes, np.uint8)
     return raw[:nbytes].view(dtype)
+
+
+def pool_buffers(enabled: bool) -> None:
+    """Whether buffer() keeps its arrays for the next call (the default), or returns a fresh one
+    each time, freed with its last use. For a process that encodes once in a long while (an FL
+    node, once a round) a kept array buys nothing, and a fresh one lives only as long as the step
+    that uses it, not the whole encode: top-k's candidates are gone before the frame is built."""
+    global _pooling
+    _pooling = enabled
+    if not enabled:
+        release_buffers()
 
 
 def release_buffers() -> None:

@@ -11,7 +11,7 @@ import traceback
 from typing import Callable, TypeVar
 
 from commlab.codecs import Codec, CodecError, build_compression
-from commlab.codecs.scratch import retain_freed_memory
+from commlab.codecs.scratch import pool_buffers, retain_freed_memory
 from commlab.config.schema import ConfigError
 from commlab.fl.config import CodecSection
 
@@ -58,6 +58,7 @@ def main(prog: str, run: Callable[[str], None], expected: tuple[type[Exception],
         return EXIT_CONFIG
     exit_cleanly_on_sigterm()
     retain_freed_memory()  # frames and vectors: the same large sizes every round (scratch.py)
+    pool_buffers(False)  # one encode a round: a codec's work arrays live as long as their step
     try:
         run(argv[0])
     except ConfigError as e:
