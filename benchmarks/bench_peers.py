@@ -9,8 +9,9 @@ powersgd2 (`python -m commlab.ddp.run`), torch DDP over gloo with hooks none, fp
 (`python -m commlab.peers.run --kind gloo`), and the centralized trainer. As root with a profile other
 than lan every node runs in its own network namespace with the profile on its eth0. Per case: wire
 bytes a rank sends per step (DDS: its CommStats; gloo: its eth0 counters; both payload plus headers)
-the median density and the median step time, over steps >= --skip (after DGC's warm-up and PowerSGD's
-dense start), the final test accuracy, the ratios and accuracy delta to gloo-none, the bytes as a share
+the median density, the median step time and the median CPU seconds of a rank's process in a step
+(every thread: steadier than wall time on a loaded machine), over steps >= --skip (after DGC's warm-up and PowerSGD's
+dense start), the final test accuracy, the ratios (bytes, step time, CPU) and accuracy delta to gloo-none, the bytes as a share
 of DDS dense ring's and the step time as a multiple of gloo PowerSGD's (where those ran); the
 centralized accuracy (the ceiling at the same samples) is printed beside the table. --model, --dataset
 and --batch-size reach every case: a large model on a slow link wants few steps (a small
@@ -32,7 +33,7 @@ CASES = ("dds-dense-ring", "dds-dense-naive", "dds-int8", "dds-dgc", "dds-powers
          "gloo-none", "gloo-fp16", "gloo-powersgd", "centralized")
 KNOWN = (*CASES, "dds-dense")  # dds-dense: the collective `auto` picks (naive with multicast data, else ring)
 MEASURED = ["bytes_sent_per_rank_step_after_warmup", "density_after_warmup", "step_time_s", "comm_time_s",
-            "test_accuracy", "steps"]
+            "cpu_time_s", "test_accuracy", "steps"]
 QUICK = {"world": 2, "epochs": 1, "train_subset": 640, "test_subset": 200, "jobs": 2}
 
 
@@ -63,6 +64,7 @@ def measure(case: str, a: argparse.Namespace, run_dir: Path) -> dict:
             "density_after_warmup": float(f"{after['density'].median():.4g}"),
             "step_time_s": round(after["step_time_s"].median(), 4),
             "comm_time_s": round(after["comm_time_s"].median(), 4),
+            "cpu_time_s": round(after["cpu_time_s"].median(), 4),
             "test_accuracy": round(run.final_accuracy, 4),
             "steps": int(steps["step"].max()) + 1}
 
@@ -88,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 TABLE = PeerTable("bench-peers", CASES, KNOWN, command, measure, MEASURED, "gloo-none",
-                  {"bytes": "bytes_sent_per_rank_step_after_warmup", "step_time": "step_time_s"},
+                  {"bytes": "bytes_sent_per_rank_step_after_warmup", "step_time": "step_time_s",
+                   "cpu_time": "cpu_time_s"},
                   "DDS beside torch DDP over gloo and the centralized trainer",
                   lambda a: f"{a.model} on {a.dataset}, {a.profile}, world {a.world}, {a.epochs} epoch(s) of "
                             f"{a.train_subset} samples, batch {a.batch_size}/rank; bytes, density and times over "

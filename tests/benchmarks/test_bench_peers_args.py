@@ -1,12 +1,14 @@
 """bench_peers without running anything: --model, --dataset and --batch-size reach every case's
 command line; the ratio columns (to gloo-none, to DDS dense ring's bytes, to gloo PowerSGD's step
-time) are computed from the rows, and left empty where their case did not run; a case given twice
-is refused."""
+time, and CPU seconds per step) are computed from the rows, and left empty where their case did not
+run; a case given twice is refused."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from commlab.peers.run import build_config, parse_args
@@ -82,3 +84,22 @@ def test_a_case_given_twice_is_one_line_not_a_shared_run_folder(tmp_path, capsys
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "dds-dense-ring given more than once" in err and "gloo-none" not in err
+
+
+def test_cpu_seconds_per_step_are_measured_and_set_against_gloos(tmp_path):
+    """The median CPU seconds of a rank's process per step (steps >= --skip), and its ratio to gloo-none's."""
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"kind": "ddp", "model": "mnist_cnn", "dataset": "mnist", "link_profile": "lan", "method": "dense",
+         "config": {}, "steps_per_epoch": 8, "world": 1, "epochs": 1, "status": "completed"}))
+    zeros = dict.fromkeys(("bytes_sent", "bytes_received", "comm_time_s", "compute_time_s", "compress_time_s",
+                           "decompress_time_s", "train_loss"), 0.0)
+    pd.DataFrame([{"step": k, "epoch": 0, "rank": 0, "step_time_s": 0.2, "density": 1.0, **zeros,
+                   "cpu_time_s": 9.0 if k < 4 else 0.05 + 0.01 * (k % 2)} for k in range(8)]
+                 ).to_csv(tmp_path / "steps-rank0.csv", index=False)
+    pd.DataFrame([{"epoch": 0, "rank": 0, "step": 8, "test_accuracy": 0.9, "test_loss": 0.3, "epoch_time_s": 2.0}]
+                 ).to_csv(tmp_path / "epochs-rank0.csv", index=False)
+    measured = bench_peers.measure("dds-dense-ring", args(tmp_path), tmp_path)
+    assert measured["cpu_time_s"] == 0.055  # the first 4 steps (--skip) left out
+    rows = [{**row("dds-dense-ring", 1, 0.2), "cpu_time_s": 0.055}, {**row("gloo-none", 1, 0.2), "cpu_time_s": 0.05}]
+    common.add_ratios(rows, bench_peers.TABLE.all_ratios)
+    assert rows[0]["cpu_time_x_of_gloo_none"] == pytest.approx(1.1)

@@ -104,3 +104,21 @@ def test_encryption_is_on_by_default_off_the_loopback_and_a_config_says_otherwis
         DdsSettings(domain_id=1, encrypt="yes")
     with pytest.raises(ConfigError, match="encrypt: expected bool"):
         from_dict(DdsSection, {"domain_id": 1, "encrypt": "yes"}, "dds.")
+
+
+@pytest.mark.parametrize("encrypt", [True, False])
+def test_a_message_sealed_for_its_one_reader_opens_there_alone(encrypt):
+    """A ring block goes to the next rank only: tagged (and keyed) for it alone, one MAC pass over
+    the payload instead of one per peer; another peer cannot open it."""
+    names = ["worker-0", "worker-1", "worker-2"]
+    workers = make_keyrings("run-a", names, trusted=set(names))  # DDP ranks: equals, pair tags, no signatures
+    sender = Sealer(workers["worker-0"], 1, encrypt=encrypt)
+    everyone = json.loads(sender.seal("coll_ddp_ring1", "{}", PLAIN)[0])
+    assert set(everyone["tags"]) == set(everyone["trailer"].get("tags", everyone["tags"])) == {"worker-1", "worker-2"}
+    envelope, sent = sender.seal("coll_ddp_ring1", "{}", PLAIN, to=("worker-1",))
+    doc = json.loads(envelope)
+    assert set(doc["tags"]) == {"worker-1"} and "keys" not in doc
+    assert set(doc["trailer"].get("tags", {"worker-1": ""})) == {"worker-1"}
+    assert open_whole(workers["worker-1"], sender, envelope, sent, "coll_ddp_ring1") == PLAIN
+    with pytest.raises(AuthError, match="unauthenticated"):
+        open_whole(workers["worker-2"], sender, envelope, sent, "coll_ddp_ring1")

@@ -125,7 +125,7 @@ def train_step(model: torch.nn.Module, exchange: Exchange, node: DdsNode, data,
                batch: np.ndarray, step: int, epoch: int, rank: int, loss_fn: TrainStep) -> dict:
     """Forward/backward (the batch's loss from loss_fn, the config's train_step), exchange, update;
     the steps.csv row of this step."""
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     before = node.stats.snapshot()
     exchange.optimizer.zero_grad()
     loss = batch_loss(loss_fn, model, torch.from_numpy(data.train_x[batch]), torch.from_numpy(data.train_y[batch]))
@@ -143,4 +143,4 @@ def train_step(model: torch.nn.Module, exchange: Exchange, node: DdsNode, data,
             # compute: forward/backward and the optimizer update
             "compute_time_s": (t1 - t0) + (t3 - t2),
             "compress_time_s": compress_s, "decompress_time_s": decompress_s, "step_time_s": t3 - t0,
-            "density": density, "train_loss": loss.item()}
+            "density": density, "train_loss": loss.item(), "cpu_time_s": time.process_time() - cpu0}

@@ -47,8 +47,10 @@ def chunk_topic(node: EndpointHost, name: str) -> Topic:
 class ChunkWriter:
     """Writes (meta, payload) messages as chunks on one topic."""
 
-    def __init__(self, node: EndpointHost, name: str):
-        self.node, self.name = node, name
+    def __init__(self, node: EndpointHost, name: str, readers: Callable[[], Collection[str]] | None = None):
+        """`readers`: the nodes that read this topic when only some do (asked at each message; empty:
+        not known yet): with authentication, messages are sealed for them alone."""
+        self.node, self.name, self.readers = node, name, readers
         self.writer = DataWriter(node.participant, chunk_topic(node, name), qos=lossless(node.settings.write_timeout_s))
         self._ids = itertools.count(1)
         self._sertype = sertype_of(self.writer._ref)
@@ -136,7 +138,8 @@ class ChunkWriter:
         try:
             # Protected: an envelope in the first chunk, the payload's tag or digest in the last.
             sealer = self.node.sealer
-            sealing = None if sealer is None else sealer.begin(self.name, meta, len(view), self._sealed)
+            sealing = None if sealer is None else sealer.begin(self.name, meta, len(view), self._sealed,
+                                                               self.readers() if self.readers is not None else ())
             message = list(split(self.node.name, self.node.incarnation, msg_id,
                                  meta if sealing is None else sealing.envelope, view, s.chunk_bytes))
             # Sealed (encrypted) into buffers that write_iov copies from, one chunk ahead of the writes.

@@ -87,9 +87,15 @@ class Ring:
         self._next_joined = False
         self.sent = SentLog()  # blocks written to the next rank, written again when it asks
         self.tag = tag = RING_TAGS[0] if direction == 1 else RING_TAGS[1]
-        self.writer = ChunkWriter(g.node, f"coll_{g.name}_{tag}{self.next}")
+        self.writer = ChunkWriter(g.node, f"coll_{g.name}_{tag}{self.next}", self._next_node)
         self.reader = ChunkReader(g.node, f"coll_{g.name}_{tag}{g.rank}", self._on_message)
         g.node.add_closable(self.reader)
+
+    def _next_node(self) -> tuple[str, ...]:
+        """The node of the next rank, the one reader of this ring's topic (none before it joined)."""
+        with self._cond:
+            peer = self.group._members().get(self.next)
+        return () if peer is None else (peer.name,)
 
     def _on_message(self, msg: Assembled) -> None:
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import blake3
@@ -43,24 +43,27 @@ class Sealer:
         # Seals the chunk after the one being written; two, so two writers of the node never wait on each other.
         self.worker = ThreadPoolExecutor(2, thread_name_prefix=f"seal-{ring.node}")
 
-    def begin(self, topic: str, meta: str, nbytes: int, out: list[bytearray] | None = None) -> "Sealing":
+    def begin(self, topic: str, meta: str, nbytes: int, out: list[bytearray] | None = None,
+              to: Collection[str] = ()) -> "Sealing":
         """Start sealing one message of `nbytes` payload bytes: its envelope (for chunk 0) now,
         its trailer (for the last chunk) once every payload byte went through update(). `out`:
-        two buffers to encrypt into, the caller's to reuse for its next message once this one is sent."""
+        two buffers to encrypt into, the caller's to reuse for its next message once this one is sent.
+        `to`: the only peers that read the topic (a ring's next rank), the message's tags and keys
+        for them alone (every tag and MAC is a pass over the payload); empty: every peer."""
         with self._lock:
             self.seq += 1
             seq = self.seq
         auth = {"v": VERSION, "run": self.ring.run_id, "sender": self.ring.node, "incarnation": self.incarnation,
                 "seq": seq, "topic": topic, "bytes": nbytes, "salt": secrets.token_hex(SALT_BYTES),
                 "cipher": self.cipher, "mac": self.mac}
-        return Sealing(self, auth, meta, [bytearray(), bytearray()] if out is None else out)
+        return Sealing(self, auth, meta, [bytearray(), bytearray()] if out is None else out, set(to))
 
     def close(self) -> None:
         self.worker.shutdown()
 
-    def seal(self, topic: str, meta: str, payload: bytes | memoryview) -> tuple[str, bytes]:
+    def seal(self, topic: str, meta: str, payload: bytes | memoryview, to: Collection[str] = ()) -> tuple[str, bytes]:
         """A whole message in one (a one-chunk message): envelope and trailer together, and the payload as sent."""
-        sealing = self.begin(topic, meta, len(payload))
+        sealing = self.begin(topic, meta, len(payload), to=to)
         sent = bytes(sealing.update(payload))
         return sealing.last_meta(sealing.envelope), sent
 
@@ -69,8 +72,9 @@ class Sealing:
     """One message being sealed: update() each chunk's payload in order (or updates() all of them,
     pipelined), and send what it returns."""
 
-    def __init__(self, sealer: Sealer, auth: dict, meta: str, out: list[bytearray]):
-        self.keys, self.signer, self._worker = sealer.keys, sealer.signer, sealer.worker
+    def __init__(self, sealer: Sealer, auth: dict, meta: str, out: list[bytearray], to: set[str]):
+        self.signer, self._worker = sealer.signer, sealer.worker
+        self.keys = {p: k for p, k in sealer.keys.items() if p in to} if to else sealer.keys
         self.signed = signed_bytes(auth, meta)
         doc: dict = {"auth": auth, "meta": meta, "tags": {p: tag(k, self.signed) for p, k in self.keys.items()}}
         if self.signer is not None:
@@ -78,7 +82,7 @@ class Sealing:
         self._cipher: CipherContext | None = None
         if auth["cipher"] != "none":
             salt = bytes.fromhex(auth["salt"])
-            readers = sealer.readers
+            readers = {p: k for p, k in sealer.readers.items() if p in to} if to else sealer.readers
             if len(readers) == 1:
                 (pair,) = readers.values()
                 key = derive(pair, salt, key_label(None), self.signed)

@@ -24,7 +24,10 @@ COLUMNS: dict[str, list[str]] = {
                 # shaped by the client), upload time and payload goodput, emulated compute slowdown
                 "bits", "rate_bps", "upload_s", "goodput_Bps", "stretch_s"],
     "steps": ["step", "epoch", "rank", "bytes_sent", "bytes_received", "comm_time_s", "compute_time_s",
-              "compress_time_s", "decompress_time_s", "step_time_s", "density", "train_loss"],
+              "compress_time_s", "decompress_time_s", "step_time_s", "density", "train_loss",
+              # CPU seconds of the whole process (every thread: training, transport, collective)
+              # during the step: steadier under a shared machine's load than the step's wall time
+              "cpu_time_s"],
     "epochs": ["epoch", "rank", "step", "test_accuracy", "test_loss", "epoch_time_s"],
 }
 # Text columns; every other column is a number. Numeric columns that may be empty (a round or
@@ -36,4 +39,4 @@ OPTIONAL = {"test_accuracy", "test_loss", "iface_bytes_up", "iface_bytes_down", 
             "goodput_Bps", "epsilon"}
 ADDED = {"broadcast_time_s", "downlink_encode_time_s", "bytes_down_multicast", "iface_bytes_up",
          "iface_bytes_down", "resyncs", "wall_time_s", "bits", "rate_bps", "upload_s", "goodput_Bps", "stretch_s",
-         "epsilon", "client_rates_bps"}
+         "epsilon", "client_rates_bps", "cpu_time_s"}

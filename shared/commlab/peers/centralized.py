@@ -55,17 +55,17 @@ def run_centralized(cfg: PeerConfig) -> float:
                 if cfg.max_steps and step >= cfg.max_steps:  # a sample budget ends inside an epoch
                     break
                 batch = order[b * batch_size:(b + 1) * batch_size]
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), time.process_time()
                 optimizer.zero_grad()
                 loss = batch_loss(step_fn, model, torch.from_numpy(data.train_x[batch]),
                                   torch.from_numpy(data.train_y[batch]))
                 loss.backward()
                 optimizer.step()
-                t = time.perf_counter() - t0
+                t, cpu = time.perf_counter() - t0, time.process_time() - cpu0
                 steps.append({"step": step, "epoch": epoch, "rank": 0, "bytes_sent": 0, "bytes_received": 0,
                               "comm_time_s": 0.0, "compute_time_s": t, "compress_time_s": 0.0,
                               "decompress_time_s": 0.0, "step_time_s": t, "density": 0.0,
-                              "train_loss": loss.item()})
+                              "train_loss": loss.item(), "cpu_time_s": cpu})
                 step += 1
             acc, test_loss = evaluate(model, data.test_x, data.test_y, cfg.eval_batch_size)
             epochs.append({"epoch": epoch, "rank": 0, "step": step, "test_accuracy": acc, "test_loss": test_loss,

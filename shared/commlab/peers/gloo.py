@@ -129,7 +129,7 @@ def run_gloo(cfg: PeerConfig, rank: int) -> None:
                 batch = order[b * tr.batch_size:(b + 1) * tr.batch_size]
                 numel = (state.total_numel_before_compression, state.total_numel_after_compression) if state else (0, 0)
                 before = counters.read()
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), time.process_time()
                 optimizer.zero_grad()
                 loss = batch_loss(step_fn, ddp, torch.from_numpy(data.train_x[batch]),
                                   torch.from_numpy(data.train_y[batch]))
@@ -137,14 +137,15 @@ def run_gloo(cfg: PeerConfig, rank: int) -> None:
                 loss.backward()  # DDP allreduces the buckets (through the hook) during the backward pass
                 t2 = time.perf_counter()
                 optimizer.step()
-                t3 = time.perf_counter()
+                t3, cpu = time.perf_counter(), time.process_time() - cpu0
                 sent, received = counters.since(before)
                 steps.append({"step": step, "epoch": epoch, "rank": rank, "bytes_sent": sent,
                               "bytes_received": received,
                               # backward with the overlapped allreduce: gloo does not separate them
                               "comm_time_s": t2 - t1, "compute_time_s": (t1 - t0) + (t3 - t2),
                               "compress_time_s": 0.0, "decompress_time_s": 0.0, "step_time_s": t3 - t0,
-                              "density": density(cfg, state, numel), "train_loss": loss.item()})
+                              "density": density(cfg, state, numel), "train_loss": loss.item(),
+                              "cpu_time_s": cpu})
                 if rank == 0 and (step + 1) % 10 == 0:
                     log(rank, f"step {step + 1}: {t3 - t0:.3f} s, {sent} B sent, loss {loss.item():.4f}")
                 step += 1
