@@ -58,7 +58,8 @@ def retain_freed_memory() -> bool:
     frame; with the default policy each one above 32 MB is a new mapping whose every page faults
     in on first touch (for a 10M-value vector that took longer than the codec itself). The cost:
     the process's resident memory stays at its peak. Returns whether the policy applied (False
-    where the C library is not glibc). Node programs and the codec benchmark call it at start."""
+    where the C library is not glibc). DDP workers and the codec benchmark call it at start (FL
+    nodes do not: fl.entry)."""
     libc = _glibc()
     if libc is None:
         return False
