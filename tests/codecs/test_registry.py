@@ -119,12 +119,3 @@ def test_warm_compiles_every_codec_with_its_defaults(monkeypatch):
     monkeypatch.setattr(Codec, "encode", lambda self, vec: seen.append(self.codec_id) or real(self, vec))
     commlab.codecs.warm()
     assert sorted(seen) == sorted(_BY_ID)
-
-
-def test_warm_of_one_codec_encodes_that_codec_alone(monkeypatch):
-    # An FL client warms the codec a command names, with its parameters, before its first frame.
-    seen = []
-    real = Codec.encode
-    monkeypatch.setattr(Codec, "encode", lambda self, vec: seen.append((self.codec_id, self.ratio)) or real(self, vec))
-    commlab.codecs.warm("int8_sparse", {"ratio": 0.25})
-    assert seen == [(get_codec("int8_sparse").codec_id, 0.25)]

@@ -19,21 +19,14 @@ for _module in pkgutil.iter_modules(__path__):
 
 
 
-def warm(name: str | None = None, params: dict | None = None) -> None:
-    """Load the compiled loops (jit.py) of codec `name` (with `params`), or of every codec, compiling
-    them into numba's cache where they are not there yet: one small frame encoded, decoded and
-    added back by a throwaway codec (a node's own compressors and their draws are not touched).
-    The node images run it for every codec when they are built, so that no node spends its first
-    frames compiling (seconds per codec); an FL client runs it for the codec a command names, so
-    that loading them does not add to the peak of its first model-sized frame."""
+def warm() -> None:
+    """Compile every codec's loops into numba's cache (jit.py): one small frame of each codec
+    encoded and decoded. The node images run it when they are built, so that no node spends its
+    first frames compiling (seconds per codec)."""
     vec = np.random.default_rng(0).standard_normal(10_000).astype(np.float32)
-    layout = [("warm", (100, 100))]
-    codecs = ([cls.create({}, layout) for cls in set(base._BY_ID.values())] if name is None
-              else [build_compression(name, params or {}, layout).codec])
-    for codec in codecs:
-        frame = codec.encode(vec)
-        codec.decode(frame)
-        codec.add_decoded(frame, vec.copy(), -1.0)
+    for cls in set(base._BY_ID.values()):
+        codec = cls.create({}, [("warm", (100, 100))])
+        codec.decode(codec.encode(vec))
 
 
 __all__ = ["Codec", "CodecError", "Compression", "DgcMemory", "ErrorFeedback", "Memory", "NoMemory",

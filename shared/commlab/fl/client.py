@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from commlab.codecs import CodecError, Compression, build_compression, warm
+from commlab.codecs import CodecError, Compression, build_compression
 from commlab.data import Dataset
 from commlab.dds import DdsError, PeerGone
 from commlab.dds.stats import Progress
@@ -223,7 +223,6 @@ class Client:
         if key != self._codec_key:
             self._codec_key, self._held = key, None
             self.memory.reset()  # another codec: every client starts afresh
-            warm(cmd.codec, params)  # its compiled loops loaded before the model-sized frame
         if self._held is None or self._held[0] != client.index:
             self._held = (client.index, build_compression(cmd.codec, params, layout_of(self.model, self.cfg.sends_buffers),
                                                                  seed=self.seeds.codec(client.index),
