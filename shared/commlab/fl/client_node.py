@@ -10,7 +10,7 @@ from commlab.dds import DdsNode
 from commlab.fl.client import Client
 from commlab.fl.config import load_client_config
 from commlab.fl.entry import as_config_error, log_to
-from commlab.models import flatten_params
+from commlab.models import flatten_params, warm_up_optimizer
 from commlab.output.memory_watch import MemoryWatch
 from commlab.output.run_folder import write_transport_totals
 from commlab.runs.roster import client_name
@@ -39,6 +39,7 @@ def run_client(config_path: str) -> None:
             f"{client_name(max(hosted))}), {min(sizes)}-{max(sizes)} samples each")
     node = DdsNode(cfg.name, settings)
     warm_up()
+    warm_up_optimizer()
     watch = MemoryWatch(4 * numel)  # the model's fp32 size: the unit of the exchange's memory target
     try:
         Client(cfg, node, model, data, hosted, log, watch).run()
