@@ -32,3 +32,12 @@ def test_a_warm_up_leaves_the_global_random_state_and_the_runs_codec_as_they_wer
 def test_a_codec_that_cannot_be_built_is_a_config_error_naming_it():
     with pytest.raises(ConfigError, match="nosuchcodec"):
         warm_up_codecs([CodecSection("nosuchcodec")], LAYOUT)
+
+
+def test_the_launcher_has_every_client_warm_up_the_runs_codec(tmp_path):
+    from commlab.fl.run import build_configs, parse_args
+    a = parse_args(["--codec", "int8_sparse", "--codec-param", "ratio=0.05", "--clients", "2", "--domain-id", "7",
+                    "--results-dir", str(tmp_path)])
+    controller, clients = build_configs(a)
+    assert [c["warm_codec"] for c in clients] == [controller["codec"]] * 2
+    assert controller["codec"] == {"name": "int8_sparse", "params": {"ratio": 0.05}}
