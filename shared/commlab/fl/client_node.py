@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from commlab.config.builders import build_dataset, build_node_model, dds_settings
 from commlab.data.partition import client_summary
-from commlab.codecs.jit import warm_up
 from commlab.dds import DdsNode
 from commlab.fl.client import Client
 from commlab.fl.config import load_client_config
-from commlab.fl.entry import as_config_error, log_to
-from commlab.models import flatten_params
+from commlab.fl.entry import as_config_error, log_to, warm_up_codecs
+from commlab.models import flatten_params, layout_of, warm_up_optimizer
 from commlab.output.memory_watch import MemoryWatch
 from commlab.output.run_folder import write_transport_totals
 from commlab.runs.roster import client_name
@@ -37,8 +36,10 @@ def run_client(config_path: str) -> None:
         sizes = [len(part) for part in hosted.values()]
         log(f"partition {p.scheme}: hosting {len(hosted)} clients ({client_name(min(hosted))} ... "
             f"{client_name(max(hosted))}), {min(sizes)}-{max(sizes)} samples each")
+    # Before the node exists: a warm codec that cannot be built is a ConfigError like any other.
+    warm_up_codecs([] if cfg.warm_codec is None else [cfg.warm_codec], layout_of(model, cfg.sends_buffers))
+    warm_up_optimizer()
     node = DdsNode(cfg.name, settings)
-    warm_up()
     watch = MemoryWatch(4 * numel)  # the model's fp32 size: the unit of the exchange's memory target
     try:
         Client(cfg, node, model, data, hosted, log, watch).run()
