@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from commlab.config.builders import build_dataset, build_node_model, dds_settings
 from commlab.data.partition import client_summary
-from commlab.codecs.jit import warm_up
 from commlab.dds import DdsNode
 from commlab.fl.client import Client
 from commlab.fl.config import load_client_config
-from commlab.fl.entry import as_config_error, log_to
+from commlab.fl.entry import as_config_error, log_to, warm_up_codecs
 from commlab.fl import local_training
-from commlab.models import flatten_params
+from commlab.models import flatten_params, layout_of
 from commlab.models.train_step import load_train_step
 from commlab.output.memory_watch import MemoryWatch
 from commlab.output.run_folder import write_transport_totals
@@ -39,10 +38,13 @@ def run_client(config_path: str) -> None:
         sizes = [len(part) for part in hosted.values()]
         log(f"partition {p.scheme}: hosting {len(hosted)} clients ({client_name(min(hosted))} ... "
             f"{client_name(max(hosted))}), {min(sizes)}-{max(sizes)} samples each")
-    node = DdsNode(cfg.name, settings)
-    warm_up()
+    # Before the node exists: a warm codec that cannot be built is a ConfigError like any other.
+    warm_up_codecs([] if cfg.warm_codec is None else [cfg.warm_codec], layout_of(model, cfg.sends_buffers))
+    # One step of training on a copy of the model: torch's optimizer code (models.warm_up_optimizer)
+    # and the kernels of a forward and backward pass, loaded before the idle mark.
     local_training.warm_up(model, data, momentum=cfg.optimizer.momentum, weight_decay=cfg.optimizer.weight_decay,
                            step=load_train_step(cfg.train_step))
+    node = DdsNode(cfg.name, settings)
     watch = MemoryWatch(4 * numel)  # the model's fp32 size: the unit of the exchange's memory target
     try:
         Client(cfg, node, model, data, hosted, log, watch).run()

@@ -310,6 +310,7 @@ class ClientConfig(DdsNodeConfig):
     # clients client_id, client_id + procs, ... one after another; None: it is client `client_id`.
     procs: int | None = None
     batchnorm: str = "aggregate"  # BATCHNORM: as the controller's
+    warm_codec: CodecSection | None = None  # run once at start (the launcher: the run's); TrainCmd names the codec
 
     def check(self, where: str) -> None:
         load_train_step(self.train_step, f"{where}train_step")

@@ -9,12 +9,11 @@ from pathlib import Path
 from commlab.config.builders import build_dataset, build_node_model, dds_settings
 from commlab.config.schema import to_dict
 from commlab.data.partition import client_summary
-from commlab.codecs.jit import warm_up
 from commlab.dds import DdsNode
 from commlab.fl.checkpoint import load_checkpoint
 from commlab.fl.config import load_controller_config
 from commlab.fl.controller import Controller
-from commlab.fl.entry import as_config_error, build_codec, log_to
+from commlab.fl.entry import as_config_error, build_codec, log_to, warm_up_codecs
 from commlab.fl.strategy_config import build_strategy
 from commlab.models import flatten_params, layout_of, weights_digest
 from commlab.output.memory_watch import MemoryWatch
@@ -57,7 +56,7 @@ def run_controller(config_path: str) -> None:
         "client_data": dict(zip(cfg.client_ids(), client_summary(data, parts))),
         "start_round": start_round, "status": "running"})
     node = DdsNode(CONTROLLER, settings)
-    warm_up()
+    warm_up_codecs([cfg.codec, cfg.downlink], layout)
     watch = MemoryWatch(4 * weights.size)  # the model's fp32 size: the unit of the exchange's memory target
     try:
         Controller(cfg, node, strategy, start_round, model, data, writer, uplink, downlink, log, progress, watch).run()

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import sys
 import traceback
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
+
+import numpy as np
 
 from commlab.codecs import Codec, CodecError, build_compression
-from commlab.codecs.scratch import pool_buffers
+from commlab.codecs.jit import warm_up
+from commlab.codecs.scratch import pool_buffers, release_buffers
 from commlab.config.schema import ConfigError
 from commlab.fl.config import CodecSection
 
@@ -39,6 +42,23 @@ def build_codec(section: CodecSection, layout: list[tuple[str, tuple[int, ...]]]
         return build_compression(section.name, section.params, layout, seed=seed).codec
     except CodecError as e:
         raise ConfigError(f"{where}: {e}") from None
+
+
+def warm_up_codecs(sections: Sequence[CodecSection], layout: list[tuple[str, tuple[int, ...]]]) -> None:
+    """Encode, decode and add one model-sized vector with each codec, built afresh (the run's
+    codecs and their state are not touched), as part of setting a node up: the first call of a
+    compiled loop in a process loads its machine code from numba's cache (about 0.1 s a codec), or
+    compiles it when the codecs' sources changed (seconds), which would otherwise land on the first
+    round. Run before the node's barrier, a compile stores the cache before any peer encodes."""
+    warm_up()
+    numel = sum(int(np.prod(shape)) for _, shape in layout)
+    vec = np.random.default_rng(0).standard_normal(numel, dtype=np.float32)
+    for section in sections:
+        codec = build_codec(section, layout)
+        frame = codec.encode(vec)
+        codec.decode(frame, numel=numel)
+        codec.add_decoded(frame, np.zeros(numel, np.float32), 1.0)
+    release_buffers()  # the codecs' work arrays: not part of the node's idle memory
 
 
 def log_to(prefix: str) -> Callable[[str], None]:

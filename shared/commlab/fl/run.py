@@ -203,7 +203,8 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
                   "init_path": a.init_path}
     # One process per client, or --procs processes hosting them all (logical clients, docs/scale.md).
     hosts = {} if a.procs is None else {"procs": a.procs}
-    clients = [{**common, "client_id": i, "num_clients": a.clients, "optimizer": {"momentum": a.momentum}, **hosts}
+    clients = [{**common, "client_id": i, "num_clients": a.clients, "optimizer": {"momentum": a.momentum},
+                "warm_codec": controller["codec"], **hosts}
                for i in range(a.clients if a.procs is None else a.procs)]
     controller.update(hosts)
     if a.procs is not None and (a.attack is not None or a.speed_factors is not None):
