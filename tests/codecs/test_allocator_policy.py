@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 FREE_A_LARGE_BLOCK = """
@@ -34,3 +35,17 @@ def test_freed_memory_stays_with_the_process_under_the_policy_only():
     assert applied == "True" and returned < 8
     applied, returned = freed_mb("default")
     assert applied == "None" and returned > 56
+
+
+def test_work_arrays_are_kept_for_the_next_call_unless_pooling_is_off():
+    from commlab.codecs import scratch
+    try:
+        first = scratch.buffer("test.pool", 1000, "f4")
+        assert scratch.buffer("test.pool", 500, "f4").ctypes.data == first.ctypes.data
+        scratch.pool_buffers(False)  # an FL node: one encode a round
+        fresh = scratch.buffer("test.pool", 1000, "f4")
+        assert fresh.dtype == np.float32 and fresh.size == 1000
+        assert not np.shares_memory(fresh, scratch.buffer("test.pool", 1000, "f4"))
+    finally:
+        scratch.pool_buffers(True)
+        scratch.release_buffers()

@@ -119,6 +119,15 @@ def test_top_k_selection_is_its_reference_on_large_vectors(n):
             assert np.array_equal(topk.select(x, ratio), topk.reference_select(x, ratio))
 
 
+def test_top_k_selection_flagged_in_blocks_is_its_reference(monkeypatch):
+    """Candidates found a block of values at a time (vectors longer than one block; a small
+    block here): the same positions as in one pass."""
+    monkeypatch.setattr(topk, "_FLAG_BLOCK", 4096)
+    for x in (adversarial(70_001, 7), np.sort(np.abs(adversarial(70_001, 8)))):
+        for ratio in (0.001, 0.1, 0.5):
+            assert np.array_equal(topk.select(x, ratio), topk.reference_select(x, ratio))
+
+
 def test_uniforms_are_on_numpys_float32_grid_and_seeded():
     a, b = draws.uniforms(np.random.default_rng(5), 100_000), draws.uniforms(np.random.default_rng(5), 100_000)
     assert a.dtype == np.float32 and np.array_equal(a, b)

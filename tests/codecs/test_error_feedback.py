@@ -59,3 +59,32 @@ def test_error_feedback_rejects_shape_change():
     ef.update(np.ones(3, np.float32), np.zeros(3, np.float32))
     with pytest.raises(CodecError, match="residual has shape"):
         ef.compensate(np.ones(4, np.float32))
+
+
+@pytest.mark.parametrize("decay, clip", [(1.0, None), (0.7, None), (1.0, 0.1), (0.5, 0.3)])
+def test_compensating_in_place_gives_the_same_bits_in_the_residuals_storage(decay, clip):
+    """compensate_in_place: the vector compensate() makes, bit for bit, in the residual's own
+    array (no second model-sized vector); the residual is consumed until the next update."""
+    rng = np.random.default_rng(3)
+    vec, residual = rng.standard_normal(500).astype(np.float32), rng.standard_normal(500).astype(np.float32)
+    copied, in_place = ErrorFeedback(decay, clip), ErrorFeedback(decay, clip)
+    copied.residual, in_place.residual = residual.copy(), residual.copy()
+    storage = in_place.residual
+    expected = copied.compensate(vec)
+    assert np.array_equal(copied.residual, residual)  # compensate() leaves the residual alone
+    got = in_place.compensate_in_place(vec)
+    assert got is storage and in_place.residual is None
+    assert got.tobytes() == expected.tobytes()
+
+
+def test_compression_encode_sends_the_frames_of_compress_and_remember():
+    """Compression.encode (compensating in place) sends, step after step, the frames of the
+    copying path: compress, then remember what the receiver decodes."""
+    rng = np.random.default_rng(4)
+    layout = [("w", (400,))]
+    in_place, copying = build_compression("int8_sparse", {}, layout), build_compression("int8_sparse", {}, layout)
+    for _ in range(4):
+        vec = rng.standard_normal(400).astype(np.float32)
+        frame, sent = copying.compress(vec)
+        copying.remember(sent, decode_any(frame))
+        assert in_place.encode(vec) == frame

@@ -52,9 +52,9 @@ def test_a_phase_inside_another_interrupts_it():
 
 
 def _train_phase_of_64_mib(out: str) -> None:
-    """In a fresh process with the node programs' allocator policy (what earlier tests did in the
-    test process would blur the phase's rise): a phase that touches and frees 64 MiB, which the
-    allocator keeps until the watch hands it back at the phase's end."""
+    """In a fresh process with an allocator that keeps what is freed (scratch.retain_freed_memory;
+    what earlier tests did in the test process would blur the phase's rise): a phase that touches
+    and frees 64 MiB, which the allocator keeps until the watch hands it back at the phase's end."""
     import numpy as np
 
     from commlab.codecs.scratch import retain_freed_memory

@@ -46,8 +46,9 @@ class Compression:
         encode, remember what the receiver decodes."""
         self.at_step(self.rounds, 1)
         self.rounds += 1
-        frame, sent = self.compress(vec)
-        self.memory.update_from_frame(sent, frame, self.codec)  # `sent` is compensate's new vector: the memory's
+        sent = self.memory.compensate_in_place(vec)  # in the memory's own state: no vector more
+        frame = self.codec.encode(sent)
+        self.memory.update_from_frame(sent, frame, self.codec)  # `sent` is the memory's: the next state is made in it
         return frame
 
     def compress(self, vec: np.ndarray) -> tuple[bytes, np.ndarray]:

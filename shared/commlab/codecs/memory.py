@@ -29,6 +29,9 @@ class Memory(Protocol):
     applies_momentum: bool
 
     def compensate(self, vec: np.ndarray) -> np.ndarray: ...
+    # compensate(), made where the memory's own state lies when it can be (no vector of the
+    # model's size besides `vec`): the state is then consumed until update_from_frame follows.
+    def compensate_in_place(self, vec: np.ndarray) -> np.ndarray: ...
     def update(self, compensated: np.ndarray, decoded: np.ndarray) -> None: ...
     # update() with the frame sent instead of its decoded form; `compensated` is the memory's own
     # to change (compensate made it for this frame): no decoded vector where a memory needs none.
@@ -42,6 +45,9 @@ class NoMemory:
 
     def compensate(self, vec: np.ndarray) -> np.ndarray:
         return np.asarray(vec, dtype=np.float32)
+
+    def compensate_in_place(self, vec: np.ndarray) -> np.ndarray:
+        return self.compensate(vec)
 
     def update(self, compensated: np.ndarray, decoded: np.ndarray) -> None:
         pass
@@ -84,14 +90,35 @@ class ErrorFeedback:
         vec = np.asarray(vec, dtype=np.float32)
         if self.residual is None:
             return vec.copy()
+        self._check(vec)
+        return self._carry(vec, self.residual.copy())
+
+    def compensate_in_place(self, vec: np.ndarray) -> np.ndarray:
+        """compensate(), made in the residual's own storage (the same float32 bits: each step is
+        the same elementwise operation): the residual is gone until update_from_frame makes the
+        next one from the vector returned. An encode that raises in between leaves no residual to
+        go back to; a caller that must go back keeps a copy (state_dict) first."""
+        vec = np.asarray(vec, dtype=np.float32)
+        if self.residual is None:
+            return vec.copy()
+        self._check(vec)
+        carried, self.residual = self.residual, None
+        return self._carry(vec, carried)
+
+    def _check(self, vec: np.ndarray) -> None:
         if self.residual.shape != vec.shape:
             raise CodecError(f"error feedback: residual has shape {self.residual.shape}, vector {vec.shape}")
-        carried = self.residual if self.decay == 1.0 else self.residual * np.float32(self.decay)
+
+    def _carry(self, vec: np.ndarray, carried: np.ndarray) -> np.ndarray:
+        """vec plus `carried` (a residual the caller gives up), decayed then clipped, in `carried`."""
+        if self.decay != 1.0:
+            carried *= np.float32(self.decay)
         if self.clip is not None:
             norm, limit = float(np.linalg.norm(carried)), self.clip * float(np.linalg.norm(vec))
             if norm > limit:
-                carried = carried * np.float32(limit / norm)
-        return vec + carried
+                carried *= np.float32(limit / norm)
+        carried += vec  # vec + carried: float addition is commutative, bit for bit
+        return carried
 
     def update(self, compensated: np.ndarray, decoded: np.ndarray) -> None:
         """Record what was lost: the compensated input minus its decoded form."""
@@ -150,6 +177,9 @@ class DgcMemory:
             step = self.momentums
         self.velocities += step
         return self.velocities.copy()
+
+    def compensate_in_place(self, vec: np.ndarray) -> np.ndarray:
+        return self.compensate(vec)
 
     def update_from_frame(self, compensated: np.ndarray, frame: bytes, codec: Codec) -> None:
         self.update(compensated, codec.decode(frame, numel=compensated.size))

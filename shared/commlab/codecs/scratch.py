@@ -12,6 +12,7 @@ import threading
 import numpy as np
 
 _local = threading.local()
+_pooling = True  # buffer() keeps its arrays (pool_buffers)
 
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
@@ -20,20 +21,33 @@ _KEEP_FREED = 2**31 - 1  # bytes free at the top of the heap before glibc return
 
 def buffer(name: str, size: int, dtype: np.dtype | type) -> np.ndarray:
     """A work array of ``size`` elements of ``dtype``, contents undefined. The next call with the
-    same name in this thread returns the same memory: only for temporaries that are dead by then
-    (nothing a codec returns, except through the frame it joins)."""
-    pool = _local.__dict__.setdefault("pool", {})
+    same name in this thread returns the same memory (unless pool_buffers turned that off): only
+    for temporaries that are dead by then (nothing a codec returns, except through the frame it joins)."""
     nbytes = size * np.dtype(dtype).itemsize
+    if not _pooling:
+        return np.empty(nbytes, np.uint8).view(dtype)
+    pool = _local.__dict__.setdefault("pool", {})
     raw = pool.get(name)
     if raw is None or raw.size < nbytes:
         raw = pool[name] = np.empty(nbytes, np.uint8)
     return raw[:nbytes].view(dtype)
 
 
+def pool_buffers(enabled: bool) -> None:
+    """Whether buffer() keeps its arrays for the next call (the default), or returns a fresh one
+    each time, freed with its last use. For a process that encodes once in a long while (an FL
+    node, once a round) a kept array buys nothing, and a fresh one lives only as long as the step
+    that uses it, not the whole encode: top-k's candidates are gone before the frame is built."""
+    global _pooling
+    _pooling = enabled
+    if not enabled:
+        release_buffers()
+
+
 def release_buffers() -> None:
     """Drop this thread's work arrays. For a process that encodes once in a long while (an FL
-    node, once a round), whose arrays would otherwise stay resident between frames: top-k's are
-    about 3.25 times the vector's size (candidates, keys and a flag byte per value)."""
+    node, once a round), whose arrays would otherwise stay resident between frames: top-k's candidates (positions and
+    keys) are sized for every value, twice the vector's size, resident as far as they filled."""
     _local.__dict__.pop("pool", None)
 
 
@@ -44,7 +58,8 @@ def retain_freed_memory() -> bool:
     frame; with the default policy each one above 32 MB is a new mapping whose every page faults
     in on first touch (for a 10M-value vector that took longer than the codec itself). The cost:
     the process's resident memory stays at its peak. Returns whether the policy applied (False
-    where the C library is not glibc). Node programs and the codec benchmark call it at start."""
+    where the C library is not glibc). DDP workers and the codec benchmark call it at start (FL
+    nodes do not: fl.entry)."""
     libc = _glibc()
     if libc is None:
         return False

@@ -36,6 +36,7 @@ def magnitudes(vec: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 _SAMPLE = 1 << 15
 _MARGIN_SIGMAS = 6.0
 _MAGNITUDE = np.uint32(0x7FFFFFFF)
+_FLAG_BLOCK = 1 << 20  # values flagged at a time (the candidates' positions are found a block at a time)
 
 
 @kernel
@@ -85,8 +86,27 @@ def _keep(candidates: np.ndarray, keys: np.ndarray, kth: np.uint32, ties: int, o
         count += (key > kth) | tie
 
 
+def _candidates(vec: np.ndarray, low: np.uint32) -> tuple[int, np.ndarray, np.ndarray]:
+    """(count, positions, keys): the positions whose magnitude key is >= low, in order (int32
+    where they fit), and their keys, in work arrays of which the first `count` hold them. Flagged
+    a block at a time: the flag bytes stay one block long for any vector, and the positions and
+    keys arrays, sized for the worst case, are touched (made resident) only as far as they fill."""
+    n = vec.size
+    flags = scratch.buffer("topk.flags", min(n, _FLAG_BLOCK), np.uint8)
+    found = scratch.buffer("topk.candidates", n + 1, np.int32 if n < 2**31 else np.int64)
+    keys = scratch.buffer("topk.keys", n + 1, np.uint32)
+    count = 0
+    for start in range(0, n, _FLAG_BLOCK):
+        block = vec[start: start + _FLAG_BLOCK]
+        _at_least(block, low, flags)
+        got = _flagged(flags[: block.size], block, found[count:], keys[count:])
+        found[count: count + got] += start  # _flagged counts positions within the block
+        count += got
+    return count, found, keys
+
+
 def select(vec: np.ndarray, ratio: float) -> np.ndarray:
-    """Sorted int64 positions of the k largest |vec| values; among equal magnitudes at the k-th
+    """Sorted positions (int32 where they fit, else int64) of the k largest |vec| values; among equal magnitudes at the k-th
     the first positions (``reference_select``). Without sorting the vector: a threshold from a
     strided sample keeps a few more than k candidates, whose exact k-th magnitude is found among them."""
     n = vec.size
@@ -103,10 +123,7 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
     candidates, sure_above = None, None
     if 0 < low and high < sample.size:
         sample = np.partition(sample, (low, high))
-        flags = scratch.buffer("topk.flags", n, np.uint8)
-        _at_least(vec, sample[low], flags)
-        found, keys = scratch.buffer("topk.candidates", n + 1, np.int64), scratch.buffer("topk.keys", n + 1, np.uint32)
-        count = _flagged(flags, vec, found, keys)
+        count, found, keys = _candidates(vec, sample[low])
         candidates, chosen, sure_above = found[:count], keys[:count], sample[high]
     if candidates is None or candidates.size < k:  # no sample, or it misled the low mark: every value is a candidate
         candidates, sure_above = np.arange(n, dtype=np.int64), None
@@ -122,7 +139,7 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
     if need <= 0:
         band, need = chosen, k
     kth = np.partition(band, band.size - need)[band.size - need]
-    out = np.empty(k + 1, np.int64)
+    out = np.empty(k + 1, candidates.dtype)
     _keep(candidates, chosen, kth, k - np.count_nonzero(chosen > kth), out)
     return out[:k]
 

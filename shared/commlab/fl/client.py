@@ -28,7 +28,8 @@ from commlab.fl.local_training import local_update, round_subset
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.secagg_client import SecAggAborted, SecAggSender
 from commlab.fl.strategy import FitIns
-from commlab.models import flatten_params, layout_of, weights_digest
+from commlab.models import layout_of, weights_digest
+from commlab.models.storage import share_storage
 from commlab.models.train_step import load_train_step
 from commlab.output.memory_watch import MemoryWatch
 from commlab.output.run_folder import CsvTable
@@ -64,7 +65,8 @@ class Client:
         self.stop_sub = node.subscriber(Stop)
         self.request_pub = node.publisher(ModelRequest)
         self.train_step = load_train_step(cfg.train_step)  # already checked with the config
-        self.replica = ModelReplica(flatten_params(model, cfg.sends_buffers).size)
+        self.storage = share_storage(model, cfg.sends_buffers)  # a round's delta is made in the model's own vector
+        self.replica = ModelReplica(self.storage.size)
         self.requested_after: int | None = None  # the controller round after which the whole model was asked for
         self.decode_s = 0.0  # ModelBlob decoding since the last row
         self._codec_key: tuple | None = None  # the codec and parameters of the last command
@@ -284,21 +286,18 @@ class Client:
         with self.watch.phase("train"):
             delta, loss = local_update(self.model, self.replica.weights, self.data, indices, fit, seeds,
                                        momentum=self.cfg.optimizer.momentum, weight_decay=self.cfg.optimizer.weight_decay,
-                                       buffers=self.cfg.sends_buffers, step=self.train_step)
+                                       buffers=self.cfg.sends_buffers, step=self.train_step, storage=self.storage)
         train_s = time.perf_counter() - start
         stretch_s = self.adaptive.stretch(train_s)
         if self.cfg.attack is not None:  # test only (config `attack`): a forged update under a valid identity
             delta = self.cfg.attack.apply(delta)
         waited = self.node.stats.wait_s
         if cmd.secagg:
-            sent = self._secagg_send(cmd, rnd, client, delta)
-            if sent is None:
-                return
-            encode_s = 0.0
+            sent, encode_s = self._secagg_send(cmd, rnd, client, delta), 0.0
         else:
             sent, encode_s = self._encode_upload(client, cmd, rnd, delta, len(indices), train_s + stretch_s)
-            if sent is None:
-                return
+        if sent is None:
+            return
         comm_s += self.node.stats.wait_s - waited
         comm = self.node.stats.since(self._row_start)
         self._row_start = self.node.stats.snapshot()

@@ -9,7 +9,9 @@ from commlab.dds import DdsNode
 from commlab.fl.client import Client
 from commlab.fl.config import load_client_config
 from commlab.fl.entry import as_config_error, log_to, warm_up_codecs
-from commlab.models import flatten_params, layout_of, warm_up_optimizer
+from commlab.fl import local_training
+from commlab.models import flatten_params, layout_of
+from commlab.models.train_step import load_train_step
 from commlab.output.memory_watch import MemoryWatch
 from commlab.output.run_folder import write_transport_totals
 from commlab.runs.roster import client_name
@@ -38,7 +40,10 @@ def run_client(config_path: str) -> None:
             f"{client_name(max(hosted))}), {min(sizes)}-{max(sizes)} samples each")
     # Before the node exists: a warm codec that cannot be built is a ConfigError like any other.
     warm_up_codecs([] if cfg.warm_codec is None else [cfg.warm_codec], layout_of(model, cfg.sends_buffers))
-    warm_up_optimizer()
+    # One step of training on a copy of the model: torch's optimizer code (models.warm_up_optimizer)
+    # and the kernels of a forward and backward pass, loaded before the idle mark.
+    local_training.warm_up(model, data, momentum=cfg.optimizer.momentum, weight_decay=cfg.optimizer.weight_decay,
+                           step=load_train_step(cfg.train_step))
     node = DdsNode(cfg.name, settings)
     watch = MemoryWatch(4 * numel)  # the model's fp32 size: the unit of the exchange's memory target
     try:

@@ -14,7 +14,7 @@ import numpy as np
 
 from commlab.codecs import Codec, CodecError, build_compression
 from commlab.codecs.jit import warm_up
-from commlab.codecs.scratch import release_buffers, retain_freed_memory
+from commlab.codecs.scratch import pool_buffers, release_buffers
 from commlab.config.schema import ConfigError
 from commlab.fl.config import CodecSection
 
@@ -77,7 +77,11 @@ def main(prog: str, run: Callable[[str], None], expected: tuple[type[Exception],
         print(f"usage: {prog} CONFIG.json", file=sys.stderr)
         return EXIT_CONFIG
     exit_cleanly_on_sigterm()
-    retain_freed_memory()  # frames and vectors: the same large sizes every round (scratch.py)
+    # glibc's own policy, not retain_freed_memory: an FL node hands freed memory back at every
+    # phase boundary anyway (output.memory_watch), and within an encode the heap reused the freed
+    # work arrays poorly (twice their live size at the peak). One encode a round: a codec's work
+    # arrays live as long as their step.
+    pool_buffers(False)
     try:
         run(argv[0])
     except ConfigError as e:

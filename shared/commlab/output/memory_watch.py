@@ -7,10 +7,10 @@ the model's size for a CNN at batch 64) are recorded as their own phase, `train`
 target. Every other phase counts, the controller's evaluation included (it trains nothing).
 
 At every phase boundary the codecs' work arrays are dropped (codecs.scratch.release_buffers) and
-the memory freed so far goes back to the kernel (malloc_trim): node
-programs make the allocator keep what they free (codecs.scratch.retain_freed_memory), so without
-it every phase would stay resident at the peak of all earlier ones, training's activations
-included. A phase's peak is then what the process holds during it, and so is its resident memory.
+the memory freed so far goes back to the kernel (malloc_trim): the allocator keeps freed blocks
+below its mmap threshold (which grows to 32 MB as large blocks are freed), and all of them where
+a process asked it to (codecs.scratch.retain_freed_memory), so without it every phase would stay
+resident at the peak of all earlier ones, training's activations included. A phase's peak is then what the process holds during it, and so is its resident memory.
 
 Phases are spans of time in one process: DDS reader threads reassemble incoming messages
 whenever they arrive, so what they hold counts in whatever phase is running then (mostly
