@@ -13,12 +13,12 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import blake3
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.ciphers import CipherContext
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from .auth import KEY_BYTES, TAG_BYTES, Keyring
+from . import aegis
+from .auth import Keyring
 from .chunk import Payload
-from .envelope import (GMAC_RECIPIENTS_MAX, NONCE, SALT_BYTES, VERSION, derive, gcm, gmac, gmac_tag, key_label,
+from .envelope import (MAC_RECIPIENTS_MAX, NONCE, SALT_BYTES, VERSION, derive, key_label, payload_cipher, payload_mac,
                        signed_bytes, tag, trailer_signed, trailer_tag)
 
 
@@ -34,11 +34,11 @@ class Sealer:
         self.readers = {p: k for p in ring.peers if (k := ring.key_with(p)) is not None}
         signed = set(ring.signed_for) if self.signer is not None else set()
         self.keys = {p: k for p, k in self.readers.items() if p not in signed}
-        self.cipher = "aes-256-gcm" if encrypt else "none"
-        if self.signer is not None or (not encrypt and len(self.keys) > GMAC_RECIPIENTS_MAX):
+        self.cipher = "aegis-128x2" if encrypt else "none"
+        if self.signer is not None or (not encrypt and len(self.keys) > MAC_RECIPIENTS_MAX):
             self.mac = "blake3"
         else:
-            self.mac = "gcm" if encrypt else "gmac"
+            self.mac = "aead" if encrypt else "aegis-mac"
         self._lock = threading.Lock()  # publishers and the announcer seal from several threads
         # Seals the chunk after the one being written; two, so two writers of the node never wait on each other.
         self.worker = ThreadPoolExecutor(2, thread_name_prefix=f"seal-{ring.node}")
@@ -79,21 +79,21 @@ class Sealing:
         doc: dict = {"auth": auth, "meta": meta, "tags": {p: tag(k, self.signed) for p, k in self.keys.items()}}
         if self.signer is not None:
             doc["sig"] = self.signer.sign(self.signed).hex()
-        self._cipher: CipherContext | None = None
+        self._cipher: aegis.AegisStream | None = None
         if auth["cipher"] != "none":
             salt = bytes.fromhex(auth["salt"])
             readers = {p: k for p, k in sealer.readers.items() if p in to} if to else sealer.readers
             if len(readers) == 1:
                 (pair,) = readers.values()
-                key = derive(pair, salt, key_label(None), self.signed)
+                key = derive(pair, salt, key_label(None), self.signed, aegis.KEY_BYTES)
             else:
-                key = secrets.token_bytes(KEY_BYTES)
+                key = secrets.token_bytes(aegis.KEY_BYTES)
                 doc["keys"] = {p: AESGCM(derive(k, salt, key_label(p), self.signed))
                                .encrypt(NONCE, key, None).hex() for p, k in readers.items()}
-            self._cipher = gcm(key, self.signed)
+            self._cipher = payload_cipher(key, self.signed)
         self.envelope = json.dumps(doc)
         self._hash = blake3.blake3() if auth["mac"] == "blake3" else None
-        self._macs = {p: gmac(k, self.signed) for p, k in self.keys.items()} if auth["mac"] == "gmac" else {}
+        self._macs = {p: payload_mac(k, self.signed) for p, k in self.keys.items()} if auth["mac"] == "aegis-mac" else {}
         # Ciphertext of the last two chunks: one being written while the next is encrypted.
         self._out = out
 
@@ -114,7 +114,7 @@ class Sealing:
         if self._hash is not None:
             self._hash.update(sent)
         for mac in self._macs.values():
-            mac.authenticate_additional_data(sent)
+            mac.update(sent)
 
     def update(self, data: Payload) -> Payload:
         """The next chunk's payload, encrypted and authenticated, as it goes on the wire."""
@@ -151,13 +151,12 @@ class Sealing:
         """The meta of the last chunk: the trailer, merged into the envelope when that chunk is also the first."""
         trailer: dict = {}
         if self._cipher is not None:
-            self._cipher.finalize()
-            trailer["gcm"] = self._cipher.tag[:TAG_BYTES].hex()
+            trailer["aead"] = self._cipher.tag().hex()
         if self._hash is not None:
             digest = trailer["digest"] = self._hash.hexdigest()
             trailer["tags"] = {p: trailer_tag(k, self.signed, digest) for p, k in self.keys.items()}
             if self.signer is not None:
                 trailer["sig"] = self.signer.sign(trailer_signed(self.signed, digest)).hex()
         elif self._macs:
-            trailer["tags"] = {p: gmac_tag(mac) for p, mac in self._macs.items()}
+            trailer["tags"] = {p: mac.tag().hex() for p, mac in self._macs.items()}
         return json.dumps({**json.loads(chunk_meta), "trailer": trailer}) if chunk_meta else json.dumps(trailer)
