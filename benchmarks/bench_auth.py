@@ -1,5 +1,5 @@
 """What protecting messages costs: DDS goodput of plain, authenticated only (MAC) and encrypted
-(AEAD: AES-256-GCM) messages side by side (commlab.dds.seal, opener), in one run. Two key setups:
+(AEAD: AEGIS-128X2) messages side by side (commlab.dds.seal, opener), in one run. Two key setups:
 two holders of the run key (DDP ranks, trusted nodes), and a trusted sender to an untrusted
 receiver (the FL controller to a client: Ed25519 signatures and a BLAKE3 digest too).
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from commlab.dds.auth import KeyFileError, make_keyrings, read_keyring, write_keyring
-from commlab.dds.envelope import GMAC_RECIPIENTS_MAX, WINDOW, AuthError
+from commlab.dds.envelope import MAC_RECIPIENTS_MAX, WINDOW, AuthError
 from commlab.dds.opener import ALONGSIDE, Opener
 from commlab.dds.seal import Sealer
 
@@ -62,8 +62,8 @@ def test_no_key_another_run_and_altered_payloads_are_refused(rings):
         opened.finish()
 
 
-@pytest.mark.parametrize("clients,encrypt,mac", [(2, False, "gmac"), (GMAC_RECIPIENTS_MAX + 1, False, "blake3"),
-                                                (2, True, "gcm"), (GMAC_RECIPIENTS_MAX + 1, True, "gcm")])
+@pytest.mark.parametrize("clients,encrypt,mac", [(2, False, "aegis-mac"), (MAC_RECIPIENTS_MAX + 1, False, "blake3"),
+                                                (2, True, "aead"), (MAC_RECIPIENTS_MAX + 1, True, "aead")])
 def test_a_chunked_message_is_authenticated_by_its_last_chunk(clients, encrypt, mac):
     # Equals (all hold the run key, as DDP ranks do): tags only, no signatures.
     nodes = ["controller"] + [f"client-{i}" for i in range(clients)]

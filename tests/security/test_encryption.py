@@ -5,7 +5,8 @@ import json
 import pytest
 
 from commlab.dds.auth import make_keyrings
-from commlab.dds.envelope import KEY_BYTES, AuthError, derive, gcm, key_label, signed_bytes
+from commlab.dds import aegis
+from commlab.dds.envelope import AuthError, derive, key_label, payload_cipher, signed_bytes
 from commlab.dds.opener import Opener
 from commlab.dds.seal import Sealer
 
@@ -55,7 +56,7 @@ def test_tampered_ciphertext_is_rejected_with_one_line(rings):
 
 
 def test_a_client_holding_the_broadcast_key_cannot_alter_it_for_another(rings):
-    """client-1 unwraps the message key, so it can make a ciphertext of other weights whose GCM tag
+    """client-1 unwraps the message key, so it can make a ciphertext of other weights whose AEAD tag
     holds; the controller's signature covers the ciphertext's digest, which it cannot match."""
     ctl = Sealer(rings["controller"], 1)
     envelope, _ = ctl.seal("ModelBlob", "{}", PLAIN)
@@ -65,12 +66,11 @@ def test_a_client_holding_the_broadcast_key_cannot_alter_it_for_another(rings):
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     wrap = derive(rings["client-1"].pair_keys["controller"], salt, key_label("client-1"), signed)
     key = AESGCM(wrap).decrypt(bytes(12), bytes.fromhex(doc["keys"]["client-1"]), None)
-    assert len(key) == KEY_BYTES
-    forger = gcm(key, signed)
+    assert len(key) == aegis.KEY_BYTES
+    forger = payload_cipher(key, signed)
     forged = bytearray(len(PLAIN))
     forger.update_into(b"poisoned weight" * (len(PLAIN) // 15) + b"x" * (len(PLAIN) % 15), forged)
-    forger.finalize()
-    doc["trailer"]["gcm"] = forger.tag.hex()
+    doc["trailer"]["aead"] = forger.tag().hex()
     with pytest.raises(AuthError, match="altered"):
         open_whole(rings["client-0"], ctl, json.dumps(doc), bytes(forged))
 
@@ -80,7 +80,7 @@ def test_frames_of_the_previous_wire_version_are_refused_with_a_clear_line(rings
     envelope, sent = client.seal("ClientUpdate", "{}", b"")
     doc = json.loads(envelope)
     del doc["auth"]["v"]  # version 1 had no version field, no salt and no cipher
-    with pytest.raises(AuthError, match="wire version 1; this node reads version 2 only"):
+    with pytest.raises(AuthError, match="wire version 1; this node reads version 3 only"):
         open_whole(rings["controller"], client, json.dumps(doc), sent, "ClientUpdate")
 
 

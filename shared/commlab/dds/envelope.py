@@ -1,7 +1,7 @@
-"""The wire format of protected messages (version 2) and the primitives both ends share.
+"""The wire format of protected messages (version 3) and the primitives both ends share.
 
 A protected message's first chunk carries an envelope as its meta:
-    {"auth": {"v": 2, "run", "sender", "incarnation", "seq", "topic", "bytes", "salt", "cipher", "mac"},
+    {"auth": {"v": 3, "run", "sender", "incarnation", "seq", "topic", "bytes", "salt", "cipher", "mac"},
      "meta": <the message's own meta>, "tags": {recipient: HMAC-SHA256(pair key, signed)[:16]},
      "sig": Ed25519 over signed (a trusted node's message, for the untrusted nodes),
      "keys": {recipient: the message key wrapped for it} (an encrypted message to several)}
@@ -9,23 +9,23 @@ where `signed` is the canonical JSON of "auth", a zero byte, and the meta; "salt
 bytes drawn for the message. The last chunk carries a trailer that authenticates the payload
 (both in one meta for a one-chunk message).
 
-"cipher": "aes-256-gcm" (dds.encrypt, the default): the payload travels encrypted, one AES-256-GCM
-stream over all its chunks with `signed` as associated data. Its message key:
+"cipher": "aegis-128x2" (dds.encrypt, the default): the payload travels encrypted, one AEGIS-128X2
+stream over all its chunks with `signed` as associated data. Its 16-byte message key:
   - one recipient: HKDF-SHA256(pair key, salt, "commlab message key" | signed);
-  - several (a broadcast): 32 random bytes, wrapped for each recipient by AES-256-GCM under
+  - several (a broadcast): 16 random bytes, wrapped for each recipient by AES-256-GCM under
     HKDF-SHA256(pair key, salt, "commlab key wrap" | recipient | signed).
-Every AES-GCM key here encrypts one thing once: a derived key is new for every message (salt,
-incarnation and sequence number are in `signed`), a random one is drawn per message, so the fixed
-all-zero nonce never meets the same key twice.
+Every key here encrypts one thing once: a derived key is new for every message (salt, incarnation
+and sequence number are in `signed`), a random one is drawn per message, so the fixed all-zero
+nonces (AEGIS and AES-GCM alike) never meet the same key twice.
 "cipher": "none" (dds.encrypt false): the payload in clear.
 
 "mac", how the trailer authenticates the payload:
-  - "gcm" (encrypted): {"gcm": the GCM tag};
-  - "gmac" (in clear, at most GMAC_RECIPIENTS_MAX recipients): {"tags": {recipient: AES-256-GMAC of
-    the payload}} under HMAC-SHA256(pair key, "commlab payload mac" | signed);
+  - "aead" (encrypted): {"aead": the AEGIS-128X2 tag};
+  - "aegis-mac" (in clear, at most MAC_RECIPIENTS_MAX recipients): {"tags": {recipient:
+    AEGIS-128X2-MAC of the payload}} under HMAC-SHA256(pair key, "commlab payload mac" | signed)[:16];
   - "blake3": {"digest": BLAKE3 of the payload as sent, "tags": {recipient: HMAC over signed and
-    the digest}} (and "gcm" when encrypted): one hash however many recipients, and the form a
-    signing sender uses, since a GCM or GMAC tag binds nothing for a recipient that knows its key.
+    the digest}} (and "aead" when encrypted): one hash however many recipients, and the form a
+    signing sender uses, since an AEAD or MAC tag binds nothing for a recipient that knows its key.
 A signing sender adds "sig" (Ed25519 over signed and the digest) to the trailer.
 """
 from __future__ import annotations
@@ -35,21 +35,22 @@ import hmac
 import json
 
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from . import aegis
 from .auth import KEY_BYTES, TAG_BYTES
 from .errors import MessageError
 
-VERSION = 2
+VERSION = 3
 SALT_BYTES = 16
-NONCE = bytes(12)  # every key is used for one encryption (module docstring)
+NONCE = bytes(12)  # the AES-GCM key wrap's: every wrapping key is used once (module docstring)
 WINDOW = 4096  # sequence numbers a receiver remembers per sender (of its newest incarnation only)
-# AES-GMAC runs on the CPU's AES and carry-less multiply instructions, several times BLAKE3's rate
-# per byte on one core here: a GMAC per recipient costs less than one BLAKE3 pass up to a few of them.
-GMAC_RECIPIENTS_MAX = 3
-CIPHERS = ("aes-256-gcm", "none")
-MACS = {"aes-256-gcm": ("gcm", "blake3"), "none": ("gmac", "blake3")}  # the payload MACs of each cipher
+# AEGIS-128X2-MAC runs on the CPU's AES instructions, about eight times BLAKE3's rate per byte on
+# one core of an AES-NI/VAES machine: a MAC per recipient costs less than one BLAKE3 pass up to
+# several of them (a margin kept for CPUs without VAES).
+MAC_RECIPIENTS_MAX = 6
+CIPHERS = ("aegis-128x2", "none")
+MACS = {"aegis-128x2": ("aead", "blake3"), "none": ("aegis-mac", "blake3")}  # the payload MACs of each cipher
 REASONS = ("unauthenticated", "wrong_run", "wrong_key", "replayed", "out_of_window", "altered")
 
 
@@ -77,9 +78,9 @@ def trailer_tag(key: bytes, signed: bytes, digest: str) -> str:
     return tag(key, trailer_signed(signed, digest))
 
 
-def derive(pair: bytes, salt: bytes, label: bytes, signed: bytes) -> bytes:
+def derive(pair: bytes, salt: bytes, label: bytes, signed: bytes, length: int = KEY_BYTES) -> bytes:
     """A key for one message: HKDF-SHA256 of the pair key, the message's salt, and what it is for."""
-    return HKDF(hashes.SHA256(), KEY_BYTES, salt, label + b"\0" + signed).derive(pair)
+    return HKDF(hashes.SHA256(), length, salt, label + b"\0" + signed).derive(pair)
 
 
 def key_label(wrapped_for: str | None) -> bytes:
@@ -88,22 +89,13 @@ def key_label(wrapped_for: str | None) -> bytes:
     return b"commlab message key" if wrapped_for is None else b"commlab key wrap\0" + wrapped_for.encode()
 
 
-def gcm(key: bytes, signed: bytes, decrypt: bool = False) -> CipherContext:
-    """AES-256-GCM under a one-message key, `signed` as associated data; payload chunks go through update_into."""
-    cipher = Cipher(algorithms.AES(key), modes.GCM(NONCE))
-    ctx = cipher.decryptor() if decrypt else cipher.encryptor()
-    ctx.authenticate_additional_data(signed)
-    return ctx
+def payload_cipher(key: bytes, signed: bytes, decrypt: bool = False) -> aegis.AegisStream:
+    """AEGIS-128X2 under a one-message key, `signed` as associated data; payload chunks go through update_into."""
+    return aegis.AegisStream(key, signed, decrypt)
 
 
-def gmac(pair: bytes, signed: bytes) -> CipherContext:
-    """AES-256-GCM over no plaintext: the payload goes in as associated data. Its key derives from
-    the signed envelope (sender, incarnation, sequence number, salt), so it is new for every message
-    and the fixed nonce never repeats under one key."""
-    key = hmac.new(pair, b"commlab payload mac\0" + signed, hashlib.sha256).digest()
-    return Cipher(algorithms.AES(key), modes.GCM(NONCE)).encryptor()
-
-
-def gmac_tag(mac: CipherContext) -> str:
-    mac.finalize()
-    return mac.tag[:TAG_BYTES].hex()
+def payload_mac(pair: bytes, signed: bytes) -> aegis.AegisMac:
+    """AEGIS-128X2-MAC of the payload. Its key derives from the signed envelope (sender, incarnation,
+    sequence number, salt), so it is new for every message and the fixed nonce never repeats under one key."""
+    key = hmac.new(pair, b"commlab payload mac\0" + signed, hashlib.sha256).digest()[:aegis.KEY_BYTES]
+    return aegis.AegisMac(key)

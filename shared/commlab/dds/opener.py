@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 import blake3
 from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from cryptography.hazmat.primitives.ciphers import CipherContext
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from . import aegis
 from .auth import Keyring
 from .cdr import address_of, copy_into
-from .envelope import (CIPHERS, MACS, NONCE, SALT_BYTES, VERSION, WINDOW, AuthError, derive, gcm, gmac, gmac_tag,
-                       key_label, signed_bytes, tag, trailer_signed, trailer_tag)
+from .envelope import (CIPHERS, MACS, NONCE, SALT_BYTES, VERSION, WINDOW, AuthError, derive, key_label,
+                       payload_cipher, payload_mac, signed_bytes, tag, trailer_signed, trailer_tag)
 
 ALONGSIDE = 256 * 1024  # smaller chunks are hashed in the reader thread: a hand-off costs more than it saves
 
@@ -62,8 +62,8 @@ class Opened:
         self.node = node  # the receiving node (whose tag to check)
         # A signature covers the payload through its BLAKE3 digest, whatever else the sender used.
         self._hash = blake3.blake3() if mac == "blake3" or verify is not None else None
-        self._mac = gmac(pair, signed) if mac == "gmac" else None
-        self._cipher: CipherContext | None = None if key is None else gcm(key, signed, decrypt=True)
+        self._mac = payload_mac(pair, signed) if mac == "aegis-mac" else None
+        self._cipher = None if key is None else payload_cipher(key, signed, decrypt=True)
 
     def update(self, data: bytes | bytearray | memoryview, into: memoryview | None = None) -> None:
         """Authenticate the next chunk's payload as received, and decrypt it (or copy it) into
@@ -78,7 +78,7 @@ class Opened:
                 self._hash.update(data)
         try:
             if self._mac is not None:
-                self._mac.authenticate_additional_data(data)
+                self._mac.update(data)
             if self._cipher is not None:
                 self._cipher.update_into(data, data if into is None else into)
             elif into is not None:
@@ -92,27 +92,25 @@ class Opened:
         seen so far; AuthError if either was altered."""
         try:
             trailer = self.trailer if last_meta is None else json.loads(last_meta)
-            gcm_tag = bytes.fromhex(trailer["gcm"]) if self._cipher is not None else b""
+            aead_tag = bytes.fromhex(trailer["aead"]) if self._cipher is not None else b""
             digest = str(trailer["digest"]) if self._hash is not None else ""
             if self.verify is not None:
                 proof = trailer["sig"]
             elif self._hash is not None or self._mac is not None:
                 proof = trailer["tags"][self.node]
             else:
-                proof = ""  # the GCM tag is the proof
+                proof = ""  # the AEAD tag is the proof
         except (ValueError, TypeError, KeyError, AttributeError):
             raise AuthError("unauthenticated", f"no valid trailer from {self.sender!r}") from None
         if not isinstance(proof, str):
             raise AuthError("unauthenticated", f"no valid trailer from {self.sender!r}")
         if self._cipher is not None:
-            try:
-                self._cipher.finalize_with_tag(gcm_tag)
-            except (InvalidTag, ValueError):
-                # GCM binds ciphertext, envelope and message key together: altered ciphertext and a
-                # trailer of another message fail alike.
-                raise AuthError("altered", f"ciphertext from {self.sender!r} does not match its GCM tag") from None
+            # The AEAD tag binds ciphertext, envelope and message key together: altered ciphertext
+            # and a trailer of another message fail alike.
+            if not self._cipher.verify(aead_tag):
+                raise AuthError("altered", f"ciphertext from {self.sender!r} does not match its AEAD tag")
         if self._mac is not None:
-            if not hmac.compare_digest(gmac_tag(self._mac), proof):
+            if not hmac.compare_digest(self._mac.tag().hex(), proof):
                 raise AuthError("altered", f"payload from {self.sender!r} does not match its authenticated tag")
         if self._hash is None:
             return
@@ -199,12 +197,16 @@ class Opener:
         if pair is None:
             raise AuthError("wrong_key", f"no key shared with {sender!r} to decrypt its message")
         if wrapped is None:
-            return derive(pair, salt, key_label(None), signed)
+            return derive(pair, salt, key_label(None), signed, aegis.KEY_BYTES)
         try:
             entry = bytes.fromhex(wrapped[node])  # type: ignore[index]
-            return AESGCM(derive(pair, salt, key_label(node), signed)).decrypt(NONCE, entry, None)
+            key = AESGCM(derive(pair, salt, key_label(node), signed)).decrypt(NONCE, entry, None)
         except (KeyError, TypeError, ValueError, InvalidTag):
             raise AuthError("wrong_key", f"{sender!r} wrapped no message key for {node} under their pair key") from None
+        if len(key) != aegis.KEY_BYTES:
+            raise AuthError("unauthenticated", f"{sender!r} wrapped a message key of {len(key)} bytes, "
+                                               f"not {aegis.KEY_BYTES}")
+        return key
 
     def _check_sequence(self, sender: str, incarnation: int, seq: int) -> None:
         # A restarted sender has a new, larger incarnation (commlab.dds.host: time-ordered); its

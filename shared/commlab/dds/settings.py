@@ -127,7 +127,7 @@ class DdsSettings:
     send_window_bytes: int = SEND_WINDOW  # shaped links: a writer's unacknowledged bytes at most
     lossy_link: bool = False  # the link drops packets: fast repair timing (LOSSY_REPAIR_XML)
     keyring: Keyring | None = field(default=None, compare=False, repr=False)  # set: messages are authenticated
-    # With a keyring: payloads encrypted too (AES-256-GCM), not only authenticated. None: where it
+    # With a keyring: payloads encrypted too (AEGIS-128X2), not only authenticated. None: where it
     # costs little, on shaped links (a network); not on loopback, where it costs most (docs/security.md).
     encrypt: bool | None = None
     extra_xml: str = field(default="", compare=False)  # appended inside <Domain>, e.g. loss injection in tests

@@ -2,8 +2,9 @@
 
 The base starts from python:3.11-slim when a registry answers. When none does (CI, offline
 machines) a Debian bookworm root filesystem is made with debootstrap from the machine's own apt
-mirror, imported with `docker import`, and Python packages come from a wheelhouse that `pip
-download` fills on the host (pip's own configuration decides where from). Both caches live
+mirror, imported with `docker import`. Python packages come from a wheelhouse that `pip wheel`
+fills on the host (pip's own configuration decides where from; source-only packages are built
+here), the only source of packages on debootstrap bases, the first on python:3.11-slim. Both caches live
 outside git: the wheelhouse in images/wheelhouse/, the rootfs tarball in .cache/images/.
 
     python -m commlab.testbed.images [--base IMAGE]
@@ -160,17 +161,18 @@ def build_rootfs_image() -> str:
 
 
 def fill_wheelhouse(requirements: list[str]) -> None:
-    """pip download every requirement (and dependency) into images/wheelhouse, once per list."""
+    """A wheel of every requirement (and dependency) in images/wheelhouse, once per list: downloaded,
+    or built here for those published as source only (pyaegis), so images need no compiler."""
     WHEELHOUSE.mkdir(parents=True, exist_ok=True)
     stamp = WHEELHOUSE / ".requirements"
     wanted = "\n".join(sorted(requirements))
     if stamp.exists() and stamp.read_text() == wanted:
         return
-    log(f"pip download into {WHEELHOUSE.relative_to(REPO)}")
-    out = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
-                          "-d", str(WHEELHOUSE), *requirements], capture_output=True, text=True)
+    log(f"pip wheel into {WHEELHOUSE.relative_to(REPO)}")
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--prefer-binary",
+                          "-w", str(WHEELHOUSE), *requirements], capture_output=True, text=True)
     if out.returncode != 0:  # pip's warnings about unused index locations are noise otherwise
-        raise RuntimeError(f"pip download failed:\n{out.stderr[-3000:]}")
+        raise RuntimeError(f"pip wheel failed:\n{out.stderr[-3000:]}")
     stamp.write_text(wanted)
 
 
@@ -189,10 +191,11 @@ def build_images(base: str | None = None) -> dict[str, str]:
     label = f"{SOURCE_LABEL}={source_digest()}"  # before building: edits made meanwhile count as newer
     if base is None:
         base = REGISTRY_BASE if registry_answers() else None
-    build_args = {}
+    # The wheelhouse either way: python:3.11-slim has no compiler for the source-only requirements.
+    fill_wheelhouse(runtime_requirements() + list(BUILD_REQUIREMENTS))
+    build_args = {"PIP_ARGS": "--find-links /wheels"}
     if base is None:
         base = build_rootfs_image()
-        fill_wheelhouse(runtime_requirements() + list(BUILD_REQUIREMENTS))
         build_args["PIP_ARGS"] = "--no-index --find-links /wheels"
     build_args["BASE"] = base
     docker_build(REPO / "images/base/Dockerfile", BASE_IMAGE, build_args)

@@ -1,0 +1,131 @@
+"""AEGIS-128X2 as the payload cipher and MAC (commlab.dds.aegis; format in envelope.py): chunk by
+chunk it gives what libaegis gives in one call, and a sealed message refuses a changed byte in any
+chunk, a wrong key, a cut payload or tag, and a cipher it does not know."""
+import json
+import os
+
+import pytest
+from pyaegis import Aegis128X2, AegisMac128X2
+
+from commlab.dds import aegis
+from commlab.dds.auth import make_keyrings
+from commlab.dds.envelope import AuthError
+from commlab.dds.opener import Opener
+from commlab.dds.seal import Sealer
+
+NODES = ["controller", "client-0", "client-1"]
+PAYLOAD = os.urandom(3 * 4096 + 77)
+STEP = 4096 + 13  # chunks of no block multiple: the stream carries partial blocks across updates
+
+
+def pieces(data: bytes) -> list[memoryview]:
+    return [memoryview(data)[i:i + STEP] for i in range(0, len(data), STEP)]
+
+
+def test_the_chunked_stream_and_mac_give_what_one_call_gives():
+    key, associated = os.urandom(aegis.KEY_BYTES), b"signed envelope"
+    whole, whole_tag = Aegis128X2(tag_size=aegis.TAG_BYTES).encrypt_detached(key, bytes(16), PAYLOAD, associated)
+    stream, sent = aegis.AegisStream(key, associated), bytearray(len(PAYLOAD))
+    for i, piece in enumerate(pieces(PAYLOAD)):
+        stream.update_into(piece, memoryview(sent)[i * STEP:i * STEP + len(piece)])
+    assert bytes(sent) == whole and stream.tag() == whole_tag
+    opened = aegis.AegisStream(key, associated, decrypt=True)
+    for piece in pieces(sent):  # in place
+        opened.update_into(piece, piece)
+    assert bytes(sent) == PAYLOAD and opened.verify(whole_tag)
+    mac = aegis.AegisMac(key)
+    for piece in pieces(PAYLOAD):
+        mac.update(piece)
+    reference = AegisMac128X2(key, bytes(16), tag_size=aegis.TAG_BYTES)
+    reference.update(PAYLOAD)
+    assert mac.tag() == reference.final()
+
+
+def test_a_wrong_key_or_associated_data_fails_the_tag_and_bad_sizes_are_refused():
+    key = os.urandom(aegis.KEY_BYTES)
+    stream, sent = aegis.AegisStream(key, b"a"), bytearray(100)
+    stream.update_into(PAYLOAD[:100], sent)
+    tag = stream.tag()
+    for other_key, associated in ((os.urandom(aegis.KEY_BYTES), b"a"), (key, b"b")):
+        opened = aegis.AegisStream(other_key, associated, decrypt=True)
+        opened.update_into(bytearray(sent), bytearray(100))
+        assert not opened.verify(tag)
+    short = aegis.AegisStream(key, b"a", decrypt=True)
+    short.update_into(bytes(sent), bytearray(100))
+    assert not short.verify(tag[:-1])
+    with pytest.raises(ValueError, match="AEGIS-128X2 key is 16 bytes, not 32"):
+        aegis.AegisStream(os.urandom(32), b"")
+    with pytest.raises(ValueError, match="output of 99 bytes for a chunk of 100"):
+        aegis.AegisStream(key, b"").update_into(PAYLOAD[:100], bytearray(99))
+
+
+def seal_chunks(sealer: Sealer, to=()) -> tuple[str, list[bytes], str]:
+    sealing = sealer.begin("ModelBlob", "{}", len(PAYLOAD), to=to)
+    sent = [bytes(piece) for piece in sealing.updates(pieces(PAYLOAD))]
+    return sealing.envelope, sent, sealing.last_meta("")
+
+
+def receive(ring, sender: Sealer, envelope: str, sent: list[bytes], trailer: str) -> bytes:
+    opened = Opener(ring).open("ModelBlob", sender.ring.node, sender.incarnation, len(PAYLOAD), envelope)
+    into, at = bytearray(len(PAYLOAD)), 0
+    for piece in sent:
+        opened.update(piece, memoryview(into)[at:at + len(piece)])
+        at += len(piece)
+    opened.finish(trailer)
+    return bytes(into)
+
+
+@pytest.mark.parametrize("encrypt,trusted", [(True, "all"), (True, "controller"), (False, "all")])
+def test_one_changed_byte_in_any_chunk_is_refused(encrypt, trusted):
+    rings = make_keyrings("run-a", NODES, trusted=set(NODES) if trusted == "all" else {"controller"})
+    sealer = Sealer(rings["controller"], 1, encrypt)
+    if trusted == "all":
+        expected = ("aegis-128x2", "aead") if encrypt else ("none", "aegis-mac")
+    else:  # a signing sender: the signature covers a BLAKE3 digest of the ciphertext
+        expected = ("aegis-128x2", "blake3")
+    assert (sealer.cipher, sealer.mac) == expected
+    envelope, sent, trailer = seal_chunks(sealer)
+    assert receive(rings["client-0"], sealer, envelope, sent, trailer) == PAYLOAD
+    for chunk in range(len(sent)):
+        altered = list(sent)
+        altered[chunk] = altered[chunk][:9] + bytes([altered[chunk][9] ^ 0x80]) + altered[chunk][10:]
+        with pytest.raises(AuthError, match="altered") as e:
+            receive(rings["client-1"], sealer, envelope, altered, trailer)
+        assert "\n" not in str(e.value)
+
+
+def test_a_cut_payload_or_tag_is_refused():
+    rings = make_keyrings("run-a", NODES, trusted=set(NODES))
+    sealer = Sealer(rings["controller"], 1)
+    envelope, sent, trailer = seal_chunks(sealer, to=("client-0",))
+    opened = Opener(rings["client-0"]).open("ModelBlob", "controller", 1, len(PAYLOAD), envelope)
+    for piece in sent[:-1]:  # the last chunk never came
+        opened.update(bytearray(piece))
+    with pytest.raises(AuthError, match="altered"):
+        opened.finish(trailer)
+    cut = json.dumps({"aead": json.loads(trailer)["aead"][:-2]})
+    with pytest.raises(AuthError, match="altered"):
+        receive(rings["client-0"], sealer, envelope, sent, cut)
+
+
+def test_a_receiver_without_the_key_reads_nothing_and_a_wrong_key_is_named():
+    rings = make_keyrings("run-a", NODES, trusted=set(NODES))
+    sealer = Sealer(rings["controller"], 1)
+    envelope, sent, trailer = seal_chunks(sealer, to=("client-0",))
+    assert PAYLOAD[:32] not in b"".join(sent)
+    impostor = make_keyrings("run-a", NODES, trusted=set(NODES))["client-0"]  # same run, other keys
+    with pytest.raises(AuthError, match="wrong_key: tag does not verify with the key of 'controller'"):
+        receive(impostor, sealer, envelope, sent, trailer)
+
+
+@pytest.mark.parametrize("cipher,mac", [("aes-256-gcm", "gcm"), ("aegis-256", "aead"), ("none", "aead")])
+def test_an_unknown_cipher_or_mac_is_refused_in_one_line(cipher, mac):
+    rings = make_keyrings("run-a", NODES, trusted=set(NODES))
+    sealer = Sealer(rings["controller"], 1)
+    envelope, sent, trailer = seal_chunks(sealer)
+    doc = json.loads(envelope)
+    doc["auth"].update(cipher=cipher, mac=mac)
+    with pytest.raises(AuthError, match=f"unauthenticated: 'controller' names no known cipher and payload MAC "
+                                        f"\\('{cipher}', '{mac}'\\)") as e:
+        receive(rings["client-0"], sealer, json.dumps(doc), sent, trailer)
+    assert "\n" not in str(e.value)
