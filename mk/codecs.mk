@@ -20,5 +20,5 @@ bench-downlink: $(STAMP) ## compressed broadcast + multicast vs fp32 unicast, 10
 # (loopback, 1 Gbit/s, 100, 10, 1 Mbit/s namespaces, root), every compressor and the gloo peers.
 CROSSOVER_ARGS ?=
 .PHONY: bench-crossover
-bench-crossover: flwr ## FL round / DDP step time and bytes vs link rate per compressor, gloo and Flower, the rate where each pays off -> results/bench/crossover.{csv,md,png} (QUICK=1)
+bench-crossover: flwr ## FL round / DDP step time and bytes vs link rate per compressor, gloo and Flower, the rate where each pays off -> results/bench/crossover.{csv,md,svg} (QUICK=1)
 	$(PYTHON) benchmarks/bench_crossover.py $(BENCH_QUICK) $(CROSSOVER_ARGS)
