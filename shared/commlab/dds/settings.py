@@ -45,6 +45,13 @@ MTU_CHUNK = 64 * 1024
 # faster than 256 KiB, which is the most that slow links stand (see above).
 LINK_CHUNK_S = 0.002
 FAST_LINK_CHUNK = 256 * 1024
+# The ring allreduce (ring.py): its directions and the largest block, each block one message of
+# one chunk. Shaped links: two rings (one writer alone leaves a 10 Mbit link partly idle) and blocks
+# of chunk_bytes. Loopback: one ring (one thread and half the messages per rank) and blocks of up
+# to LOOPBACK_RING_BLOCK, so that a small model's segment (the MNIST CNN's at WORLD=3: 2.2 MB)
+# travels as one message: each message costs the same Python work on both ends whatever its size.
+LOOPBACK_RING_BLOCK = 4 * 1024 * 1024
+RING_DIRECTIONS = (1, 2)
 WANTED_SOCKET_BUFFER = 4 * 1024 * 1024
 MAX_DOMAIN_ID = 232  # Cyclone ports are 7400 + 250 * domain: above this they leave the 16-bit range
 # dds.multicast: what may be multicast. off: nothing (unicast peers); discovery: SPDP only;
@@ -130,6 +137,8 @@ class DdsSettings:
     # With a keyring: payloads encrypted too (AEGIS-128X2), not only authenticated. None: where it
     # costs little, on shaped links (a network); not on loopback, where it costs most (docs/security.md).
     encrypt: bool | None = None
+    ring_directions: int | None = None  # None: 1 on loopback, 2 on shaped links
+    ring_block_bytes: int | None = None  # None: LOOPBACK_RING_BLOCK on loopback, chunk_bytes on shaped links
     extra_xml: str = field(default="", compare=False)  # appended inside <Domain>, e.g. loss injection in tests
 
     def __post_init__(self) -> None:
@@ -159,6 +168,14 @@ class DdsSettings:
             object.__setattr__(self, "encrypt", not self.loopback_tuned)
         if not isinstance(self.encrypt, bool):
             raise ValueError(f"dds.encrypt must be true or false, got {self.encrypt!r}")
+        if self.ring_directions is None:
+            object.__setattr__(self, "ring_directions", 1 if self.loopback_tuned else 2)
+        if self.ring_directions not in RING_DIRECTIONS:
+            raise ValueError(f"dds.ring_directions must be 1 or 2, got {self.ring_directions!r}")
+        if self.ring_block_bytes is None:
+            object.__setattr__(self, "ring_block_bytes", LOOPBACK_RING_BLOCK if self.loopback_tuned else self.chunk_bytes)
+        if self.ring_block_bytes < 4:
+            raise ValueError(f"dds.ring_block_bytes must be at least 4 (one float), got {self.ring_block_bytes}")
         if not 4096 <= self.send_window_bytes <= 1 << 24:
             raise ValueError(f"dds.send_window_bytes must be in 4096..16777216, got {self.send_window_bytes}")
 
