@@ -28,12 +28,14 @@ def _vector(rank: int, n: int) -> np.ndarray:
 
 
 def _settings(domain: int, directions: int, **kw) -> DdsSettings:
-    return DdsSettings(domain_id=domain, write_timeout_s=20.0, chunk_bytes=CHUNK, ring_block_bytes=CHUNK,
-                       ring_directions=directions, **kw)
+    return DdsSettings(**{"domain_id": domain, "write_timeout_s": 20.0, "chunk_bytes": CHUNK, "ring_block_bytes": CHUNK,
+                          "ring_directions": directions, **kw})
 
 
 def _ring_rank(domain: int, rank: int, world: int, directions: int, q) -> None:
-    with DdsNode(f"worker-{rank}", _settings(domain, directions)) as node:
+    # World 4: as on a shaped link, MTU-sized datagrams and blocks of several chunks.
+    link = {"loopback_tuned": False, "ring_block_bytes": 3 * CHUNK} if world == 4 else {}
+    with DdsNode(f"worker-{rank}", _settings(domain, directions, **link)) as node:
         g = Group(node, "ddp", rank, world, timeout_s=30.0)
         g.barrier(60)
         sums, sent = {}, {}

@@ -92,6 +92,15 @@ def test_a_shaped_links_chunk_takes_it_about_two_ms_from_64_up_to_256_kib():
         link_chunk_bytes(0)
 
 
+def test_a_shaped_links_ring_block_takes_it_about_eight_ms_from_its_chunk_up_to_1_mib():
+    from commlab.dds.settings import link_ring_block_bytes
+    rates = {1e6: 64, 10e6: 64, 100e6: 128, 300e6: 512, 1e9: 1024, 10e9: 1024}
+    assert {rate: link_ring_block_bytes(rate) // 1024 for rate in rates} == rates
+    link = DdsSettings(domain_id=1, loopback_tuned=False, chunk_bytes=256 * 1024, ring_block_bytes=1 << 20)
+    assert link.ring_chunk_bytes == 256 * 1024  # a block of several chunks: large chunks cause drop storms
+    assert DdsSettings(domain_id=1).ring_chunk_bytes == DdsSettings(domain_id=1).ring_block_bytes  # one chunk
+
+
 def test_config_errors_name_the_problem():
     with pytest.raises(ValueError, match="chunk_byte"):
         DdsSettings.from_config({"domain_id": 1, "chunk_byte": 5})

@@ -19,8 +19,8 @@ place, and then copied byte for byte, so every rank ends with the same bytes. Wi
 segment keeps the decoded frame it sends, not its float32 sum, so the ranks still agree.
 
 Wire: every step travels as blocks of one segment, as many as it takes to keep each within
-settings.ring_block_bytes and all of one size (give or take a float), one message of one chunk each
-(meta: key, step, block, numel), so a rank forwards a block as soon as it arrives (pipelined)
+settings.ring_block_bytes and all of one size (give or take a float), one message each (in chunks of
+settings.ring_chunk_bytes; meta: key, step, block, numel), so a rank forwards a block as soon as it arrives (pipelined)
 instead of waiting for the whole segment. The ranks must agree on the directions and the block size. A rank writes on topic coll_<group>_ring<next> (forward) or
 coll_<group>_back<next> (backward), which only that next rank reads, so no rank receives (or
 counts) what is not for it.
@@ -90,7 +90,7 @@ class Ring:
         self.sent = SentLog()  # blocks written to the next rank, written again when it asks
         self.tag = tag = RING_TAGS[0] if direction == 1 else RING_TAGS[1]
         self.writer = ChunkWriter(g.node, f"coll_{g.name}_{tag}{self.next}", self._next_node,
-                                  chunk_bytes=g.node.settings.ring_block_bytes)
+                                  chunk_bytes=g.node.settings.ring_chunk_bytes)
         self.reader = ChunkReader(g.node, f"coll_{g.name}_{tag}{g.rank}", self._on_message)
         g.node.add_closable(self.reader)
 

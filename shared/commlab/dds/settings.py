@@ -45,12 +45,19 @@ MTU_CHUNK = 64 * 1024
 # faster than 256 KiB, which is the most that slow links stand (see above).
 LINK_CHUNK_S = 0.002
 FAST_LINK_CHUNK = 256 * 1024
-# The ring allreduce (ring.py): its directions and the largest block, each block one message of
-# one chunk. Shaped links: two rings (one writer alone leaves a 10 Mbit link partly idle) and blocks
-# of chunk_bytes. Loopback: one ring (one thread and half the messages per rank) and blocks of up
-# to LOOPBACK_RING_BLOCK, so that a small model's segment (the MNIST CNN's at WORLD=3: 2.2 MB)
-# travels as one message: each message costs the same Python work on both ends whatever its size.
+# The ring allreduce (ring.py): its directions and its largest block, one message each. Each
+# message costs the same Python work on both ends whatever its size. Loopback: one ring (one thread
+# and half the messages per rank) and blocks of up to LOOPBACK_RING_BLOCK, each one chunk, so that
+# a small model's segment (the MNIST CNN's at WORLD=3: 2.2 MB) travels as one message. Shaped
+# links: two rings (one writer alone leaves a 10 Mbit link partly idle) and blocks of chunk_bytes,
+# or, on a fast link (link_ring_block_bytes), of what it carries in about LINK_RING_BLOCK_S (a
+# block waits for the whole of its input before it goes on: larger blocks lengthen the pipeline)
+# in chunks of chunk_bytes, at most FAST_LINK_RING_BLOCK. Measured at 1 Gbit/s, WORLD=3, DDP on the
+# MNIST CNN (benchmarks/bench_peers.py, two runs each): 1 MiB blocks took 13-15 % less CPU per step
+# than 256 KiB ones, and no longer steps.
 LOOPBACK_RING_BLOCK = 4 * 1024 * 1024
+LINK_RING_BLOCK_S = 0.008
+FAST_LINK_RING_BLOCK = 1024 * 1024
 RING_DIRECTIONS = (1, 2)
 WANTED_SOCKET_BUFFER = 4 * 1024 * 1024
 MAX_DOMAIN_ID = 232  # Cyclone ports are 7400 + 250 * domain: above this they leave the 16-bit range
@@ -96,6 +103,16 @@ def link_chunk_bytes(rate_bps: float) -> int:
     return chunk
 
 
+def link_ring_block_bytes(rate_bps: float) -> int:
+    """dds.ring_block_bytes for a shaped link of `rate_bps` bit/s: the smallest power of two from
+    its chunk (link_chunk_bytes) up that the link takes LINK_RING_BLOCK_S to carry, at most
+    FAST_LINK_RING_BLOCK."""
+    block = link_chunk_bytes(rate_bps)
+    while block < rate_bps / 8 * LINK_RING_BLOCK_S and block < FAST_LINK_RING_BLOCK:
+        block *= 2
+    return block
+
+
 def socket_buffer_bytes(which: str = "rmem_max") -> int:
     """The wanted buffer, capped at net.core.<which> (a larger minimum makes participant creation fail)."""
     limit = _sysctl(which)
@@ -139,6 +156,7 @@ class DdsSettings:
     encrypt: bool | None = None
     ring_directions: int | None = None  # None: 1 on loopback, 2 on shaped links
     ring_block_bytes: int | None = None  # None: LOOPBACK_RING_BLOCK on loopback, chunk_bytes on shaped links
+    # (a networked run's nodes get link_ring_block_bytes of the slowest link: testbed.compose_file)
     extra_xml: str = field(default="", compare=False)  # appended inside <Domain>, e.g. loss injection in tests
 
     def __post_init__(self) -> None:
@@ -200,6 +218,12 @@ class DdsSettings:
         """Seconds between participant announcements, to live peers and to lost ones alike."""
         interval = 0.8 * self.lease_s if self.lease_s < 10 else self.lease_s - 2
         return min(interval, SPDP_MAX_INTERVAL_S)
+
+    @property
+    def ring_chunk_bytes(self) -> int:
+        """The chunk of a ring block's message: the whole block on loopback; chunk_bytes on a shaped
+        link, where larger chunks cause drop storms."""
+        return max(self.ring_block_bytes, self.chunk_bytes) if self.loopback_tuned else self.chunk_bytes
 
     @property
     def fragment_bytes(self) -> int:
