@@ -295,8 +295,10 @@ class ClientTrainer:
 def run_client(cfg: FlowerConfig, index: int) -> None:
     """grpc-bidi: Flower's legacy client (`start_client`), one process for the whole run."""
     import flwr as fl
+    from commlab.peers.listening import await_listener
 
     trainer, pending = ClientTrainer(cfg, index), {}
+    await_listener(cfg.server_address, cfg.round_timeout_s)  # a stream refused at its start is not retried
 
     class Client(fl.client.NumPyClient):
         def fit(self, parameters, config):
