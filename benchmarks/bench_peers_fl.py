@@ -107,10 +107,11 @@ def median_row(case: str, runs: list[dict]) -> dict:
     return row
 
 
-def per_repeat(repeats: list[list[dict]], column: str, cases: list[str]) -> str:
-    """Each case's values of a ratio column, repeat by repeat (the spread behind its median)."""
-    lines = []
-    for case in cases:
+def per_repeat(repeats: list[list[dict]], ratio: Ratio, cases: list[str]) -> str:
+    """Each case's values of a ratio column, repeat by repeat (the spread behind its median); the
+    case it is taken against (always 1) left out."""
+    column, lines = ratio.column, []
+    for case in (c for c in cases if c != ratio.case):
         values = [next((r.get(column) for r in rows if r["case"] == case), None) for rows in repeats]
         lines.append(f"{case} " + " ".join("-" if v is None else f"{v:g}" for v in values))
     return f"{column} per repeat: " + "; ".join(lines)
@@ -132,7 +133,7 @@ def run_repeats(a: argparse.Namespace, t: PeerTable,
     rows = [median_row(case, [r for rows in repeats for r in rows if r["case"] == case]) for case in a.cases]
     notes = "\n\n".join([f"{t.settings(a)}; each case ran {a.repeats} times, the order of the cases reversed every "
                           "other time; medians over the repeats, each ratio the median of the repeats' own ratios",
-                          *(per_repeat(repeats, r.column, a.cases) for r in t.all_ratios)])
+                          *(per_repeat(repeats, r, a.cases) for r in t.all_ratios if r.case in a.cases)])
     return rows, notes
 
 

@@ -54,7 +54,8 @@ def test_a_ratio_is_the_median_of_the_repeats_ratios(tmp_path):
     assert (dds["round_time_s"], dds["overhead_s"], dds["run_wall_s"]) == (2.0, 0.2, 10.0)
     assert dds["bytes_from"] == "CommStats / lo" and dds["status"] == "ok"
     assert rows["flower"]["round_time_x_of_dds_fp32"] == 1.0
-    assert "round_time_x_of_flower per repeat: dds-fp32 2 1 0.5; flower 1 1 1" in notes
+    assert "round_time_x_of_flower per repeat: dds-fp32 2 1 0.5\n" in notes
+    assert "round_time_x_of_dds_fp32 per repeat: flower 0.5 1 2\n" in notes
     assert "each case ran 3 times" in notes
 
 
