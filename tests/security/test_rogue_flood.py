@@ -1,4 +1,5 @@
-"""A keyless process that floods the domain's announcement topic with made-up names and fresh
+"""A keyless process that has the run's discovery tag (read off a participant announcement, where it
+travels in clear) floods the domain's announcement topic with made-up names and fresh
 incarnations: the nodes' memory stays bounded, and real nodes still find each other meanwhile."""
 import os
 import subprocess
@@ -23,8 +24,8 @@ from cyclonedds.topic import Topic
 from commlab.dds import DdsSettings
 from commlab.dds.announce import ANNOUNCE_TOPIC, Announce
 from commlab.dds.qos import announcement
-domain, n = int(sys.argv[1]), int(sys.argv[2])
-settings = DdsSettings(domain_id=domain)
+domain, n, tag = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+settings = DdsSettings(domain_id=domain, discovery_tag=tag)
 d = Domain(domain, settings.to_xml())
 participant = DomainParticipant(domain)
 writer = DataWriter(participant, Topic(participant, ANNOUNCE_TOPIC, Announce, qos=announcement(30)), qos=announcement(30))
@@ -58,7 +59,8 @@ def test_a_flood_of_names_and_incarnations_leaves_memory_bounded_and_peers_found
         node.announcer.publish()
         time.sleep(0.5)  # let the node settle before taking its baseline
         before = rss_mib(os.getpid())
-        rogue = subprocess.Popen([sys.executable, "-c", ROGUE, str(domain), str(FLOOD)], stdout=subprocess.PIPE, text=True)
+        rogue = subprocess.Popen([sys.executable, "-c", ROGUE, str(domain), str(FLOOD), rings["client-0"].discovery_tag],
+                                 stdout=subprocess.PIPE, text=True)
         try:
             assert rogue.stdout.readline().strip() == "flooding"
             client = subprocess.run([sys.executable, "-c", CLIENT, str(domain), str(key)], capture_output=True,
