@@ -11,6 +11,7 @@ import pytest
 
 from commlab.dds import DdsNode, DdsSettings
 from commlab.dds.auth import make_keyrings
+from commlab.dds.qos import ANNOUNCE_BACKLOG
 
 pytestmark = pytest.mark.slow
 FLOOD = 100_000  # announcements the rogue writes
@@ -73,3 +74,14 @@ def test_a_flood_of_names_and_incarnations_leaves_memory_bounded_and_peers_found
         stats = node.stats.snapshot()
     assert stats["auth_unauthenticated"] + stats["auth_wrong_key"] >= FLOOD // 2  # each one looked at, refused
     assert grown < RSS_CAP_MIB, f"{grown:.1f} MiB"
+
+
+def test_a_nodes_own_announcement_never_waits_for_its_own_reader(domain):
+    """What a flood did to a node: its announcement reader full (ANNOUNCE_BACKLOG unread samples)
+    and its thread behind, the node's own next announcement, delivered to that reader too, blocked
+    for write_timeout_s (the client above then failed to leave). Here nothing drains the reader,
+    and the node announces itself more times than the reader holds."""
+    with DdsNode("client-0", DdsSettings(domain_id=domain, write_timeout_s=1.0)) as node:
+        node.announcer._loop.stop()  # the reader thread: nothing takes what arrives from now on
+        for _ in range(ANNOUNCE_BACKLOG + 10):
+            node.announcer.publish()  # DDSException (timeout) once its own reader would be full
