@@ -7,8 +7,8 @@ Loopback: one sender and one receiver process hold a node per mode and run the t
 batches in turn, `--repeat` rounds (commlab.dds.probe --modes), so the load of the shared machine
 falls on all of them alike; each round's goodput of a mode is compared with
 the plain batch beside it and the median of those costs reported, with the middle half of them
-(how much the rounds disagree), the CPU seconds per MB of both processes (all their threads), which
-load disturbs less than wall time, and the machine's load average when the row was measured: on a
+(how much the rounds disagree); the CPU seconds per MB of both processes (all their threads), which
+load disturbs less than wall time, compared round by round the same way; and the machine's load average when the row was measured: on a
 machine whose cores are all busy, goodput follows CPU time, so the goodput cost tends to the CPU
 cost; only cores left idle can take the sealing done beside the writes for free. 10 Mbit/s tbf between
 two network namespaces (root): the same, two rounds. Writes the costs to results/bench/auth.{csv,md}.
@@ -51,6 +51,15 @@ def write_keys(folder: Path, trusted: set[str]) -> dict[str, Path]:
     return keys
 
 
+def cpu_ms_per_mb(batch: dict, mb: float) -> float:
+    return (batch["send_cpu_s"] + batch["recv_cpu_s"]) * 1e3 / mb
+
+
+def median_and_middle_half(costs: list[float]) -> tuple[float, str]:
+    low, _, high = statistics.quantiles(costs, n=4) if len(costs) > 1 else costs * 3
+    return statistics.median(costs), f"{low:.1%} to {high:.1%}"
+
+
 def measure(s: BenchRun, label: str, prefixes: Prefixes, sides: Sides, sizes: str, domains: list[int], mtu: bool,
             repeat: int, keys: dict[str, Path]) -> list[dict]:
     """One sender and one receiver process running every mode `repeat` times, interleaved."""
@@ -65,16 +74,13 @@ def measure(s: BenchRun, label: str, prefixes: Prefixes, sides: Sides, sizes: st
         row: dict = {"link": label, "size": size, "count": count, "repeat": repeat}
         for mode in MODES:
             row[f"{mode}_MBps"] = statistics.median(r["goodput_MBps"] for r in runs[mode].values())
-        for mode in MODES[1:]:  # each round's ratio, to the plain batch run beside it
-            costs = [1 - r["goodput_MBps"] / runs["plain"][k]["goodput_MBps"] for k, r in runs[mode].items()]
-            row[f"{mode}_cost"] = statistics.median(costs)
-            low, _, high = statistics.quantiles(costs, n=4) if len(costs) > 1 else costs * 3
-            row[f"{mode}_cost_middle_half"] = f"{low:.1%} to {high:.1%}"
-        for mode in MODES:
-            row[f"{mode}_cpu_ms_per_MB"] = statistics.median(
-                (r["send_cpu_s"] + r["recv_cpu_s"]) * 1e3 / mb for r in runs[mode].values())
-        for mode in MODES[1:]:
-            row[f"{mode}_cpu_cost"] = row[f"{mode}_cpu_ms_per_MB"] / row["plain_cpu_ms_per_MB"] - 1
+            row[f"{mode}_cpu_ms_per_MB"] = statistics.median(cpu_ms_per_mb(r, mb) for r in runs[mode].values())
+        for mode in MODES[1:]:  # each round's ratios, to the plain batch run beside it
+            plain = runs["plain"]
+            row[f"{mode}_cost"], row[f"{mode}_cost_middle_half"] = median_and_middle_half(
+                [1 - r["goodput_MBps"] / plain[k]["goodput_MBps"] for k, r in runs[mode].items()])
+            row[f"{mode}_cpu_cost"], row[f"{mode}_cpu_cost_middle_half"] = median_and_middle_half(
+                [cpu_ms_per_mb(r, mb) / cpu_ms_per_mb(plain[k], mb) - 1 for k, r in runs[mode].items()])
         row["load"] = load
         rows.append(row)
     return rows
@@ -94,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             s, "10mbit-tbf", prefixes, sides, SHAPED_SIZES, [187, 188, 189], True, 2, keys))
         s.write(pd.DataFrame(rows), None, "DDS goodput of plain, authenticated (MAC) and encrypted (AEAD) messages",
                 notes=["goodput: median over the rounds; cost: median over the rounds of 1 - goodput / plain goodput "
-                       "of the same round (middle half: its quartiles); signed: a trusted sender to an untrusted "
+                       "of the same round (middle half: its quartiles); cpu cost: the same of CPU per MB; signed: a trusted sender to an untrusted "
                        "receiver; cpu: both processes, all threads, per MB of payload; load: the machine's 1-minute "
                        f"load average when the row was measured ({os.cpu_count()} cores)"])
     return 0
