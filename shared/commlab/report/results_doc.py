@@ -146,6 +146,8 @@ BENCHES = {
          "plain_cpu_ms_per_MB": ("plain CPU ms/MB", ".2f"), "mac_cpu_cost": ("MAC CPU cost", ".1%"),
          "aead_cpu_cost": ("AEAD CPU cost", ".1%"),
          "aead_cpu_cost_middle_half": ("AEAD CPU cost, middle half of rounds", ""),
+         "mac_in_process_cost": ("MAC CPU cost in process", ".1%"),
+         "aead_in_process_cost": ("AEAD CPU cost in process", ".1%"),
          "load": ("machine load (1 min)", ".1f")}),
     "transport": Bench(
         "Transport: DDS against TCP goodput between the same two endpoints",
