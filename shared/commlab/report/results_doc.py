@@ -144,7 +144,11 @@ BENCHES = {
          "aead_MBps": ("AEAD MB/s", ".2f"), "mac_cost": ("MAC goodput cost", ".1%"),
          "aead_cost": ("AEAD goodput cost", ".1%"), "aead_cost_middle_half": ("AEAD cost, middle half of rounds", ""),
          "plain_cpu_ms_per_MB": ("plain CPU ms/MB", ".2f"), "mac_cpu_cost": ("MAC CPU cost", ".1%"),
-         "aead_cpu_cost": ("AEAD CPU cost", ".1%"), "load": ("machine load (1 min)", ".1f")}),
+         "aead_cpu_cost": ("AEAD CPU cost", ".1%"),
+         "aead_cpu_cost_middle_half": ("AEAD CPU cost, middle half of rounds", ""),
+         "mac_in_process_cost": ("MAC CPU cost in process", ".1%"),
+         "aead_in_process_cost": ("AEAD CPU cost in process", ".1%"),
+         "load": ("machine load (1 min)", ".1f")}),
     "transport": Bench(
         "Transport: DDS against TCP goodput between the same two endpoints",
         "benchmarks/bench_transport.py",
