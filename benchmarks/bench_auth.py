@@ -7,8 +7,8 @@ Loopback: one sender and one receiver process hold a node per mode and run the t
 batches in turn, `--repeat` rounds (commlab.dds.probe --modes), so the load of the shared machine
 falls on all of them alike; each round's goodput of a mode is compared with
 the plain batch beside it and the median of those costs reported, with the middle half of them
-(how much the rounds disagree), the CPU seconds per MB of both processes (all their threads), which
-load disturbs less than wall time, and the machine's load average when the row was measured: on a
+(how much the rounds disagree); the CPU seconds per MB of both processes (all their threads), which
+load disturbs less than wall time, compared round by round the same way; and the machine's load average when the row was measured: on a
 machine whose cores are all busy, goodput follows CPU time, so the goodput cost tends to the CPU
 cost; only cores left idle can take the sealing done beside the writes for free. 10 Mbit/s tbf between
 two network namespaces (root): the same, two rounds. Writes the costs to results/bench/auth.{csv,md}.
@@ -21,17 +21,23 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
 
 from bench_transport import LOOPBACK, Prefixes, Sides, on_shaped_link, run_pair
 from commlab.bench import BenchParser, BenchRun
-from commlab.dds.auth import make_keyrings, write_keyring
+from commlab.dds.auth import Keyring, make_keyrings, write_keyring
+from commlab.dds.cdr import address_of, copy_into, unfilled_bytes, writable_view
+from commlab.dds.opener import Opener
 from commlab.dds.probe import MODES, parse_sizes
+from commlab.dds.seal import Sealer
+from commlab.dds.settings import LOOPBACK_CHUNK
 from commlab.runs.claims import hold
 
-LOOPBACK_SIZES = "1700000x6,10000000x1"
+# Batches of 20 ms or more: one scheduling hiccup of the loaded machine moves a round's ratio less.
+LOOPBACK_SIZES = "1700000x12,10000000x2"
 SHAPED_SIZES = "1700000x2"
 
 
@@ -42,17 +48,60 @@ def probe(prefix: list[str], role: str, side: dict, peer: dict, sizes: str, doma
             "--key-file", str(key), "--modes", ",".join(MODES), "--rounds", str(rounds)]
 
 
-def write_keys(folder: Path, trusted: set[str]) -> dict[str, Path]:
+def write_keys(folder: Path, rings: dict[str, Keyring], setup: str) -> dict[str, Path]:
     keys = {}
-    for name, ring in make_keyrings("bench-auth", ["send", "recv"], trusted=trusted).items():
-        keys[name] = folder / f"{name}-{len(trusted)}.key"
+    for name, ring in rings.items():
+        keys[name] = folder / f"{name}-{setup}.key"
         write_keyring(keys[name], ring)
     return keys
 
 
+def sealing_cpu_ms_per_mb(rings: dict[str, Keyring], mode: str, size: int, messages: int) -> float:
+    """CPU per MB (this process, all its threads) of `messages` messages of `size` bytes in
+    LOOPBACK_CHUNK chunks through the path of `mode` without DDS: the copy into the sample that
+    write_iov makes and the receiver's one pass into the message's buffer (plain: both copies only).
+    The least of three tries: interference from the rest of the machine only ever adds."""
+    payload, sample = os.urandom(size), bytearray(LOOPBACK_CHUNK)
+    sealer = Sealer(rings["send"], 1, encrypt=mode == "aead") if mode != "plain" else None
+    opener = Opener(rings["recv"]) if mode != "plain" else None
+    pieces = [memoryview(payload)[i:i + LOOPBACK_CHUNK] for i in range(0, size, LOOPBACK_CHUNK)]
+    tries = []
+    for _ in range(3):
+        start = time.process_time()
+        for _ in range(messages):
+            buffer = unfilled_bytes(size)
+            sealing = sealer.begin("ProbeData", "{}", size) if sealer is not None else None
+            opened = opener.open("ProbeData", "send", 1, size, sealing.envelope) if sealing is not None else None
+            sent = sealing.updates(pieces) if sealing is not None else pieces
+            for i, piece in enumerate(sent):
+                copy_into(address_of(sample), piece)
+                received = memoryview(sample)[:len(piece)]
+                if opened is None:
+                    copy_into(address_of(buffer) + i * LOOPBACK_CHUNK, received)
+                else:
+                    opened.update(received, writable_view(buffer, i * LOOPBACK_CHUNK, len(piece)))
+            if opened is not None:
+                opened.finish(sealing.last_meta(""))
+        tries.append((time.process_time() - start) * 1e3 / (size * messages / 1e6))
+    for end in (sealer, opener):
+        if end is not None:
+            end.close()
+    return min(tries)
+
+
+def cpu_ms_per_mb(batch: dict, mb: float) -> float:
+    return (batch["send_cpu_s"] + batch["recv_cpu_s"]) * 1e3 / mb
+
+
+def median_and_middle_half(costs: list[float]) -> tuple[float, str]:
+    low, _, high = statistics.quantiles(costs, n=4) if len(costs) > 1 else costs * 3
+    return statistics.median(costs), f"{low:.1%} to {high:.1%}"
+
+
 def measure(s: BenchRun, label: str, prefixes: Prefixes, sides: Sides, sizes: str, domains: list[int], mtu: bool,
-            repeat: int, keys: dict[str, Path]) -> list[dict]:
-    """One sender and one receiver process running every mode `repeat` times, interleaved."""
+            repeat: int, keys: dict[str, Path], in_process: dict[str, Keyring] | None = None) -> list[dict]:
+    """One sender and one receiver process running every mode `repeat` times, interleaved; with
+    `in_process` (the keyrings), also each mode's sealing and opening CPU without DDS."""
     lines = run_pair(s, label, probe(prefixes[1], "recv", sides[1], sides[0], sizes, domains, mtu, keys["recv"], repeat),
                      probe(prefixes[0], "send", sides[0], sides[1], sizes, domains, mtu, keys["send"], repeat))
     s.step(label)
@@ -64,16 +113,17 @@ def measure(s: BenchRun, label: str, prefixes: Prefixes, sides: Sides, sizes: st
         row: dict = {"link": label, "size": size, "count": count, "repeat": repeat}
         for mode in MODES:
             row[f"{mode}_MBps"] = statistics.median(r["goodput_MBps"] for r in runs[mode].values())
-        for mode in MODES[1:]:  # each round's ratio, to the plain batch run beside it
-            costs = [1 - r["goodput_MBps"] / runs["plain"][k]["goodput_MBps"] for k, r in runs[mode].items()]
-            row[f"{mode}_cost"] = statistics.median(costs)
-            low, _, high = statistics.quantiles(costs, n=4) if len(costs) > 1 else costs * 3
-            row[f"{mode}_cost_middle_half"] = f"{low:.1%} to {high:.1%}"
-        for mode in MODES:
-            row[f"{mode}_cpu_ms_per_MB"] = statistics.median(
-                (r["send_cpu_s"] + r["recv_cpu_s"]) * 1e3 / mb for r in runs[mode].values())
-        for mode in MODES[1:]:
-            row[f"{mode}_cpu_cost"] = row[f"{mode}_cpu_ms_per_MB"] / row["plain_cpu_ms_per_MB"] - 1
+            row[f"{mode}_cpu_ms_per_MB"] = statistics.median(cpu_ms_per_mb(r, mb) for r in runs[mode].values())
+        for mode in MODES[1:]:  # each round's ratios, to the plain batch run beside it
+            plain = runs["plain"]
+            row[f"{mode}_cost"], row[f"{mode}_cost_middle_half"] = median_and_middle_half(
+                [1 - r["goodput_MBps"] / plain[k]["goodput_MBps"] for k, r in runs[mode].items()])
+            row[f"{mode}_cpu_cost"], row[f"{mode}_cpu_cost_middle_half"] = median_and_middle_half(
+                [cpu_ms_per_mb(r, mb) / cpu_ms_per_mb(plain[k], mb) - 1 for k, r in runs[mode].items()])
+        if in_process is not None:
+            costs = {mode: sealing_cpu_ms_per_mb(in_process, mode, size, count) for mode in MODES}
+            for mode in MODES[1:]:
+                row[f"{mode}_in_process_cost"] = (costs[mode] - costs["plain"]) / row["plain_cpu_ms_per_MB"]
         row["load"] = load
         rows.append(row)
     return rows
@@ -84,18 +134,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=61, help="loopback rounds (the shaped link runs two)")
     a = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="commlab-keys-") as folder, BenchRun(a, 3) as s:
-        keys = write_keys(Path(folder), {"send", "recv"})
-        signed = write_keys(Path(folder), {"send"})
+        peers = make_keyrings("bench-auth", ["send", "recv"], trusted={"send", "recv"})
+        signing = make_keyrings("bench-auth", ["send", "recv"], trusted={"send"})
+        keys, signed = write_keys(Path(folder), peers, "peers"), write_keys(Path(folder), signing, "signing")
         domains = [hold("domain") for _ in MODES]  # loopback is shared with every other run and test on the machine
-        rows = measure(s, "loopback", *LOOPBACK, LOOPBACK_SIZES, domains, False, a.repeat, keys)
-        rows += measure(s, "loopback, signed", *LOOPBACK, LOOPBACK_SIZES, domains, False, a.repeat, signed)
+        rows = measure(s, "loopback", *LOOPBACK, LOOPBACK_SIZES, domains, False, a.repeat, keys, peers)
+        rows += measure(s, "loopback, signed", *LOOPBACK, LOOPBACK_SIZES, domains, False, a.repeat, signed, signing)
         rows += on_shaped_link(s, 203, lambda prefixes, sides: measure(
             s, "10mbit-tbf", prefixes, sides, SHAPED_SIZES, [187, 188, 189], True, 2, keys))
         s.write(pd.DataFrame(rows), None, "DDS goodput of plain, authenticated (MAC) and encrypted (AEAD) messages",
                 notes=["goodput: median over the rounds; cost: median over the rounds of 1 - goodput / plain goodput "
-                       "of the same round (middle half: its quartiles); signed: a trusted sender to an untrusted "
-                       "receiver; cpu: both processes, all threads, per MB of payload; load: the machine's 1-minute "
-                       f"load average when the row was measured ({os.cpu_count()} cores)"])
+                       "of the same round (middle half: its quartiles); cpu cost: the same of CPU per MB; signed: a "
+                       "trusted sender to an untrusted receiver; cpu: both processes, all threads, per MB of payload; "
+                       "in process: CPU per MB of sealing and opening in one process (Sealer, Opener), over the "
+                       "two copies the plain path makes, as a share of plain's CPU per MB over DDS; load: the "
+                       f"machine's 1-minute load average when the row was measured ({os.cpu_count()} cores)"])
     return 0
 
 

@@ -1,7 +1,7 @@
 # Reference peers on the testbed's links (docs/peers.md): torch DDP over gloo and a centralized trainer.
 # make peer-gloo HOOK=none|fp16|powersgd WORLD=3 EPOCHS=2 PROFILE=lan|10mbit BACKEND=auto|local|docker PEER_ARGS="--train-subset 6000"
 # make centralized WORLD=3 EPOCHS=2
-# make bench-peers [SMOKE=1] [PEERS_BENCH_ARGS="--model resnet18 --dataset synthetic:cifar10 --batch-size 8 --train-subset 120 --skip 2"]   /   make peer-flower CLIENTS=2 ROUNDS=10 PROFILE=lan|10mbit   /   make bench-peers-fl PROFILE=10mbit [SMOKE=1]
+# make bench-peers [SMOKE=1] [PEERS_BENCH_ARGS="--model resnet18 --dataset synthetic:cifar10 --batch-size 8 --train-subset 120 --skip 2"]   /   make peer-flower CLIENTS=2 ROUNDS=10 PROFILE=lan|10mbit   /   make bench-peers-fl PROFILE=10mbit [SMOKE=1] [REPEATS=4]
 # SMOKE=1 (or QUICK=1): a few steps / 2 rounds on small subsets with PROFILE (default lan), every row and ratio (CI runs both:
 # tests/benchmarks/test_bench_peers_smoke.py)
 HOOK ?= none
@@ -26,5 +26,5 @@ flwr: $(STAMP)
 peer-flower: flwr ## Flower FedAvg (server + clients over its gRPC) with make fl-fp32's settings: CLIENTS ROUNDS PROFILE PEER_ARGS
 	$(PYTHON) -m commlab.peers.run --kind flower --clients $(CLIENTS) --rounds $(ROUNDS) --profile $(PROFILE) $(PEER_ARGS)
 
-bench-peers-fl: flwr ## DDS fp32 and int8_sparse vs Flower FedAvg vs centralized, one table (SMOKE=1: 2 rounds on small subsets) -> results/bench/peers-fl.{csv,md}
-	$(PYTHON) benchmarks/bench_peers_fl.py --profile $(PROFILE) --clients $(CLIENTS) $(if $(or $(SMOKE),$(QUICK)),--quick,--rounds $(ROUNDS))
+bench-peers-fl: flwr ## DDS fp32 and int8_sparse vs Flower FedAvg vs centralized, one table (SMOKE=1: 2 rounds on small subsets; REPEATS=N: each case N times, order alternating, medians) -> results/bench/peers-fl.{csv,md}
+	$(PYTHON) benchmarks/bench_peers_fl.py --profile $(PROFILE) --clients $(CLIENTS) $(if $(or $(SMOKE),$(QUICK)),--quick,--rounds $(ROUNDS)) $(if $(REPEATS),--repeats $(REPEATS))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import resource
+import sys
 import time
 from importlib.metadata import version
 
@@ -16,7 +17,7 @@ from cyclonedds.util import duration
 
 from commlab.dds import DdsNode, DdsSettings, MessageError
 from commlab.dds.cdr import (SampleInfo, Taker, address_of, serdata_size, serdata_to_ser, serdata_unref, serdata_view,
-                             sertype_of, write_iov)
+                             sertype_of, unfilled_bytes, writable_view, write_iov)
 from commlab.dds.chunk import Chunk, PrefixTooShort, decode, decode_head, encode, encode_head, padding
 
 from sample_messages import Blob
@@ -78,6 +79,18 @@ def test_decode_rejects_malformed_samples_with_message_error():
 def test_writers_use_xcdr1_as_the_codec_assumes(domain):
     with DdsNode("solo", DdsSettings(domain_id=domain)) as node:
         assert node.publisher(Blob)._writer.writer._use_version_2 is False
+
+
+def test_a_writable_view_fills_its_buffer_and_keeps_it_alive():
+    """A receiver's worker may still decrypt into a view after its message was dropped: the view,
+    not only the message, must hold the buffer."""
+    buf = unfilled_bytes(10)
+    view = writable_view(buf, 3, 4)
+    view[:] = b"abcd"
+    assert buf[3:7] == b"abcd"
+    held = sys.getrefcount(buf)
+    del view
+    assert sys.getrefcount(buf) == held - 1
 
 
 def test_sample_info_layout_is_cyclone_11():

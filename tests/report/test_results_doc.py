@@ -107,6 +107,20 @@ def test_identical_rounds_counts_the_rounds_whose_models_match(tmp_path: Path) -
     assert results_doc.identical_rounds(table_csv) == ["rounds with bit-identical models: 2/3"]
 
 
+def test_fl_peer_ratios_give_the_medians_then_each_ratio_repeat_by_repeat(tmp_path: Path) -> None:
+    table_csv = tmp_path / "peers-fl-lan.csv"
+    table_csv.write_text("case,round_time_x_of_flower,overhead_x_of_flower,round_time_x_of_dds_fp32,overhead_x_of_dds_fp32\n"
+                         "dds-fp32,0.575,1.062,1,1\ndds-int8_sparse,0.6,0.9,0.931,0.77\nflower,1,1,1.7,0.9\n")
+    table_csv.with_suffix(".md").write_text("# title\n\nlan, 2 clients\n\n"
+                                            "round_time_x_of_flower per repeat: dds-fp32 0.839 0.575\n\n| case |\n")
+    assert results_doc.fl_peer_ratios(table_csv) == [
+        "- dds-fp32 round time, x Flower's: 0.575 (median over the repeats)",
+        "- dds-fp32 overhead, x Flower's: 1.062 (median over the repeats)",
+        "- dds-int8_sparse round time, x DDS fp32's: 0.931 (median over the repeats)",
+        "- dds-int8_sparse overhead, x DDS fp32's: 0.770 (median over the repeats)",
+        "- round_time_x_of_flower per repeat: dds-fp32 0.839 0.575"]
+
+
 def test_a_benchmark_with_a_figure_publishes_it_beside_its_table_with_its_notes(tmp_path, monkeypatch):
     def fake_run(argv, cwd):
         stem = table_stem(cwd / "results", "crossover", True)

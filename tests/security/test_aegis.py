@@ -1,15 +1,19 @@
 """AEGIS-128X2 as the payload cipher and MAC (commlab.dds.aegis; format in envelope.py): chunk by
 chunk it gives what libaegis gives in one call, and a sealed message refuses a changed byte in any
-chunk, a wrong key, a cut payload or tag, and a cipher it does not know."""
+chunk, a wrong key, a cut payload or tag, and a cipher it does not know. The key derivation,
+canonical envelope and Ed25519 signatures are those of the wire format."""
 import json
 import os
 
 import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pyaegis import Aegis128X2, AegisMac128X2
 
 from commlab.dds import aegis
 from commlab.dds.auth import make_keyrings
-from commlab.dds.envelope import AuthError
+from commlab.dds.envelope import AuthError, Signer, derive, key_label, signature_holds, signed_bytes
 from commlab.dds.opener import Opener
 from commlab.dds.seal import Sealer
 
@@ -129,3 +133,29 @@ def test_an_unknown_cipher_or_mac_is_refused_in_one_line(cipher, mac):
                                         f"\\('{cipher}', '{mac}'\\)") as e:
         receive(rings["client-0"], sealer, json.dumps(doc), sent, trailer)
     assert "\n" not in str(e.value)
+
+
+def test_the_derived_keys_and_canonical_envelope_are_those_of_the_wire_format():
+    """derive() is RFC 5869 HKDF-SHA256 and signed_bytes() the sorted, compact JSON: what every
+    other holder of wire version 3 computes."""
+    pair, salt, signed = os.urandom(32), os.urandom(16), os.urandom(300)
+    for length in (16, 32):
+        reference = HKDF(hashes.SHA256(), length, salt, b"commlab message key\0" + signed).derive(pair)
+        assert derive(pair, salt, key_label(None), signed, length) == reference
+    with pytest.raises(ValueError, match="a derived key is 1 to 32 bytes, not 33"):
+        derive(pair, salt, key_label(None), signed, 33)
+    auth = {"v": 3, "run": 'r"\\ü', "seq": 7, "bytes": 0, "salt": salt.hex()}
+    assert signed_bytes(auth, "{}") == json.dumps(auth, sort_keys=True, separators=(",", ":")).encode() + b"\0{}"
+
+
+def test_signatures_are_ed25519_and_a_bad_one_does_not_hold():
+    """The keyrings' Ed25519 keys (made by cryptography) sign and verify alike through libsodium."""
+    private, data = Ed25519PrivateKey.generate(), b"signed envelope"
+    public = private.public_key().public_bytes_raw()
+    signature = Signer(private.private_bytes_raw()).sign(data)
+    assert signature == private.sign(data).hex()
+    assert signature_holds(public, signature, data)
+    assert not signature_holds(public, signature, data + b"!")
+    assert not signature_holds(Ed25519PrivateKey.generate().public_key().public_bytes_raw(), signature, data)
+    for bad in (signature[:-2], "zz" + signature[2:], None, 7):
+        assert not signature_holds(public, bad, data)

@@ -38,7 +38,7 @@ def test_controller_and_clients_read_each_other(rings):
 def test_a_client_cannot_sign_as_another_client_or_the_controller(rings):
     thief = rings["client-1"]  # a stolen client key
     for claimed in ("client-0", "controller"):
-        forged = Sealer(type(thief)(thief.run_id, claimed, thief.peers, pair_keys=thief.pair_keys), 1)
+        forged = Sealer(type(thief)(thief.run_id, claimed, thief.peers, thief.discovery_tag, pair_keys=thief.pair_keys), 1)
         with pytest.raises(AuthError) as e:
             deliver(forged, Opener(rings["controller"] if claimed == "client-0" else rings["client-0"]))
         assert e.value.reason in ("wrong_key", "unauthenticated")

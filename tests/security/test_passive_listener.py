@@ -1,5 +1,7 @@
-"""A keyless process that only listens on the domain of a real FL run captures every chunk of the
-model broadcasts and the updates, and finds none of their plaintext: neither a slice of the model
+"""A keyless process that has the run's discovery tag (read off a participant announcement, where it
+travels in clear; without it, it would receive nothing: test_discovery_tag.py) and only listens on
+the domain of a real FL run captures every chunk of the model broadcasts and the updates, and finds
+none of their plaintext: neither a slice of the model
 the controller broadcast (from its checkpoint) nor the frame header every fp32 update starts with."""
 import json
 import os
@@ -27,9 +29,9 @@ from commlab.dds import DdsNode, DdsSettings
 from commlab.dds.chunk import Chunk
 from commlab.dds.endpoints import chunk_topic
 from commlab.dds.qos import lossless
-domain, out = int(sys.argv[1]), sys.argv[2]
-with DdsNode("listener", DdsSettings(domain_id=domain)) as node:
-    readers = {t: DataReader(node.participant, chunk_topic(node, t), qos=lossless(10)) for t in sys.argv[3:]}
+domain, out, tag = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+with DdsNode("listener", DdsSettings(domain_id=domain, discovery_tag=tag)) as node:
+    readers = {t: DataReader(node.participant, chunk_topic(node, t), qos=lossless(10)) for t in sys.argv[4:]}
     print("listening", flush=True)
     captured = {t: [] for t in readers}
     end = time.monotonic() + 900
@@ -54,7 +56,8 @@ def test_a_passive_listener_sees_no_plaintext(tmp_path, domain):
     rings = make_keyrings(run_id, [n.name for n in fl_roster(2)], trusted={"controller"}, identities=fl_identities(2))
     keys = tmp_path / "keys"
     keys.mkdir(mode=0o700)
-    listener = NodeProcess(tmp_path, "listener", [sys.executable, "-c", LISTENER, str(domain), str(tmp_path), *TOPICS])
+    listener = NodeProcess(tmp_path, "listener", [sys.executable, "-c", LISTENER, str(domain), str(tmp_path),
+                                                  rings["controller"].discovery_tag, *TOPICS])
     procs = [listener]
     try:
         listener.wait_for("listening", 120)

@@ -96,7 +96,7 @@ def test_fresh_incarnations_under_a_stolen_key_replace_one_window_per_sender(rin
 def test_a_client_key_cannot_make_that_client_obey_a_forged_controller_message(rings):
     stolen = rings["client-1"]
     # Everything client-1's key file holds, used to speak as the controller towards client-1.
-    forged = Sealer(Keyring(stolen.run_id, "controller", ("client-1",),
+    forged = Sealer(Keyring(stolen.run_id, "controller", ("client-1",), stolen.discovery_tag,
                             pair_keys={"client-1": stolen.pair_keys["controller"]}), 9)
     envelope, _ = forged.seal("Stop", '{"last_round": 2}', b"")
     with pytest.raises(AuthError) as e:

@@ -1,4 +1,5 @@
-"""A keyless process that floods the domain's announcement topic with made-up names and fresh
+"""A keyless process that has the run's discovery tag (read off a participant announcement, where it
+travels in clear) floods the domain's announcement topic with made-up names and fresh
 incarnations: the nodes' memory stays bounded, and real nodes still find each other meanwhile."""
 import os
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 
 from commlab.dds import DdsNode, DdsSettings
 from commlab.dds.auth import make_keyrings
+from commlab.dds.qos import ANNOUNCE_BACKLOG
 
 pytestmark = pytest.mark.slow
 FLOOD = 100_000  # announcements the rogue writes
@@ -23,8 +25,8 @@ from cyclonedds.topic import Topic
 from commlab.dds import DdsSettings
 from commlab.dds.announce import ANNOUNCE_TOPIC, Announce
 from commlab.dds.qos import announcement
-domain, n = int(sys.argv[1]), int(sys.argv[2])
-settings = DdsSettings(domain_id=domain)
+domain, n, tag = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+settings = DdsSettings(domain_id=domain, discovery_tag=tag)
 d = Domain(domain, settings.to_xml())
 participant = DomainParticipant(domain)
 writer = DataWriter(participant, Topic(participant, ANNOUNCE_TOPIC, Announce, qos=announcement(30)), qos=announcement(30))
@@ -58,7 +60,8 @@ def test_a_flood_of_names_and_incarnations_leaves_memory_bounded_and_peers_found
         node.announcer.publish()
         time.sleep(0.5)  # let the node settle before taking its baseline
         before = rss_mib(os.getpid())
-        rogue = subprocess.Popen([sys.executable, "-c", ROGUE, str(domain), str(FLOOD)], stdout=subprocess.PIPE, text=True)
+        rogue = subprocess.Popen([sys.executable, "-c", ROGUE, str(domain), str(FLOOD), rings["client-0"].discovery_tag],
+                                 stdout=subprocess.PIPE, text=True)
         try:
             assert rogue.stdout.readline().strip() == "flooding"
             client = subprocess.run([sys.executable, "-c", CLIENT, str(domain), str(key)], capture_output=True,
@@ -71,3 +74,14 @@ def test_a_flood_of_names_and_incarnations_leaves_memory_bounded_and_peers_found
         stats = node.stats.snapshot()
     assert stats["auth_unauthenticated"] + stats["auth_wrong_key"] >= FLOOD // 2  # each one looked at, refused
     assert grown < RSS_CAP_MIB, f"{grown:.1f} MiB"
+
+
+def test_a_nodes_own_announcement_never_waits_for_its_own_reader(domain):
+    """What a flood did to a node: its announcement reader full (ANNOUNCE_BACKLOG unread samples)
+    and its thread behind, the node's own next announcement, delivered to that reader too, blocked
+    for write_timeout_s (the client above then failed to leave). Here nothing drains the reader,
+    and the node announces itself more times than the reader holds."""
+    with DdsNode("client-0", DdsSettings(domain_id=domain, write_timeout_s=1.0)) as node:
+        node.announcer._loop.stop()  # the reader thread: nothing takes what arrives from now on
+        for _ in range(ANNOUNCE_BACKLOG + 10):
+            node.announcer.publish()  # DDSException (timeout) once its own reader would be full

@@ -1,7 +1,10 @@
 """Rogue processes on the same DDS domain as a run with authenticated messages: one with no key,
 one with a stolen client key. Impersonation, forged updates, a forged Stop and command, junk
 models, replays of recorded traffic and injections into a DDP collective all fail; the run ends
-as a clean run with the same seed does, and the rejections are counted by reason."""
+as a clean run with the same seed does, and the rejections are counted by reason. Each rogue has
+the run's discovery tag (a stolen key file holds it; a keyless process can read it off a
+participant announcement, where it travels in clear), without which it could not even match the
+run's endpoints (test_discovery_tag.py)."""
 import csv
 import json
 import os
@@ -27,12 +30,13 @@ from commlab.dds import DdsNode, DdsSettings
 from commlab.dds.auth import Keyring
 from commlab.fl.messages import ClientUpdate, ModelBlob, Stop, TrainCmd
 from commlab.codecs import get_codec
-domain, name, run_id, stolen = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+domain, name, run_id, stolen, tag = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 ring = None
 if stolen != "-":  # client-1's pair key, used to sign as `name`
     doc = json.load(open(stolen))
-    ring = Keyring(run_id, name, ("controller",), pair_keys={p: bytes.fromhex(k) for p, k in doc["pair_keys"].items()})
-with DdsNode(name, DdsSettings(domain_id=domain, keyring=ring)) as node:
+    ring = Keyring(run_id, name, ("controller",), doc["discovery_tag"],
+                   pair_keys={p: bytes.fromhex(k) for p, k in doc["pair_keys"].items()})
+with DdsNode(name, DdsSettings(domain_id=domain, keyring=ring, discovery_tag=tag)) as node:
     pubs = {c: node.publisher(c) for c in (ClientUpdate, ModelBlob, Stop, TrainCmd)}
     node.barrier(set(), 10)  # announces `name`
     print("announced", flush=True)
@@ -53,7 +57,7 @@ from cyclonedds.sub import DataReader
 from commlab.dds import DdsNode, DdsSettings
 from commlab.dds.endpoints import chunk_topic
 from commlab.dds.qos import lossless
-with DdsNode("recorder", DdsSettings(domain_id=int(sys.argv[1]))) as node:
+with DdsNode("recorder", DdsSettings(domain_id=int(sys.argv[1]), discovery_tag=sys.argv[2])) as node:
     topic = chunk_topic(node, "ClientUpdate")
     reader = DataReader(node.participant, topic, qos=lossless(10))
     writer = DataWriter(node.participant, topic, qos=lossless(10))
@@ -104,6 +108,7 @@ def fl_run(tmp_path: Path, domain: int, rogues: bool) -> dict:
         "--batch-size", "32", "--train-subset", "2000", "--test-subset", "500", "--results-dir", str(tmp_path),
         "--run-id", run_id, "--domain-id", str(domain)]))
     rings = make_keyrings(run_id, [n.name for n in fl_roster(2)], trusted={"controller"}, identities=fl_identities(2))
+    tag = rings["controller"].discovery_tag  # what the rogues read off the wire
     keys = tmp_path / f"keys-{run_id}"
     keys.mkdir(mode=0o700)
     argv = {}
@@ -123,14 +128,14 @@ def fl_run(tmp_path: Path, domain: int, rogues: bool) -> dict:
             for name, claims, stolen in (("rogue-nokey", "client-1", "-"),
                                          ("rogue-stolen", "client-0", str(keys / "client-1.key")),
                                          ("rogue-controller", "controller", str(keys / "client-1.key"))):
-                procs[name] = Proc([sys.executable, "-c", ROGUE, str(domain), claims, run_id, stolen],
+                procs[name] = Proc([sys.executable, "-c", ROGUE, str(domain), claims, run_id, stolen, tag],
                                    tmp_path / f"attacker-{name}.log")
                 procs[name].wait_for("announced")
             # Impersonation: the controller saw both clients announced, refused them, and waits on.
             ctl_proc.wait_for("announcement of 'client-1' rejected: unauthenticated",
                               "announcement of 'client-0' rejected: wrong_key")
             assert "sent the model of round 0" not in ctl_proc.text()
-            procs["replay"] = Proc([sys.executable, "-c", REPLAY, str(domain)], tmp_path / "replay.log")
+            procs["replay"] = Proc([sys.executable, "-c", REPLAY, str(domain), tag], tmp_path / "replay.log")
             procs["replay"].wait_for("listening")
         for name in ("client-0", "client-1"):
             procs[name] = Proc(argv[name], tmp_path / f"{run_id}-{name}.log")
@@ -185,9 +190,10 @@ from commlab.dds import DdsNode, DdsSettings
 from commlab.dds.auth import Keyring
 from commlab.codecs import get_codec
 from commlab.dds.endpoints import ChunkWriter
-domain, keyed = int(sys.argv[1]), sys.argv[2] == "keyed"
-ring = Keyring("another-run", "worker-1", ("worker-0",), run_key=secrets.token_bytes(32)) if keyed else None
-with DdsNode("worker-1", DdsSettings(domain_id=domain, keyring=ring)) as node:
+domain, keyed, tag = int(sys.argv[1]), sys.argv[2] == "keyed", sys.argv[3]
+# keyed: a node of another run that has learnt this run's tag
+ring = Keyring("another-run", "worker-1", ("worker-0",), tag, run_key=secrets.token_bytes(32)) if keyed else None
+with DdsNode("worker-1", DdsSettings(domain_id=domain, keyring=ring, discovery_tag=tag)) as node:
     writer = ChunkWriter(node, "coll_ddp")
     while writer.writer.get_publication_matched_status().current_count < 1:  # rank 0's reader
         time.sleep(0.05)
@@ -221,7 +227,8 @@ def ddp_run(tmp_path: Path, domain: int, rogues: bool) -> dict:
         if rogues:
             procs[1].wait_for("HALTED at before_exchange@3")
             for keyed in ("plain", "keyed"):
-                procs[keyed] = Proc([sys.executable, "-c", INJECT, str(domain), keyed], tmp_path / f"inject-{keyed}.log")
+                procs[keyed] = Proc([sys.executable, "-c", INJECT, str(domain), keyed, ring.discovery_tag],
+                                    tmp_path / f"inject-{keyed}.log")
                 procs[keyed].wait_for("matched")
                 procs[keyed].say()
                 procs[keyed].wait_for("injected")

@@ -1,7 +1,9 @@
-"""A keyless process that subscribes to a data topic and then never acknowledges (stopped, with a
-participant lease of an hour, so DDS keeps its reader matched) holds a reliable writer: the write
-fails after write_timeout_s, never hangs, and its one-line error names that participant as the
-reader no node announced, apart from the authenticated peers."""
+"""A keyless process that has the run's discovery tag (read off a participant announcement, where it
+travels in clear) subscribes to a data topic and then never acknowledges (stopped, with a
+participant lease of an hour, so DDS keeps its reader matched): it holds a reliable writer, the
+write fails after write_timeout_s, never hangs, and its one-line error names that participant as
+the reader no node announced, apart from the authenticated peers. Without the tag it cannot match
+at all (test_discovery_tag.py)."""
 import signal
 import subprocess
 import sys
@@ -26,8 +28,8 @@ from commlab.dds import DdsSettings
 from commlab.dds.chunk import Chunk
 from commlab.dds.qos import lossless
 from cyclonedds.topic import Topic
-domain = int(sys.argv[1])
-settings = dataclasses.replace(DdsSettings(domain_id=domain), lease_s=3600.0)  # never lost to its peers
+domain, tag = int(sys.argv[1]), sys.argv[2]
+settings = dataclasses.replace(DdsSettings(domain_id=domain, discovery_tag=tag), lease_s=3600.0)  # never lost to its peers
 d = Domain(domain, settings.to_xml())
 participant = DomainParticipant(domain)
 reader = DataReader(participant, Topic(participant, "commlab_ModelBlob", Chunk, qos=lossless(30)), qos=lossless(30))
@@ -41,7 +43,8 @@ def test_a_reader_that_never_acknowledges_fails_the_write_in_one_line_naming_it(
     settings = DdsSettings(domain_id=domain, keyring=rings["controller"], write_timeout_s=WRITE_TIMEOUT_S)
     with DdsNode("controller", settings) as node:
         writer = ChunkWriter(node, "ModelBlob")
-        silent = subprocess.Popen([sys.executable, "-c", SILENT_READER, str(domain)], stdout=subprocess.PIPE, text=True)
+        silent = subprocess.Popen([sys.executable, "-c", SILENT_READER, str(domain), rings["client-0"].discovery_tag],
+                                  stdout=subprocess.PIPE, text=True)
         try:
             participant = silent.stdout.readline().strip()
             assert participant, "the silent reader did not start"

@@ -244,12 +244,15 @@ class Announcer:
         return 0 if peer is None else peer.returns
 
     def publish(self) -> None:
+        # Written under the lock too: reader threads publish at once (each its reader's matches),
+        # and the writer keeps only its last sample, so one sealed first but written last would
+        # leave peers for good with stale info, e.g. without a match their barrier waits for.
         with self._lock:
             self.announced = True
             info = json.dumps(self.info)
             if self.sealer is not None:
                 info, _ = self.sealer.seal(ANNOUNCE_TOPIC, info, b"")
-        self._writer.write(Announce(self.name, self.participant_id, self.incarnation, info))
+            self._writer.write(Announce(self.name, self.participant_id, self.incarnation, info))
 
     def _update(self, change: Callable[[dict], bool]) -> None:
         with self._lock:

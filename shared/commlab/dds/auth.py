@@ -12,6 +12,11 @@ runs). Each identity has a key of its own, derived from the run key; the node sp
 it in its file, the run key's holders derive it, and `identity_tag` signs with it what the
 application says an identity sent (the transport signs only what a node sent).
 
+Discovery tag: every keyring of a run holds the run's Cyclone domain tag, derived from the run key,
+and a keyed node's participant carries it (settings.py), so DDS discovery ignores every participant
+without it: a process on the domain that has no key file cannot match a reader or writer of the
+run. The tag travels in clear in participant announcements; what that leaves: docs/security.md.
+
 What the keys protect on the wire, and how: envelope.py (the format), seal.py and opener.py.
 """
 from __future__ import annotations
@@ -20,6 +25,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import stat
 from collections.abc import Mapping, Sequence
@@ -33,6 +39,7 @@ from commlab.config.schema import ConfigError
 
 KEY_BYTES = 32
 TAG_BYTES = 16
+DISCOVERY_TAG = re.compile(r"[0-9a-f]{64}")  # HMAC-SHA256 in hex: safe in Cyclone's XML, never logged
 
 
 class KeyFileError(ConfigError):
@@ -50,6 +57,12 @@ def identity_key(run_key: bytes, identity: str) -> bytes:
     return hmac.new(run_key, b"commlab identity key\0" + identity.encode(), hashlib.sha256).digest()
 
 
+def discovery_tag(run_key: bytes) -> str:
+    """The run's Cyclone domain tag: participants of the domain with another tag (or none) are
+    ignored by discovery."""
+    return hmac.new(run_key, b"commlab discovery tag", hashlib.sha256).hexdigest()
+
+
 def identity_tag(key: bytes, data: bytes) -> str:
     """What an identity's key says of `data` (hex, TAG_BYTES)."""
     return hmac.new(key, b"commlab identity\0" + data, hashlib.sha256).digest()[:TAG_BYTES].hex()
@@ -64,6 +77,7 @@ class Keyring:
     run_id: str
     node: str
     peers: tuple[str, ...]
+    discovery_tag: str = field(repr=False)  # the run's Cyclone domain tag (discovery_tag())
     run_key: bytes | None = None
     pair_keys: dict[str, bytes] = field(default_factory=dict)
     identity_keys: dict[str, bytes] = field(default_factory=dict)
@@ -79,7 +93,7 @@ class Keyring:
         if self.run_key is None:
             raise KeyFileError(f"the key file is for {self.node!r}, this node is {name!r}")
         peers = tuple(p for p in dict.fromkeys((*self.peers, self.node)) if p != name)
-        return Keyring(self.run_id, name, peers, run_key=self.run_key)  # no signing key: it is this node's
+        return Keyring(self.run_id, name, peers, self.discovery_tag, run_key=self.run_key)  # no signing key: it is this node's
 
     def key_with(self, peer: str) -> bytes | None:
         if self.run_key is not None:
@@ -99,6 +113,7 @@ def make_keyrings(run_id: str, nodes: list[str], trusted: set[str],
     share with the trusted nodes (they talk to no one else) and the keys of the identities
     `identities` says they speak for (node -> names)."""
     run_key = secrets.token_bytes(KEY_BYTES)
+    tag = discovery_tag(run_key)
     identities = identities or {}
     untrusted = tuple(n for n in nodes if n not in trusted)
     # Signatures only where someone needs them: among equals (DDP ranks) the pair tags suffice.
@@ -108,11 +123,11 @@ def make_keyrings(run_id: str, nodes: list[str], trusted: set[str],
     for node in nodes:
         if node in trusted:
             key = signing.get(node)
-            rings[node] = Keyring(run_id, node, tuple(n for n in nodes if n != node), run_key=run_key,
+            rings[node] = Keyring(run_id, node, tuple(n for n in nodes if n != node), tag, run_key=run_key,
                                   signing_key=None if key is None else key.private_bytes_raw(), signed_for=untrusted)
         else:
             peers = tuple(n for n in nodes if n in trusted)
-            rings[node] = Keyring(run_id, node, peers, pair_keys={p: pair_key(run_key, node, p) for p in peers},
+            rings[node] = Keyring(run_id, node, peers, tag, pair_keys={p: pair_key(run_key, node, p) for p in peers},
                                   identity_keys={i: identity_key(run_key, i) for i in identities.get(node, ())},
                                   verify_keys={p: public[p] for p in peers})
     return rings
@@ -120,7 +135,7 @@ def make_keyrings(run_id: str, nodes: list[str], trusted: set[str],
 
 def write_keyring(path: Path, ring: Keyring) -> None:
     """Create `path` with mode 0600 (never widened by the umask), refusing to overwrite."""
-    doc = {"run_id": ring.run_id, "node": ring.node, "peers": list(ring.peers),
+    doc = {"run_id": ring.run_id, "node": ring.node, "peers": list(ring.peers), "discovery_tag": ring.discovery_tag,
            "run_key": ring.run_key.hex() if ring.run_key else None,
            "pair_keys": {p: k.hex() for p, k in ring.pair_keys.items()},
            "identity_keys": {i: k.hex() for i, k in ring.identity_keys.items()},
@@ -139,7 +154,7 @@ def read_keyring(path: Path) -> Keyring:
             raise KeyFileError(f"{path}: key file is accessible to group or others (mode {stat.S_IMODE(mode):o}); "
                                "it must be 0600")
         doc = json.loads(path.read_text())
-        ring = Keyring(str(doc["run_id"]), str(doc["node"]), tuple(str(p) for p in doc["peers"]),
+        ring = Keyring(str(doc["run_id"]), str(doc["node"]), tuple(str(p) for p in doc["peers"]), doc.get("discovery_tag"),
                        bytes.fromhex(doc["run_key"]) if doc["run_key"] else None,
                        {str(p): bytes.fromhex(k) for p, k in doc["pair_keys"].items()},
                        {str(i): bytes.fromhex(k) for i, k in doc["identity_keys"].items()},
@@ -157,6 +172,11 @@ def read_keyring(path: Path) -> Keyring:
                                           *([ring.run_key] if ring.run_key else []),
                                           *([ring.signing_key] if ring.signing_key else [])]):
         raise KeyFileError(f"{path}: keys must be {KEY_BYTES} bytes")
+    if ring.discovery_tag is None:
+        raise KeyFileError(f"{path}: key file has no discovery_tag (written by an earlier release); "
+                           "make the run's key files again")
+    if not isinstance(ring.discovery_tag, str) or not DISCOVERY_TAG.fullmatch(ring.discovery_tag):
+        raise KeyFileError(f"{path}: discovery_tag must be 64 lowercase hex digits")
     return ring
 
 

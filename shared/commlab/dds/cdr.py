@@ -166,8 +166,11 @@ def unfilled_bytes(n: int) -> bytes:
 
 def writable_view(buf: bytes, offset: int, n: int) -> memoryview:
     """n bytes of `buf` from offset, writable: for a buffer from unfilled_bytes that is still
-    being filled (decrypted in place) before anyone else sees it."""
-    return memoryview((ct.c_char * n).from_address(address_of(buf) + offset)).cast("B")
+    being filled (decrypted in place) before anyone else sees it. The view keeps `buf` alive: a
+    worker may still fill it after its message was dropped."""
+    place = (ct.c_char * n).from_address(address_of(buf) + offset)
+    place.owner = buf
+    return memoryview(place).cast("B")
 
 
 def address_of(buf) -> int:

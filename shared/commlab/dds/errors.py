@@ -10,14 +10,17 @@ class DdsWriteTimeout(DdsError):
     """A reliable write could not complete within write_timeout_s; the sample was NOT delivered.
 
     `unannounced`: the participants of matched readers that no authenticated node announced. DDS
-    matches any reader of a topic, and a reliable writer waits for every matched reader's
-    acknowledgement, so a process without a key that subscribes and never acknowledges holds the
-    writer; the message names it first, as the likely holder."""
+    matches any reader of a topic whose participant has the run's discovery tag (any at all in a
+    run without keys), and a reliable writer waits for every matched reader's acknowledgement, so a
+    process without a key that has learnt the tag (it travels in clear, docs/security.md),
+    subscribes and never acknowledges holds the writer; the message names it first, as the likely
+    holder."""
 
     def __init__(self, topic: str, peers: list[str], detail: str, unannounced: list[str] = ()):
         self.topic, self.peers, self.unannounced = topic, peers, list(unannounced)
         held = (f"; held by a reader that no node announced (participant(s) {', '.join(self.unannounced)}: a process "
-                "on the domain without a key; only DDS Security could refuse it)") if self.unannounced else ""
+                "on the domain without a key, in a keyed run one that has the run's discovery tag; only DDS "
+                "Security could refuse it)") if self.unannounced else ""
         super().__init__(f"write on topic {topic!r} timed out ({detail}){held}; "
                          f"peer(s): {', '.join(peers) or 'none matched'}")
 

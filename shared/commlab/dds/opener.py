@@ -2,8 +2,9 @@
 
 A receiver opens the envelope from chunk 0 alone, before it reserves anything for the rest of the
 message; authenticates each chunk's payload as it arrives, on the one pass that decrypts (or
-copies) it from the received sample into the message's buffer; checks the
-trailer when the last chunk is in; and drops (counting the reason) what is unauthenticated, of
+copies) it from the received sample into the message's buffer (a payload under a BLAKE3 digest:
+copied there, then hashed and decrypted in place by a worker while the next chunk arrives); checks
+the trailer when the last chunk is in; and drops (counting the reason) what is unauthenticated, of
 another wire version or run, tagged by the wrong key for its claimed sender, replayed, outside the
 sequence window or altered. A decrypted payload is handed out only once its tag held.
 """
@@ -13,19 +14,18 @@ import hmac
 import json
 import threading
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import blake3
-from cryptography.exceptions import InvalidSignature, InvalidTag
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from . import aegis
 from .auth import Keyring
 from .cdr import address_of, copy_into
 from .envelope import (CIPHERS, MACS, NONCE, SALT_BYTES, VERSION, WINDOW, AuthError, derive, key_label,
-                       payload_cipher, payload_mac, signed_bytes, tag, trailer_signed, trailer_tag)
+                       payload_cipher, payload_digest, payload_mac, signature_holds, signed_bytes, tag, trailer_signed,
+                       trailer_tag)
 
 ALONGSIDE = 256 * 1024  # smaller chunks are hashed in the reader thread: a hand-off costs more than it saves
 
@@ -55,41 +55,52 @@ class Opened:
     with `key` (the message key) the payload is decrypted."""
 
     def __init__(self, meta: str, sender: str, pair: bytes, signed: bytes, trailer: dict | None, node: str, mac: str,
-                 verify: Ed25519PublicKey | None = None, key: bytes | None = None, worker: Executor | None = None):
+                 verify: bytes | None = None, key: bytes | None = None, worker: Executor | None = None):
         self.meta, self.sender, self.pair, self.signed, self.verify = meta, sender, pair, signed, verify
-        self._worker = worker  # hashes a large encrypted chunk while it is decrypted
+        self._worker = worker  # one thread, first in first out: absorbs the large chunks of a hashed payload in order
+        self._pending: list[Future] = []
         self.trailer = trailer  # one-chunk messages carry it in the envelope
         self.node = node  # the receiving node (whose tag to check)
         # A signature covers the payload through its BLAKE3 digest, whatever else the sender used.
-        self._hash = blake3.blake3() if mac == "blake3" or verify is not None else None
+        self._hash = payload_digest() if mac == "blake3" or verify is not None else None
         self._mac = payload_mac(pair, signed) if mac == "aegis-mac" else None
         self._cipher = None if key is None else payload_cipher(key, signed, decrypt=True)
 
     def update(self, data: bytes | bytearray | memoryview, into: memoryview | None = None) -> None:
         """Authenticate the next chunk's payload as received, and decrypt it (or copy it) into
-        `into`, its place in the message; without `into`, decrypt it in place (`data` writable)."""
-        hashing = None
+        `into`, its place in the message; without `into`, decrypt it in place (`data` writable).
+        A large chunk of a hashed payload is copied into place and left to the worker, which hashes
+        it (and decrypts it in place) while this thread takes the next chunk: BLAKE3 is the slow
+        pass, and the sample it would read is released once this returns. `into` must then keep
+        its buffer alive (cdr.writable_view does); finish() waits for the worker."""
+        large_hashed = self._hash is not None and self._worker is not None and len(data) >= ALONGSIDE
+        if into is not None and (large_hashed or self._pending):  # once a chunk went to the worker, all after it do
+            copy_into(address_of(into), data)
+            self._pending.append(self._worker.submit(self._absorb, into, into))
+            return
+        self._wait()
+        self._absorb(data, into)
+
+    def _wait(self) -> None:
+        for absorbed in self._pending:
+            absorbed.result()
+        self._pending.clear()
+
+    def _absorb(self, data: bytes | bytearray | memoryview, into: memoryview | None) -> None:
+        """One chunk through the digest, the MAC and the cipher, in the order they were fed."""
         if self._hash is not None:
-            # The digest is of the ciphertext: hashed alongside its decryption into another buffer
-            # (both release the GIL), not after it.
-            if self._cipher is not None and into is not None and self._worker is not None and len(data) >= ALONGSIDE:
-                hashing = self._worker.submit(self._hash.update, data)
-            else:
-                self._hash.update(data)
-        try:
-            if self._mac is not None:
-                self._mac.update(data)
-            if self._cipher is not None:
-                self._cipher.update_into(data, data if into is None else into)
-            elif into is not None:
-                copy_into(address_of(into), data)
-        finally:  # `data` may be a received sample, released once this returns
-            if hashing is not None:
-                hashing.result()
+            self._hash.update(data)  # of the payload as sent: the ciphertext when encrypted
+        if self._mac is not None:
+            self._mac.update(data)
+        if self._cipher is not None:
+            self._cipher.update_into(data, data if into is None else into)
+        elif into is not None and into is not data:
+            copy_into(address_of(into), data)
 
     def finish(self, last_meta: str | None = None) -> None:
         """Check the trailer (from the last chunk's meta, or the envelope) against the payload
         seen so far; AuthError if either was altered."""
+        self._wait()
         try:
             trailer = self.trailer if last_meta is None else json.loads(last_meta)
             aead_tag = bytes.fromhex(trailer["aead"]) if self._cipher is not None else b""
@@ -115,20 +126,12 @@ class Opened:
         if self._hash is None:
             return
         if self.verify is not None:
-            if not _signature_holds(self.verify, proof, trailer_signed(self.signed, digest)):
+            if not signature_holds(self.verify, proof, trailer_signed(self.signed, digest)):
                 raise AuthError("wrong_key", f"trailer of {self.sender!r} is not signed with its signing key")
         elif not hmac.compare_digest(trailer_tag(self.pair, self.signed, digest), proof):
             raise AuthError("wrong_key", f"trailer tag does not verify with the key of {self.sender!r}")
         if not hmac.compare_digest(self._hash.hexdigest(), digest):
             raise AuthError("altered", f"payload from {self.sender!r} does not match its authenticated digest")
-
-
-def _signature_holds(key: Ed25519PublicKey, signature: object, data: bytes) -> bool:
-    try:
-        key.verify(bytes.fromhex(signature), data)  # type: ignore[arg-type]
-        return True
-    except (InvalidSignature, ValueError, TypeError):
-        return False
 
 
 class Opener:
@@ -142,7 +145,10 @@ class Opener:
         self.ring = ring
         self._windows: dict[str, SequenceWindow] = {}
         self._lock = threading.Lock()  # every reader thread of the node opens through this one
-        self._verify = {n: Ed25519PublicKey.from_public_bytes(k) for n, k in ring.verify_keys.items()}
+        self._verify = dict(ring.verify_keys)  # node -> Ed25519 public key
+        # The keys of the peers it knows, derived once (a node holding the run key derives each by
+        # an HMAC): a message's envelope is checked with no derivation but its own message key's.
+        self._pairs = {p: ring.key_with(p) for p in ring.peers}
         self._on_window_replaced = on_window_replaced  # a newer incarnation of a sender took its window
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"open-{ring.node}")
 
@@ -177,11 +183,12 @@ class Opener:
             raise AuthError("wrong_run", f"{sender!r} is in run {claimed[0]!r}")
         if claimed[1:] != (sender, incarnation, topic, total_bytes):
             raise AuthError("unauthenticated", f"envelope of {sender!r} does not match its chunk")
-        pair, signed = self.ring.key_with(sender), signed_bytes(auth, meta)
+        pair = self._pairs[sender] if sender in self._pairs else self.ring.key_with(sender)
+        signed = signed_bytes(auth, meta)
         if verify is not None:
             # The pair key is shared with the sender's counterpart, so only the signature tells
             # that the sender itself wrote this.
-            if not _signature_holds(verify, signature, signed):
+            if not signature_holds(verify, signature, signed):
                 raise AuthError("wrong_key", f"envelope is not signed with the signing key of {sender!r}")
         elif pair is None or not hmac.compare_digest(tag(pair, signed), own_tag):
             raise AuthError("wrong_key", f"tag does not verify with the key of {sender!r}")

@@ -29,9 +29,12 @@ def announcement(write_timeout_s: float, reader: bool = False) -> Qos:
     announcement. A reader keeps every sample until its thread takes them, up to ANNOUNCE_BACKLOG:
     several writers share the keyless topic (a rogue beside the real nodes), so a flood must
     neither displace a real announcement (KeepLast would) nor grow the memory without bound; past
-    the backlog a sample is refused and its reliable writer sends it again later."""
+    the backlog a sample is refused and its reliable writer sends it again later.
+    IgnoreLocal: a node's own announcements are of no use to it, and delivering them to its own
+    reader made its write block (up to the timeout) while a flood kept that reader full."""
     backlog = ANNOUNCE_BACKLOG if reader else -1
     return Qos(
+        Policy.IgnoreLocal.Participant,
         Policy.Reliability.Reliable(max_blocking_time=duration(seconds=write_timeout_s)),
         Policy.History.KeepAll if reader else Policy.History.KeepLast(1),
         Policy.ResourceLimits(max_samples=backlog, max_instances=-1, max_samples_per_instance=backlog),

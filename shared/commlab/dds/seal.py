@@ -12,15 +12,13 @@ import threading
 from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 
-import blake3
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from . import aegis
 from .auth import Keyring
 from .chunk import Payload
-from .envelope import (MAC_RECIPIENTS_MAX, NONCE, SALT_BYTES, VERSION, derive, key_label, payload_cipher, payload_mac,
-                       signed_bytes, tag, trailer_signed, trailer_tag)
+from .envelope import (MAC_RECIPIENTS_MAX, NONCE, SALT_BYTES, VERSION, Signer, derive, key_label, payload_cipher,
+                       payload_digest, payload_mac, signed_bytes, tag, trailer_signed, trailer_tag)
 
 
 class Sealer:
@@ -29,7 +27,7 @@ class Sealer:
 
     def __init__(self, ring: Keyring, incarnation: int, encrypt: bool = True):
         self.ring, self.incarnation, self.seq = ring, incarnation, 0
-        self.signer = Ed25519PrivateKey.from_private_bytes(ring.signing_key) if ring.signing_key else None
+        self.signer = Signer(ring.signing_key) if ring.signing_key else None
         # Every peer it shares a key with can read its payloads; tags only for the peers that check
         # tags: those that take this node's messages only signed get none.
         self.readers = {p: k for p in ring.peers if (k := ring.key_with(p)) is not None}
@@ -79,7 +77,7 @@ class Sealing:
         self.signed = signed_bytes(auth, meta)
         doc: dict = {"auth": auth, "meta": meta, "tags": {p: tag(k, self.signed) for p, k in self.keys.items()}}
         if self.signer is not None:
-            doc["sig"] = self.signer.sign(self.signed).hex()
+            doc["sig"] = self.signer.sign(self.signed)
         self._cipher: aegis.AegisStream | None = None
         if auth["cipher"] != "none":
             salt = bytes.fromhex(auth["salt"])
@@ -93,7 +91,7 @@ class Sealing:
                                .encrypt(NONCE, key, None).hex() for p, k in readers.items()}
             self._cipher = payload_cipher(key, self.signed)
         self.envelope = json.dumps(doc)
-        self._hash = blake3.blake3() if auth["mac"] == "blake3" else None
+        self._hash = payload_digest() if auth["mac"] == "blake3" else None
         self._macs = {p: payload_mac(k, self.signed) for p, k in self.keys.items()} if auth["mac"] == "aegis-mac" else {}
         # Ciphertext of the last two chunks: one being written while the next is encrypted.
         self._out = out
@@ -163,7 +161,7 @@ class Sealing:
             digest = trailer["digest"] = self._hash.hexdigest()
             trailer["tags"] = {p: trailer_tag(k, self.signed, digest) for p, k in self.keys.items()}
             if self.signer is not None:
-                trailer["sig"] = self.signer.sign(trailer_signed(self.signed, digest)).hex()
+                trailer["sig"] = self.signer.sign(trailer_signed(self.signed, digest))
         elif self._macs:
             trailer["tags"] = {p: mac.tag().hex() for p, mac in self._macs.items()}
         return json.dumps({**json.loads(chunk_meta), "trailer": trailer}) if chunk_meta else json.dumps(trailer)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 from xml.sax.saxutils import escape
 
-from .auth import Keyring
+from .auth import DISCOVERY_TAG, Keyring
 
 # Fragment and message sizes: one DATA_FRAG per UDP datagram in both modes, which keeps
 # the wire-byte estimate in stats.py exact (see docs/transport.md).
@@ -160,6 +160,9 @@ class DdsSettings:
     ring_directions: int | None = None  # None: 1 on loopback, 2 on shaped links
     ring_block_bytes: int | None = None  # None: LOOPBACK_RING_BLOCK on loopback, chunk_bytes on shaped links
     # (a networked run's nodes get link_ring_block_bytes of the slowest link: testbed.compose_file)
+    # Cyclone's domain tag: discovery ignores every participant whose tag differs, so no process
+    # without the run's key file matches this node's endpoints. None: the keyring's (keyless: none).
+    discovery_tag: str | None = field(default=None, compare=False, repr=False)
     extra_xml: str = field(default="", compare=False)  # appended inside <Domain>, e.g. loss injection in tests
 
     def __post_init__(self) -> None:
@@ -199,11 +202,17 @@ class DdsSettings:
             raise ValueError(f"dds.ring_block_bytes must be at least 4 (one float), got {self.ring_block_bytes}")
         if not 4096 <= self.send_window_bytes <= 1 << 24:
             raise ValueError(f"dds.send_window_bytes must be in 4096..16777216, got {self.send_window_bytes}")
+        if self.keyring is not None:
+            if self.discovery_tag not in (None, self.keyring.discovery_tag):
+                raise ValueError("dds: a discovery tag other than the keyring's would hide this node from its run")
+            object.__setattr__(self, "discovery_tag", self.keyring.discovery_tag)
+        if self.discovery_tag is not None and not DISCOVERY_TAG.fullmatch(self.discovery_tag):
+            raise ValueError("dds: a discovery tag must be 64 lowercase hex digits")  # the tag itself is never shown
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any]) -> "DdsSettings":
         """Build from a node config's `dds` section; unknown keys are an error, not ignored."""
-        known = {f for f in cls.__dataclass_fields__ if f not in ("extra_xml", "keyring")}
+        known = {f for f in cls.__dataclass_fields__ if f not in ("extra_xml", "keyring", "discovery_tag")}
         unknown = set(section) - known
         if unknown:
             raise ValueError(f"unknown key(s) in dds config: {sorted(unknown)}; known: {sorted(known)}")
@@ -251,6 +260,7 @@ class DdsSettings:
         peers_xml = "<Peers>" + "".join(f'<Peer address="{escape(p)}"/>' for p in self.peers) + "</Peers>" \
             if self.peers else ""
         multicast = MULTICAST[self.multicast]
+        tag = f"<Tag>{self.discovery_tag}</Tag>" if self.discovery_tag else ""
         rcv, snd = socket_buffer_bytes("rmem_max"), socket_buffer_bytes("wmem_max")
         # Loopback: let a writer run up to 3/4 of the receive buffer ahead of acknowledgements
         # (default 500 kB, adaptive from 30 kB), which measured faster with no socket drops.
@@ -269,7 +279,7 @@ class DdsSettings:
             f"<Discovery>{peers_xml}<ParticipantIndex>auto</ParticipantIndex>"
             f"<MaxAutoParticipantIndex>{self.max_participants}</MaxAutoParticipantIndex>"
             f"<LeaseDuration>{self.lease_s}s</LeaseDuration><SPDPInterval>{self.spdp_interval_s:.3f}s</SPDPInterval>"
-            f"<DiscoveredLocatorPruneDelay>{LOST_PEER_PING_S:g}s</DiscoveredLocatorPruneDelay></Discovery>"
+            f"<DiscoveredLocatorPruneDelay>{LOST_PEER_PING_S:g}s</DiscoveredLocatorPruneDelay>{tag}</Discovery>"
             f'<Internal><SocketReceiveBufferSize min="{rcv}B"/>'
             f'<SocketSendBufferSize min="{snd}B"/>{watermarks}'
             f'{LOSSY_REPAIR_XML if self.lossy_link else ""}</Internal>'

@@ -40,8 +40,8 @@ def run_client(config_path: str) -> None:
             f"{client_name(max(hosted))}), {min(sizes)}-{max(sizes)} samples each")
     # Before the node exists: a warm codec that cannot be built is a ConfigError like any other.
     warm_up_codecs([] if cfg.warm_codec is None else [cfg.warm_codec], layout_of(model, cfg.sends_buffers))
-    # One step of training on a copy of the model: torch's optimizer code (models.warm_up_optimizer)
-    # and the kernels of a forward and backward pass, loaded before the idle mark.
+    # One step of training on a copy of the model (Flower's client takes the same): torch's
+    # optimizer code and the kernels of a forward and backward pass, loaded before the idle mark.
     local_training.warm_up(model, data, momentum=cfg.optimizer.momentum, weight_decay=cfg.optimizer.weight_decay,
                            step=load_train_step(cfg.train_step))
     node = DdsNode(cfg.name, settings)

@@ -56,13 +56,6 @@ def configure_threads(threads: int | None = None) -> None:
         pass
 
 
-def warm_up_optimizer() -> None:
-    """Build and drop one optimizer, as part of setting up a node that trains: the first optimizer
-    a process builds makes torch import its compiler stack (torch._dynamo, sympy), seconds of work
-    that would otherwise land on the node's first round. It steps nothing and draws no random number."""
-    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
-
-
 def build_model(name: str, seed: int = 0, **params) -> nn.Module:
     """A fresh model; the same (name, seed, params) gives identical weights in every process."""
     entry = model_entry(name)

@@ -249,14 +249,16 @@ class ClientTrainer:
                               [c for c in COLUMNS["clients"] if c not in NOT_SEPARATED])
         if train:
             from commlab.config.builders import build_dataset, build_node_model
-            from commlab.models import warm_up_optimizer
+            from commlab.fl.local_training import warm_up
             seeds = cfg.seeds.tree
             self.data = build_dataset(cfg.dataset, seeds.subset)
             # weights come from the server, as in DDS
             self.model = build_node_model(cfg.model, seeds.model_init, cfg.threads, self.data)
             self.part = cfg.partition.split(self.data, cfg.clients, seeds.partition)[index]
             self.step = load_train_step(cfg.train_step, "train_step")
-            warm_up_optimizer()  # as the DDS client does: not on the first round
+            # The DDS client's warm-up: torch's optimizer and training kernels load here, not in round 1.
+            warm_up(self.model, self.data, momentum=cfg.optimizer.momentum, weight_decay=cfg.optimizer.weight_decay,
+                    step=self.step)
 
     def flush_row(self, pending: dict) -> None:
         """Write the previous round's row (if any) with the bytes and time since its fit."""
@@ -293,8 +295,10 @@ class ClientTrainer:
 def run_client(cfg: FlowerConfig, index: int) -> None:
     """grpc-bidi: Flower's legacy client (`start_client`), one process for the whole run."""
     import flwr as fl
+    from commlab.peers.listening import await_listener
 
     trainer, pending = ClientTrainer(cfg, index), {}
+    await_listener(cfg.server_address, cfg.round_timeout_s)  # a stream refused at its start is not retried
 
     class Client(fl.client.NumPyClient):
         def fit(self, parameters, config):

@@ -75,9 +75,9 @@ def build_config(a: argparse.Namespace) -> dict:
 
 
 def _wait(procs: NodeProcesses) -> None:
-    """The server decides the run; stop early only when no client is left to train."""
+    """The server decides the run; stop early once a client failed (every round needs every client)."""
     server, *clients = procs.procs.values()
-    procs.wait_while(lambda: server.poll() is None and any(c.poll() in (None, 0) for c in clients))
+    procs.wait_while(lambda: server.poll() is None and all(c.poll() in (None, 0) for c in clients))
     procs.wait_while(procs.running, PEER_GRACE_S)
 
 

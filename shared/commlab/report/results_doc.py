@@ -37,6 +37,10 @@ PEERS_RESNET18_ARGS = ("--name", "peers-resnet18", "--model", "resnet18", "--dat
 # int8 (FL), int8 and DGC (DDP) beside Flower and gloo's hooks; the DDP ring and gloo under 5 % loss.
 CROSSOVER_ARGS = ("--fl-cases", "fp32,int8_sparse,int8,flower",
                   "--ddp-cases", "dense,int8,dgc,gloo-none,gloo-fp16,gloo-powersgd")
+# DDS FL beside Flower on the fast links: every case 4 times, the order reversed every other time,
+# ratios taken within each repeat, so a load drifting on shared cores favours neither side.
+PEERS_FL_ARGS = ("--only", "dds-fp32,dds-int8_sparse,flower", "--repeats", "4", "--rounds", "5",
+                 "--samples-per-round", "300", "--train-subset", "2000", "--test-subset", "500")
 Column = tuple[str, str]  # (heading, format spec for float(value); "" keeps the value as written)
 # The first columns of both probe benchmarks (auth, transport): which link, what was sent, how often.
 PROBE_COLUMNS: dict[str, Column] = {"link": ("link", ""), "size": ("message bytes", ",.0f"),
@@ -99,6 +103,22 @@ def peer_ratios(table_csv: Path) -> list[str]:
     return lines
 
 
+def fl_peer_ratios(table_csv: Path) -> list[str]:
+    """bench_peers_fl's comparisons (medians of the repeats' own ratios), then each ratio repeat by
+    repeat as the benchmark wrote it above its table."""
+    rows = {r["case"]: r for r in read_rows(table_csv)}
+    lines = []
+    for case, column, what in (("dds-fp32", "round_time_x_of_flower", "round time, x Flower's"),
+                               ("dds-fp32", "overhead_x_of_flower", "overhead, x Flower's"),
+                               ("dds-int8_sparse", "round_time_x_of_dds_fp32", "round time, x DDS fp32's"),
+                               ("dds-int8_sparse", "overhead_x_of_dds_fp32", "overhead, x DDS fp32's")):
+        value = rows.get(case, {}).get(column, "")
+        if value:
+            lines.append(f"- {case} {what}: {float(value):.3f} (median over the repeats)")
+    written = table_csv.with_suffix(".md").read_text().splitlines()
+    return lines + [f"- {line}" for line in written if " per repeat: " in line]
+
+
 def written_beside(table_csv: Path) -> list[str]:
     """The lines a benchmark wrote beside its table for the reader (<name>-notes.md: its settings
     and verdicts)."""
@@ -144,7 +164,11 @@ BENCHES = {
          "aead_MBps": ("AEAD MB/s", ".2f"), "mac_cost": ("MAC goodput cost", ".1%"),
          "aead_cost": ("AEAD goodput cost", ".1%"), "aead_cost_middle_half": ("AEAD cost, middle half of rounds", ""),
          "plain_cpu_ms_per_MB": ("plain CPU ms/MB", ".2f"), "mac_cpu_cost": ("MAC CPU cost", ".1%"),
-         "aead_cpu_cost": ("AEAD CPU cost", ".1%"), "load": ("machine load (1 min)", ".1f")}),
+         "aead_cpu_cost": ("AEAD CPU cost", ".1%"),
+         "aead_cpu_cost_middle_half": ("AEAD CPU cost, middle half of rounds", ""),
+         "mac_in_process_cost": ("MAC CPU cost in process", ".1%"),
+         "aead_in_process_cost": ("AEAD CPU cost in process", ".1%"),
+         "load": ("machine load (1 min)", ".1f")}),
     "transport": Bench(
         "Transport: DDS against TCP goodput between the same two endpoints",
         "benchmarks/bench_transport.py",
@@ -176,6 +200,17 @@ BENCHES = {
         args=("--dataset", "fashion_mnist", "--name", "matrix-fashion_mnist", "--seeds", "0", "1", "2",
               "--fl-rounds", "1", "--fl-samples", "1000", "--ddp-train-subset", "3000"),
         summary=matrix_gaps, sweep=True),
+    **{f"peers-fl-{rate}": Bench(
+        f"FL at {link}: DDS fp32 and int8_sparse beside Flower FedAvg, every case 4 times in alternating order",
+        "benchmarks/bench_peers_fl.py",
+        {"case": ("case", ""), "status": ("status", ""), "round_time_s": ("round s (median)", ".3f"),
+         "overhead_s": ("overhead s (median)", ".3f"),
+         "round_time_x_of_flower": ("round time, x Flower", ".3f"),
+         "round_time_x_of_dds_fp32": ("round time, x DDS fp32", ".3f"),
+         "bytes_up_per_client_round_incl_warmup": ("bytes up per client and round", ",.0f"),
+         "test_accuracy": ("test accuracy", ".4f")},
+        args=("--name", f"peers-fl-{rate}", "--profile", profile, *PEERS_FL_ARGS), summary=fl_peer_ratios)
+       for rate, profile, link in (("lan", "lan", "loopback"), ("1gbit", "1000mbit", "1 Gbit/s"))},
     "peers-resnet18": Bench(
         "ResNet-18 DDP at 10 Mbit/s: DDS dense ring and DGC beside torch DDP over gloo, without a hook and with PowerSGD",
         "benchmarks/bench_peers.py",
