@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--domain", type=int, help="loopback DDS domain (default: a claimed one, commlab.runs.claims)")
     p.add_argument("--net", type=int, default=247, help="namespace bridge 198.19.<net>.0/24")
     p.add_argument("--no-netns", action="store_true", help="loopback only")
-    p.add_argument("--chunk-bytes", type=int, help="dds.chunk_bytes on the shaped links (default: a run's on the "
-                   "profile, commlab.testbed.compose_file.profile_chunk_bytes)")
+    p.add_argument("--chunk-bytes", type=int, help="dds.chunk_bytes (and ring block) on the shaped links (default: "
+                   "a run's on the profile, commlab.testbed.compose_file.profile_chunk_bytes, profile_ring_block_bytes)")
     p.add_argument("--multicast", choices=("off", "discovery", "data"),
                    help="dds.multicast on the shaped links (default off: unicast peers)")
     p.add_argument("--datagram-frames", type=int, help="dds.datagram_frames on the shaped links (default 6)")
@@ -155,10 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         s.step("loopback")
         notes = [] if shaped_too or a.no_netns else ["shaped links skipped: network namespaces need root"]
         if shaped_too:
-            from commlab.testbed.compose_file import profile_chunk_bytes
-            chunk = a.chunk_bytes or profile_chunk_bytes(a.profile, [f"worker-{r}" for r in range(a.world)])
-            chosen = {"chunk_bytes": chunk, "multicast": a.multicast, "datagram_frames": a.datagram_frames,
-                      "send_window_bytes": a.send_window}
+            from commlab.testbed.compose_file import profile_chunk_bytes, profile_ring_block_bytes
+            ranks = [f"worker-{r}" for r in range(a.world)]
+            chunk = a.chunk_bytes or profile_chunk_bytes(a.profile, ranks)
+            block = None if a.chunk_bytes else profile_ring_block_bytes(a.profile, ranks)  # None: a chunk
+            chosen = {"chunk_bytes": chunk, "ring_block_bytes": block, "multicast": a.multicast,
+                      "datagram_frames": a.datagram_frames, "send_window_bytes": a.send_window}
             transport = {k: v for k, v in chosen.items() if v is not None}
             link = (f"namespaces, every uplink {a.profile}, "
                     + (", ".join(f"{k} {v}" for k, v in transport.items()) or "transport defaults"))

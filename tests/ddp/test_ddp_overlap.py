@@ -97,7 +97,8 @@ def _rank(domain: int, rank: int, q) -> None:
     rng = np.random.default_rng(rank)
     data = SimpleNamespace(train_x=rng.standard_normal((STEPS * 8, 1, 28, 28)).astype(np.float32),
                            train_y=rng.integers(0, 10, STEPS * 8))
-    with DdsNode(f"worker-{rank}", DdsSettings(domain_id=domain, write_timeout_s=20.0, chunk_bytes=64 * 1024)) as node:
+    settings = DdsSettings(domain_id=domain, write_timeout_s=20.0, chunk_bytes=64 * 1024, ring_block_bytes=64 * 1024)
+    with DdsNode(f"worker-{rank}", settings) as node:
         groups = {overlap: Group(node, f"overlap-{overlap}", rank, WORLD, timeout_s=30.0) for overlap in (True, False)}
         for g in groups.values():
             g.barrier(60)

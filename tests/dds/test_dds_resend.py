@@ -92,7 +92,8 @@ def vector(rank: int) -> np.ndarray:
 
 def run_rank(domain: int, rank: int, q) -> None:
     """One DDP-like rank: every collective in one thread (a rank answers asks while it waits)."""
-    settings = DdsSettings(domain_id=domain, write_timeout_s=TIMEOUT_S, chunk_bytes=64 * 1024)
+    settings = DdsSettings(domain_id=domain, write_timeout_s=TIMEOUT_S, chunk_bytes=64 * 1024,
+                           ring_block_bytes=64 * 1024, ring_directions=2)
     with DdsNode(f"worker-{rank}", settings) as node:
         g = Group(node, "ddp", rank, WORLD, timeout_s=TIMEOUT_S)
         readers = {"group": g._reader, "ring": g._ring.rings[0].reader}

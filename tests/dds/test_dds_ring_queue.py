@@ -14,7 +14,7 @@ WORLD, NUMEL, BLOCK_FLOATS = 3, 24, 4  # segments of 8 floats: 2 blocks each
 
 
 def handle(ready=None, position: int = 0) -> RingHandle:
-    settings = SimpleNamespace(chunk_bytes=4 * BLOCK_FLOATS)
+    settings = SimpleNamespace(ring_block_bytes=4 * BLOCK_FLOATS)
     ring = SimpleNamespace(group=SimpleNamespace(world=WORLD, node=SimpleNamespace(settings=settings)),
                            position=position, tag="ring")
     vec = np.arange(NUMEL, dtype=np.float32)
@@ -45,3 +45,11 @@ def test_a_block_adding_this_ranks_values_waits_for_them_and_the_allgather_does_
     assert [h.take(), h.take()] == [(1, 0, 16, 20), None]
     final.update({(0, 4), (8, 12)})
     assert [h.take(), h.take(), h.take()] == [(0, 0, 0, 4), (2, 0, 8, 12), None]
+
+
+def test_a_segment_is_cut_into_the_fewest_blocks_of_one_size_within_the_block_size():
+    h = handle()  # blocks of at most 4 floats
+    h.edges = [0, 9, 9, 13]  # segments of 9, 0 and 4 floats
+    assert h.blocks(0) == [(0, 3), (3, 6), (6, 9)]  # not 4 + 4 + 1
+    assert h.blocks(1) == [(9, 9)]  # an empty segment: one empty block
+    assert h.blocks(2) == [(9, 13)]

@@ -67,12 +67,38 @@ def test_default_chunk_size_follows_the_link_mode_and_an_explicit_one_wins():
     assert DdsSettings.from_config({"domain_id": 1, "loopback_tuned": False}).chunk_bytes == MTU_CHUNK
 
 
+def test_the_ring_runs_one_direction_of_whole_segments_on_loopback_and_two_of_chunks_on_a_link():
+    from commlab.dds.settings import LOOPBACK_RING_BLOCK
+    loopback, link = DdsSettings(domain_id=1), DdsSettings(domain_id=1, loopback_tuned=False, chunk_bytes=256 * 1024)
+    assert (loopback.ring_directions, loopback.ring_block_bytes) == (1, LOOPBACK_RING_BLOCK)
+    assert LOOPBACK_RING_BLOCK >= 6_653_480 // 3  # the MNIST CNN's segment at WORLD=3: one message
+    assert (link.ring_directions, link.ring_block_bytes) == (2, 256 * 1024)
+    chosen = DdsSettings.from_config({"domain_id": 1, "ring_directions": 2, "ring_block_bytes": 4096})
+    assert (chosen.ring_directions, chosen.ring_block_bytes) == (2, 4096)
+    with pytest.raises(ValueError, match="dds.ring_directions must be 1 or 2, got 3"):
+        DdsSettings(domain_id=1, ring_directions=3)
+    with pytest.raises(ValueError, match="dds.ring_block_bytes must be at least 4"):
+        DdsSettings(domain_id=1, ring_block_bytes=2)
+    from commlab.config.schema import ConfigError, DdsSection
+    with pytest.raises(ConfigError, match="dds.ring_directions: must be 1 or 2, got 0"):
+        DdsSection(domain_id=1, ring_directions=0).check("dds.")
+
+
 def test_a_shaped_links_chunk_takes_it_about_two_ms_from_64_up_to_256_kib():
     from commlab.dds.settings import link_chunk_bytes
     rates = {1e6: 64, 100e6: 64, 300e6: 128, 1e9: 256, 10e9: 256}
     assert {rate: link_chunk_bytes(rate) // 1024 for rate in rates} == rates
     with pytest.raises(ValueError, match="link rate must be positive"):
         link_chunk_bytes(0)
+
+
+def test_a_shaped_links_ring_block_takes_it_about_eight_ms_from_its_chunk_up_to_1_mib():
+    from commlab.dds.settings import link_ring_block_bytes
+    rates = {1e6: 64, 10e6: 64, 100e6: 128, 300e6: 512, 1e9: 1024, 10e9: 1024}
+    assert {rate: link_ring_block_bytes(rate) // 1024 for rate in rates} == rates
+    link = DdsSettings(domain_id=1, loopback_tuned=False, chunk_bytes=256 * 1024, ring_block_bytes=1 << 20)
+    assert link.ring_chunk_bytes == 256 * 1024  # a block of several chunks: large chunks cause drop storms
+    assert DdsSettings(domain_id=1).ring_chunk_bytes == DdsSettings(domain_id=1).ring_block_bytes  # one chunk
 
 
 def test_config_errors_name_the_problem():

@@ -44,7 +44,8 @@ def test_container_config_rewrites_only_transport_paths_and_profile(tmp_path):
     cfg = fl_cfg(tmp_path)
     out = container_config(cfg, "client-0", addrs, "10mbit", tmp_path)
     assert out["dds"] == {"domain_id": 7, "interface": "eth0", "loopback_tuned": False, "multicast": "data",
-                          "peers": ["198.19.200.10", "198.19.200.12"], "chunk_bytes": 64 * 1024}
+                          "peers": ["198.19.200.10", "198.19.200.12"], "chunk_bytes": 64 * 1024,
+                          "ring_block_bytes": 64 * 1024}
     keyed = container_config({**cfg, "dds": {**cfg["dds"], "key_file": "/tmp/commlab-keys-x/client-0.key"}},
                              "client-0", addrs, "10mbit", tmp_path)
     assert keyed["dds"]["key_file"] == "/run/secrets/commlab-key"  # the compose secret, not the host path
@@ -59,15 +60,19 @@ def test_container_config_rewrites_only_transport_paths_and_profile(tmp_path):
     assert lossy["dds"] == {**out["dds"], "lossy_link": True}
 
 
-def test_every_node_of_a_run_gets_the_chunk_of_the_slowest_link_unless_the_run_chose_one(tmp_path):
+def test_every_node_of_a_run_gets_the_chunk_and_ring_block_of_the_slowest_link_unless_the_run_chose_them(tmp_path):
     addrs = addresses(fl_roster(3), 200)
     cfg = fl_cfg(tmp_path)
     chunks = {profile: {container_config(cfg, node, addrs, profile, tmp_path)["dds"]["chunk_bytes"] for node in addrs}
               for profile in ("1000mbit", "1000mbit-loss1", "300mbit", "100mbit", "hetero")}
     assert chunks == {"1000mbit": {256 * 1024}, "1000mbit-loss1": {256 * 1024}, "300mbit": {128 * 1024},
                       "100mbit": {64 * 1024}, "hetero": {64 * 1024}}
-    chosen = {**cfg, "dds": {**cfg["dds"], "chunk_bytes": 4096}}
-    assert container_config(chosen, "client-0", addrs, "1000mbit", tmp_path)["dds"]["chunk_bytes"] == 4096
+    blocks = {profile: {container_config(cfg, node, addrs, profile, tmp_path)["dds"]["ring_block_bytes"]
+                        for node in addrs} for profile in ("1000mbit", "10mbit", "hetero")}
+    assert blocks == {"1000mbit": {1024 * 1024}, "10mbit": {64 * 1024}, "hetero": {64 * 1024}}
+    chosen = {**cfg, "dds": {**cfg["dds"], "chunk_bytes": 4096, "ring_block_bytes": 8192}}
+    assert {k: container_config(chosen, "client-0", addrs, "1000mbit", tmp_path)["dds"][k]
+            for k in ("chunk_bytes", "ring_block_bytes")} == {"chunk_bytes": 4096, "ring_block_bytes": 8192}
 
 
 def test_container_config_refuses_paths_a_container_cannot_see(tmp_path):

@@ -193,6 +193,9 @@ class DdsSection:
     key_file: str | None = None
     # With key_file: payloads encrypted too (AEGIS-128X2); None: on shaped links, off on loopback.
     encrypt: bool | None = None
+    # The ring allreduce's directions (1 or 2) and largest block; None: commlab.dds.settings' defaults.
+    ring_directions: int | None = None
+    ring_block_bytes: int | None = None
 
     def check(self, where: str) -> None:
         if not 0 <= self.domain_id <= 232:
@@ -205,6 +208,10 @@ class DdsSection:
             raise ConfigError(f"{where}datagram_frames: must be in 1..44, got {self.datagram_frames}")
         if self.send_window_bytes is not None and not 4096 <= self.send_window_bytes <= 1 << 24:
             raise ConfigError(f"{where}send_window_bytes: must be in 4096..16777216, got {self.send_window_bytes}")
+        if self.ring_directions not in (None, 1, 2):
+            raise ConfigError(f"{where}ring_directions: must be 1 or 2, got {self.ring_directions!r}")
+        if self.ring_block_bytes is not None and self.ring_block_bytes < 4:
+            raise ConfigError(f"{where}ring_block_bytes: must be at least 4 (one float), got {self.ring_block_bytes}")
 
     def check_host(self, where: str = "dds.") -> None:
         """What only the machine the node runs on can tell: does `interface` exist here? Called at

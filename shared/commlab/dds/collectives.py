@@ -35,7 +35,7 @@ from .errors import BarrierTimeout, DdsError, PeerLost
 from .reassembly import Assembled
 from .resend import Ask, Cuts, Overdue, SentLog, parse_ask, write_again
 from .ring import GONE, RING_TAGS, Ready
-from .two_rings import TwoRings, TwoRingsHandle
+from .rings import Rings, RingsHandle
 
 if TYPE_CHECKING:
     from .announce import Peer
@@ -92,7 +92,7 @@ class Group:
         self._writer = ChunkWriter(node, f"coll_{name}")
         self._reader = ChunkReader(node, f"coll_{name}", self._on_message)
         node.add_closable(self._reader)
-        self._ring = TwoRings(self) if world > 1 else None  # its readers must exist before we announce
+        self._ring = Rings(self) if world > 1 else None  # its readers must exist before we announce
         node.announcer.join_group(name, rank)
 
     def _on_message(self, msg: Assembled) -> None:
@@ -260,7 +260,7 @@ class Group:
         return self._start(key, data)
 
     def allreduce_async(self, key: str, vec: np.ndarray, op: str = "mean", collective: str | None = None,
-                        codec: FrameCodec | None = None, ready: Ready | None = None) -> "Handle | TwoRingsHandle":
+                        codec: FrameCodec | None = None, ready: Ready | None = None) -> "Handle | RingsHandle":
         """Start an allreduce (collective: see schedule(); codec: the values' wire, raw float32 if
         None); ring handles progress in wait(), so wait for them in the same order on every rank.
         ready: the ring may start before `vec` (float32, contiguous) is final (ring.py, overlap)."""

@@ -47,10 +47,13 @@ def chunk_topic(node: EndpointHost, name: str) -> Topic:
 class ChunkWriter:
     """Writes (meta, payload) messages as chunks on one topic."""
 
-    def __init__(self, node: EndpointHost, name: str, readers: Callable[[], Collection[str]] | None = None):
+    def __init__(self, node: EndpointHost, name: str, readers: Callable[[], Collection[str]] | None = None,
+                 chunk_bytes: int | None = None):
         """`readers`: the nodes that read this topic when only some do (asked at each message; empty:
-        not known yet): with authentication, messages are sealed for them alone."""
+        not known yet): with authentication, messages are sealed for them alone. `chunk_bytes`: this
+        topic's chunk size (None: the node's settings.chunk_bytes)."""
         self.node, self.name, self.readers = node, name, readers
+        self.chunk_bytes = node.settings.chunk_bytes if chunk_bytes is None else chunk_bytes
         self.writer = DataWriter(node.participant, chunk_topic(node, name), qos=lossless(node.settings.write_timeout_s))
         self._ids = itertools.count(1)
         self._sertype = sertype_of(self.writer._ref)
@@ -141,12 +144,12 @@ class ChunkWriter:
             sealing = None if sealer is None else sealer.begin(self.name, meta, len(view), self._sealed,
                                                                self.readers() if self.readers is not None else ())
             message = list(split(self.node.name, self.node.incarnation, msg_id,
-                                 meta if sealing is None else sealing.envelope, view, s.chunk_bytes))
+                                 meta if sealing is None else sealing.envelope, view, self.chunk_bytes))
             # Sealed (encrypted) into buffers that write_iov copies from, one chunk ahead of the writes.
             sent_payloads = sealing.updates([c.payload for c in message]) if sealing is not None else None
             for chunk in message:
                 n = len(chunk.payload)
-                at = base + chunk.index * s.chunk_bytes
+                at = base + chunk.index * self.chunk_bytes
                 if sent_payloads is not None:
                     sent_payload = next(sent_payloads)
                     at = address_of(sent_payload) if n else 0

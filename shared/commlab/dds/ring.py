@@ -1,8 +1,9 @@
 """Ring allreduce of a Group: reduce-scatter then allgather, W-1 steps each, block by block,
-on two rings at once (two_rings.py): the first half of the vector goes round 0 -> 1 -> ... -> W-1 -> 0, the
-second half the other way round, each in a thread of its own, so every rank sends to both
-neighbours (on 10 Mbit links one writer alone paces itself well below the link rate waiting for
-acknowledgements; see docs/transport.md).
+on one ring or two at once (rings.py, settings.ring_directions): with two, the first half of the
+vector goes round 0 -> 1 -> ... -> W-1 -> 0, the second half the other way round, each in a thread
+of its own, so every rank sends to both neighbours (on 10 Mbit links one writer alone paces itself
+well below the link rate waiting for acknowledgements; see docs/transport.md); with one, the whole
+vector goes forward.
 
 On one ring, rank r has position p (r on the forward ring, (W - r) mod W on the backward one); a
 half of n floats is cut into W segments (segment j is [j*n//W, (j+1)*n//W)). At step s, for
@@ -17,9 +18,10 @@ place, and then copied byte for byte, so every rank ends with the same bytes. Wi
 (fp16, bf16) every partial sum is rounded to it before it travels, and the rank that completes a
 segment keeps the decoded frame it sends, not its float32 sum, so the ranks still agree.
 
-Wire: every step travels as blocks of at most chunk_bytes, one message each (meta: key, step,
-block, numel), so a rank forwards a block as soon as it arrives (pipelined) instead of waiting for
-the whole segment. A rank writes on topic coll_<group>_ring<next> (forward) or
+Wire: every step travels as blocks of one segment, as many as it takes to keep each within
+settings.ring_block_bytes and all of one size (give or take a float), one message each (in chunks of
+settings.ring_chunk_bytes; meta: key, step, block, numel), so a rank forwards a block as soon as it arrives (pipelined)
+instead of waiting for the whole segment. The ranks must agree on the directions and the block size. A rank writes on topic coll_<group>_ring<next> (forward) or
 coll_<group>_back<next> (backward), which only that next rank reads, so no rank receives (or
 counts) what is not for it.
 
@@ -87,7 +89,8 @@ class Ring:
         self._next_joined = False
         self.sent = SentLog()  # blocks written to the next rank, written again when it asks
         self.tag = tag = RING_TAGS[0] if direction == 1 else RING_TAGS[1]
-        self.writer = ChunkWriter(g.node, f"coll_{g.name}_{tag}{self.next}", self._next_node)
+        self.writer = ChunkWriter(g.node, f"coll_{g.name}_{tag}{self.next}", self._next_node,
+                                  chunk_bytes=g.node.settings.ring_chunk_bytes)
         self.reader = ChunkReader(g.node, f"coll_{g.name}_{tag}{g.rank}", self._on_message)
         g.node.add_closable(self.reader)
 
@@ -194,7 +197,7 @@ class RingHandle:
         self.sibling: Ring | None = None  # the rank's other ring, told first if this one fails
         world, n = ring.group.world, vec.size
         self.edges = [j * n // world for j in range(world + 1)]
-        self.block = max(1, ring.group.node.settings.chunk_bytes // 4)  # floats per message
+        self.block = ring.group.node.settings.ring_block_bytes // 4  # floats per message at most
         self._awaiting: dict[tuple[int, int], Item] = {}  # (step, block) -> item: step - 1's block not here yet
         self._unready: list[Item] = []  # adds this rank's values, which ready() did not yet report final
         self._runnable: list[Item] = []  # a heap: can go now
@@ -208,9 +211,12 @@ class RingHandle:
                     self._awaiting[(step, b)] = (step, b, lo, hi)
 
     def blocks(self, segment: int) -> list[tuple[int, int]]:
-        """(lo, hi) of each block of a segment; an empty segment still has one (empty) block."""
+        """(lo, hi) of each block of a segment: the fewest blocks of at most self.block floats, of
+        one size give or take a float (no small last block costing a message of its own); an empty
+        segment still has one (empty) block."""
         lo, hi = self.edges[segment], self.edges[segment + 1]
-        return [(a, min(a + self.block, hi)) for a in range(lo, hi, self.block)] or [(lo, lo)]
+        count = max(1, -(-(hi - lo) // self.block))
+        return [(lo + (hi - lo) * i // count, lo + (hi - lo) * (i + 1) // count) for i in range(count)]
 
     def _enqueue(self, item: Item) -> None:
         if item[0] <= self.ring.group.world - 1 and self.ready is not None:

@@ -45,6 +45,23 @@ MTU_CHUNK = 64 * 1024
 # faster than 256 KiB, which is the most that slow links stand (see above).
 LINK_CHUNK_S = 0.002
 FAST_LINK_CHUNK = 256 * 1024
+# The ring allreduce (ring.py): its directions and its largest block, one message each. Each
+# message costs the same Python work on both ends whatever its size. Loopback: one ring (one thread
+# and half the messages per rank) and blocks of up to LOOPBACK_RING_BLOCK, each one chunk, so that
+# a small model's segment (the MNIST CNN's at WORLD=3: 2.2 MB) travels as one message. Measured
+# on loopback, WORLD=3, DDP on the MNIST CNN (benchmarks/bench_peers.py --only dds-dense-ring,
+# interleaved, load 5-6): whole segments 0.2028 and 0.1449 s per step with 0.0723 and 0.0639 s of
+# CPU, 1 MiB blocks (three of 740 KB a segment) 0.2233 and 0.1952 s with 0.0792 and 0.0660 s. Shaped
+# links: two rings (one writer alone leaves a 10 Mbit link partly idle) and blocks of chunk_bytes,
+# or, on a fast link (link_ring_block_bytes), of what it carries in about LINK_RING_BLOCK_S (a
+# block waits for the whole of its input before it goes on: larger blocks lengthen the pipeline)
+# in chunks of chunk_bytes, at most FAST_LINK_RING_BLOCK. Measured at 1 Gbit/s, WORLD=3, DDP on the
+# MNIST CNN (benchmarks/bench_peers.py, two runs each): 1 MiB blocks took 13-15 % less CPU per step
+# than 256 KiB ones, and no longer steps.
+LOOPBACK_RING_BLOCK = 4 * 1024 * 1024
+LINK_RING_BLOCK_S = 0.008
+FAST_LINK_RING_BLOCK = 1024 * 1024
+RING_DIRECTIONS = (1, 2)
 WANTED_SOCKET_BUFFER = 4 * 1024 * 1024
 MAX_DOMAIN_ID = 232  # Cyclone ports are 7400 + 250 * domain: above this they leave the 16-bit range
 # dds.multicast: what may be multicast. off: nothing (unicast peers); discovery: SPDP only;
@@ -89,6 +106,16 @@ def link_chunk_bytes(rate_bps: float) -> int:
     return chunk
 
 
+def link_ring_block_bytes(rate_bps: float) -> int:
+    """dds.ring_block_bytes for a shaped link of `rate_bps` bit/s: the smallest power of two from
+    its chunk (link_chunk_bytes) up that the link takes LINK_RING_BLOCK_S to carry, at most
+    FAST_LINK_RING_BLOCK."""
+    block = link_chunk_bytes(rate_bps)
+    while block < rate_bps / 8 * LINK_RING_BLOCK_S and block < FAST_LINK_RING_BLOCK:
+        block *= 2
+    return block
+
+
 def socket_buffer_bytes(which: str = "rmem_max") -> int:
     """The wanted buffer, capped at net.core.<which> (a larger minimum makes participant creation fail)."""
     limit = _sysctl(which)
@@ -130,6 +157,9 @@ class DdsSettings:
     # With a keyring: payloads encrypted too (AEGIS-128X2), not only authenticated. None: where it
     # costs little, on shaped links (a network); not on loopback, where it costs most (docs/security.md).
     encrypt: bool | None = None
+    ring_directions: int | None = None  # None: 1 on loopback, 2 on shaped links
+    ring_block_bytes: int | None = None  # None: LOOPBACK_RING_BLOCK on loopback, chunk_bytes on shaped links
+    # (a networked run's nodes get link_ring_block_bytes of the slowest link: testbed.compose_file)
     # Cyclone's domain tag: discovery ignores every participant whose tag differs, so no process
     # without the run's key file matches this node's endpoints. None: the keyring's (keyless: none).
     discovery_tag: str | None = field(default=None, compare=False, repr=False)
@@ -162,6 +192,14 @@ class DdsSettings:
             object.__setattr__(self, "encrypt", not self.loopback_tuned)
         if not isinstance(self.encrypt, bool):
             raise ValueError(f"dds.encrypt must be true or false, got {self.encrypt!r}")
+        if self.ring_directions is None:
+            object.__setattr__(self, "ring_directions", 1 if self.loopback_tuned else 2)
+        if self.ring_directions not in RING_DIRECTIONS:
+            raise ValueError(f"dds.ring_directions must be 1 or 2, got {self.ring_directions!r}")
+        if self.ring_block_bytes is None:
+            object.__setattr__(self, "ring_block_bytes", LOOPBACK_RING_BLOCK if self.loopback_tuned else self.chunk_bytes)
+        if self.ring_block_bytes < 4:
+            raise ValueError(f"dds.ring_block_bytes must be at least 4 (one float), got {self.ring_block_bytes}")
         if not 4096 <= self.send_window_bytes <= 1 << 24:
             raise ValueError(f"dds.send_window_bytes must be in 4096..16777216, got {self.send_window_bytes}")
         if self.keyring is not None:
@@ -192,6 +230,12 @@ class DdsSettings:
         """Seconds between participant announcements, to live peers and to lost ones alike."""
         interval = 0.8 * self.lease_s if self.lease_s < 10 else self.lease_s - 2
         return min(interval, SPDP_MAX_INTERVAL_S)
+
+    @property
+    def ring_chunk_bytes(self) -> int:
+        """The chunk of a ring block's message: the whole block on loopback; chunk_bytes on a shaped
+        link, where larger chunks cause drop storms."""
+        return max(self.ring_block_bytes, self.chunk_bytes) if self.loopback_tuned else self.chunk_bytes
 
     @property
     def fragment_bytes(self) -> int:

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..dds.settings import link_chunk_bytes
+from ..dds.settings import link_chunk_bytes, link_ring_block_bytes
 from ..links.profiles import TRACE_PREFIX, link_for, split_loss
 from ..runs.roster import Node
 from .images import node_image
@@ -35,21 +35,37 @@ def networked_dds(dds: dict[str, Any], node: str, addrs: dict[str, str], link_pr
     """The `dds` section for a node on a shaped private network (container or namespace eth0):
     data multicast unless the run chose otherwise, unicast peers for discovery all the same,
     repair timing for loss when any node's link of the profile loses packets, and the run's chunk
-    size (profile_chunk_bytes) unless it chose one."""
-    chunk = profile_chunk_bytes(link_profile, list(addrs)) if dds.get("chunk_bytes") is None else None
+    and ring block sizes (profile_chunk_bytes, profile_ring_block_bytes) unless it chose them."""
+    sizes = {"chunk_bytes": profile_chunk_bytes(link_profile, list(addrs)),
+             "ring_block_bytes": profile_ring_block_bytes(link_profile, list(addrs))}
     lossy = any(link_for(link_profile, name).loss_pct > 0 for name in addrs)
     return {**dds, "interface": "eth0", "loopback_tuned": False, "multicast": dds.get("multicast") or "data",
-            "peers": [a for name, a in addrs.items() if name != node], **({"chunk_bytes": chunk} if chunk else {}),
+            "peers": [a for name, a in addrs.items() if name != node],
+            **{k: v for k, v in sizes.items() if v is not None and dds.get(k) is None},
             **({"lossy_link": True} if lossy else {})}
+
+
+def slowest_rate_bps(link_profile: str, nodes: list[str]) -> float | None:
+    """The rate of the slowest node's link on `link_profile`; None for a trace, whose rates change
+    during the run."""
+    if split_loss(link_profile)[0].startswith(TRACE_PREFIX):
+        return None
+    return min(link_for(link_profile, name).rate_bps for name in nodes)
 
 
 def profile_chunk_bytes(link_profile: str, nodes: list[str]) -> int | None:
     """dds.chunk_bytes for every node of a run on `link_profile`: the slowest node's link's
     (commlab.dds.settings.link_chunk_bytes), one size for all, since a ring allreduce's ranks must
-    agree on its blocks; None (the default) for a trace, whose rates change during the run."""
-    if split_loss(link_profile)[0].startswith(TRACE_PREFIX):
-        return None
-    return link_chunk_bytes(min(link_for(link_profile, name).rate_bps for name in nodes))
+    agree on its blocks; None (the default) for a trace."""
+    rate = slowest_rate_bps(link_profile, nodes)
+    return None if rate is None else link_chunk_bytes(rate)
+
+
+def profile_ring_block_bytes(link_profile: str, nodes: list[str]) -> int | None:
+    """dds.ring_block_bytes for every node of a run on `link_profile`, as profile_chunk_bytes
+    (commlab.dds.settings.link_ring_block_bytes); None (the default, chunk_bytes) for a trace."""
+    rate = slowest_rate_bps(link_profile, nodes)
+    return None if rate is None else link_ring_block_bytes(rate)
 
 
 def container_config(cfg: dict[str, Any], node: str, addrs: dict[str, str], link_profile: str,
