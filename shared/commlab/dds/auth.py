@@ -84,6 +84,13 @@ class Keyring:
     signing_key: bytes | None = None  # raw Ed25519 private key
     signed_for: tuple[str, ...] = ()  # the peers that take this node's messages only signed (no tags for them)
     verify_keys: dict[str, bytes] = field(default_factory=dict)  # node -> raw Ed25519 public key
+    # With the run key: the pair keys of this node's peers, derived once (every message's envelope
+    # is checked with one); names outside the run are derived per call and never kept.
+    _derived: dict[str, bytes] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.run_key is not None:
+            self._derived.update({p: pair_key(self.run_key, self.node, p) for p in self.peers})
 
     def for_node(self, name: str) -> "Keyring":
         """This keyring as node `name` uses it: a node holding the run key may be any node of the
@@ -97,7 +104,7 @@ class Keyring:
 
     def key_with(self, peer: str) -> bytes | None:
         if self.run_key is not None:
-            return pair_key(self.run_key, self.node, peer)
+            return self._derived.get(peer) or pair_key(self.run_key, self.node, peer)
         return self.pair_keys.get(peer)
 
     def key_of(self, identity: str) -> bytes | None:

@@ -146,9 +146,6 @@ class Opener:
         self._windows: dict[str, SequenceWindow] = {}
         self._lock = threading.Lock()  # every reader thread of the node opens through this one
         self._verify = dict(ring.verify_keys)  # node -> Ed25519 public key
-        # The keys of the peers it knows, derived once (a node holding the run key derives each by
-        # an HMAC): a message's envelope is checked with no derivation but its own message key's.
-        self._pairs = {p: ring.key_with(p) for p in ring.peers}
         self._on_window_replaced = on_window_replaced  # a newer incarnation of a sender took its window
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"open-{ring.node}")
 
@@ -183,8 +180,7 @@ class Opener:
             raise AuthError("wrong_run", f"{sender!r} is in run {claimed[0]!r}")
         if claimed[1:] != (sender, incarnation, topic, total_bytes):
             raise AuthError("unauthenticated", f"envelope of {sender!r} does not match its chunk")
-        pair = self._pairs[sender] if sender in self._pairs else self.ring.key_with(sender)
-        signed = signed_bytes(auth, meta)
+        pair, signed = self.ring.key_with(sender), signed_bytes(auth, meta)
         if verify is not None:
             # The pair key is shared with the sender's counterpart, so only the signature tells
             # that the sender itself wrote this.
