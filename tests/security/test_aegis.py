@@ -1,4 +1,4 @@
-"""AEGIS-128X2 as the payload cipher and MAC (commlab.dds.aegis; format in envelope.py): chunk by
+"""AEGIS-128X4 as the payload cipher and MAC (commlab.dds.aegis; format in envelope.py): chunk by
 chunk it gives what libaegis gives in one call, and a sealed message refuses a changed byte in any
 chunk, a wrong key, a cut payload or tag, and a cipher it does not know. The key derivation,
 canonical envelope and Ed25519 signatures are those of the wire format."""
@@ -9,7 +9,7 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from pyaegis import Aegis128X2, AegisMac128X2
+from pyaegis import Aegis128X4, AegisMac128X4
 
 from commlab.dds import aegis
 from commlab.dds.auth import make_keyrings
@@ -28,7 +28,7 @@ def pieces(data: bytes) -> list[memoryview]:
 
 def test_the_chunked_stream_and_mac_give_what_one_call_gives():
     key, associated = os.urandom(aegis.KEY_BYTES), b"signed envelope"
-    whole, whole_tag = Aegis128X2(tag_size=aegis.TAG_BYTES).encrypt_detached(key, bytes(16), PAYLOAD, associated)
+    whole, whole_tag = Aegis128X4(tag_size=aegis.TAG_BYTES).encrypt_detached(key, bytes(16), PAYLOAD, associated)
     stream, sent = aegis.AegisStream(key, associated), bytearray(len(PAYLOAD))
     for i, piece in enumerate(pieces(PAYLOAD)):
         stream.update_into(piece, memoryview(sent)[i * STEP:i * STEP + len(piece)])
@@ -40,7 +40,7 @@ def test_the_chunked_stream_and_mac_give_what_one_call_gives():
     mac = aegis.AegisMac(key)
     for piece in pieces(PAYLOAD):
         mac.update(piece)
-    reference = AegisMac128X2(key, bytes(16), tag_size=aegis.TAG_BYTES)
+    reference = AegisMac128X4(key, bytes(16), tag_size=aegis.TAG_BYTES)
     reference.update(PAYLOAD)
     assert mac.tag() == reference.final()
 
@@ -57,7 +57,7 @@ def test_a_wrong_key_or_associated_data_fails_the_tag_and_bad_sizes_are_refused(
     short = aegis.AegisStream(key, b"a", decrypt=True)
     short.update_into(bytes(sent), bytearray(100))
     assert not short.verify(tag[:-1])
-    with pytest.raises(ValueError, match="AEGIS-128X2 key is 16 bytes, not 32"):
+    with pytest.raises(ValueError, match="AEGIS-128X4 key is 16 bytes, not 32"):
         aegis.AegisStream(os.urandom(32), b"")
     with pytest.raises(ValueError, match="output of 99 bytes for a chunk of 100"):
         aegis.AegisStream(key, b"").update_into(PAYLOAD[:100], bytearray(99))
@@ -65,8 +65,10 @@ def test_a_wrong_key_or_associated_data_fails_the_tag_and_bad_sizes_are_refused(
 
 def seal_chunks(sealer: Sealer, to=()) -> tuple[str, list[bytes], str]:
     sealing = sealer.begin("ModelBlob", "{}", len(PAYLOAD), to=to)
-    sent = [bytes(piece) for piece in sealing.updates(pieces(PAYLOAD))]
-    return sealing.envelope, sent, sealing.last_meta("")
+    parts = pieces(PAYLOAD)
+    wire = [bytearray(len(part)) for part in parts]  # as the writer seals each chunk into its sample
+    sent = [bytes(wire[i]) for i in sealing.sealed(parts, lambda i: memoryview(wire[i]))]
+    return sealing.envelope, sent, sealing.last_meta(first=False)
 
 
 def receive(ring, sender: Sealer, envelope: str, sent: list[bytes], trailer: str) -> bytes:
@@ -84,9 +86,9 @@ def test_one_changed_byte_in_any_chunk_is_refused(encrypt, trusted):
     rings = make_keyrings("run-a", NODES, trusted=set(NODES) if trusted == "all" else {"controller"})
     sealer = Sealer(rings["controller"], 1, encrypt)
     if trusted == "all":
-        expected = ("aegis-128x2", "aead") if encrypt else ("none", "aegis-mac")
+        expected = ("aegis-128x4", "aead") if encrypt else ("none", "aegis-mac")
     else:  # a signing sender: the signature covers a BLAKE3 digest of the ciphertext
-        expected = ("aegis-128x2", "blake3")
+        expected = ("aegis-128x4", "blake3")
     assert (sealer.cipher, sealer.mac) == expected
     envelope, sent, trailer = seal_chunks(sealer)
     assert receive(rings["client-0"], sealer, envelope, sent, trailer) == PAYLOAD
@@ -137,14 +139,14 @@ def test_an_unknown_cipher_or_mac_is_refused_in_one_line(cipher, mac):
 
 def test_the_derived_keys_and_canonical_envelope_are_those_of_the_wire_format():
     """derive() is RFC 5869 HKDF-SHA256 and signed_bytes() the sorted, compact JSON: what every
-    other holder of wire version 3 computes."""
+    other holder of wire version 4 computes."""
     pair, salt, signed = os.urandom(32), os.urandom(16), os.urandom(300)
     for length in (16, 32):
         reference = HKDF(hashes.SHA256(), length, salt, b"commlab message key\0" + signed).derive(pair)
         assert derive(pair, salt, key_label(None), signed, length) == reference
     with pytest.raises(ValueError, match="a derived key is 1 to 32 bytes, not 33"):
         derive(pair, salt, key_label(None), signed, 33)
-    auth = {"v": 3, "run": 'r"\\ü', "seq": 7, "bytes": 0, "salt": salt.hex()}
+    auth = {"v": 4, "run": 'r"\\ü', "seq": 7, "bytes": 0, "salt": salt.hex()}
     assert signed_bytes(auth, "{}") == json.dumps(auth, sort_keys=True, separators=(",", ":")).encode() + b"\0{}"
 
 

@@ -79,7 +79,7 @@ def test_a_chunked_message_is_authenticated_by_its_last_chunk(clients, encrypt, 
         sent += piece
         opened.update(piece)
         assert piece == part  # decrypted in place
-    trailer = sealing.last_meta("")
+    trailer = sealing.last_meta(first=False)
     opened.finish(trailer)
     assert opened.meta == '{"round": 3}'
     forged = Opener(rings["client-0"]).open("ModelBlob", "controller", 1, 12, sealer.begin("ModelBlob", "{}", 12).envelope)
@@ -92,20 +92,42 @@ def test_a_chunked_message_is_authenticated_by_its_last_chunk(clients, encrypt, 
         altered.finish(trailer)
 
 
+@pytest.mark.parametrize("clients,encrypt,trusted", [(2, True, "all"), (2, False, "all"), (1, True, "all"),
+                                                    (MAC_RECIPIENTS_MAX + 1, False, "all"), (2, True, "controller")])
+def test_a_trailer_placeholder_has_the_length_of_the_trailer(clients, encrypt, trusted):
+    """A writer builds the last chunk's head around a placeholder before the payload is sealed into
+    the sample, and overwrites it with the real trailer: they must be of one length, and the
+    trailer merged into a one-chunk message's envelope reads as the envelope plus its trailer."""
+    nodes = ["controller"] + [f"client-{i}" for i in range(clients)]
+    rings = make_keyrings("run-a", nodes, trusted=set(nodes) if trusted == "all" else {"controller"})
+    for first in (False, True):
+        sealing = Sealer(rings["controller"], 1, encrypt).begin("ModelBlob", '{"round": 3}', 5)
+        placeholder = sealing.last_meta(first, placeholder=True)
+        sealing.seal_into(b"abcde", memoryview(bytearray(5)))
+        meta = sealing.last_meta(first)
+        assert len(meta) == len(placeholder) and meta != placeholder
+        trailer = json.loads(meta)
+        if first:
+            trailer = trailer.pop("trailer")
+            assert json.loads(meta) == {**json.loads(sealing.envelope), "trailer": trailer}
+        assert set(trailer) == set(json.loads(placeholder).get("trailer", json.loads(placeholder)))
+
+
 @pytest.mark.parametrize("trusted,encrypt", [("all", False), ("all", True), ("controller", False), ("controller", True)])
 def test_pipelined_sealing_opens_into_place_and_still_catches_a_flipped_bit(trusted, encrypt):
-    """updates() (a writer's: each chunk encrypted in the worker while the one before is written)
-    and a receiver's one pass from the received chunk into the message's buffer (large chunks'
-    digest hashed alongside) give back the payload, and refuse it with one bit flipped."""
+    """sealed() (a writer's: each chunk sealed into its sample, in the worker while the one before
+    is written, then the last chunk's trailer) and a receiver's one pass from the received chunk
+    into the message's buffer (large chunks' digest hashed alongside) give back the payload, and
+    refuse it with one bit flipped."""
     rings = make_keyrings("run-a", NODES, trusted=set(NODES) if trusted == "all" else {"controller"})
     sealer = Sealer(rings["controller"], 1, encrypt)
     payload = os.urandom(3 * ALONGSIDE + 1000)
     step = ALONGSIDE + 7
     sealing = sealer.begin("ModelBlob", "{}", len(payload))
-    # Each piece is copied before the next is asked for, as write_iov copies it.
-    sent = b"".join(bytes(piece) for piece in sealing.updates([memoryview(payload)[i:i + step]
-                                                                 for i in range(0, len(payload), step)]))
-    trailer = sealing.last_meta("")
+    parts = [memoryview(payload)[i:i + step] for i in range(0, len(payload), step)]
+    samples = [bytearray(len(part)) for part in parts]
+    sent = b"".join(bytes(samples[i]) for i in sealing.sealed(parts, lambda i: memoryview(samples[i])))
+    trailer = sealing.last_meta(first=False)
     assert (sent == payload) == (not encrypt)
     for flip in (None, 0, len(payload) - 1):
         wire = bytearray(sent)

@@ -80,7 +80,7 @@ def test_frames_of_the_previous_wire_version_are_refused_with_a_clear_line(rings
     envelope, sent = client.seal("ClientUpdate", "{}", b"")
     doc = json.loads(envelope)
     del doc["auth"]["v"]  # version 1 had no version field, no salt and no cipher
-    with pytest.raises(AuthError, match="wire version 1; this node reads version 3 only"):
+    with pytest.raises(AuthError, match="wire version 1; this node reads version 4 only"):
         open_whole(rings["controller"], client, json.dumps(doc), sent, "ClientUpdate")
 
 
@@ -94,12 +94,15 @@ def test_mac_only_sends_the_payload_in_clear_and_still_authenticates_it(rings):
                    client.seal("ClientUpdate", "{}", PLAIN)[0], PLAIN[:-1] + b"X", "ClientUpdate")
 
 
-def test_encryption_is_on_by_default_off_the_loopback_and_a_config_says_otherwise():
+def test_encryption_is_on_by_default_on_every_link_and_a_config_says_otherwise():
     from commlab.config.schema import ConfigError, DdsSection, from_dict
+    from commlab.config.builders import dds_settings
     from commlab.dds.settings import DdsSettings
-    assert DdsSettings(domain_id=1).encrypt is False  # loopback-tuned: where it costs most
+    assert DdsSettings(domain_id=1).encrypt is True
     assert DdsSettings(domain_id=1, loopback_tuned=False).encrypt is True
-    assert DdsSettings(domain_id=1, encrypt=True).encrypt is True
+    assert DdsSettings(domain_id=1, encrypt=False).encrypt is False
+    assert dds_settings(from_dict(DdsSection, {"domain_id": 1}, "dds.")).encrypt is True
+    assert dds_settings(from_dict(DdsSection, {"domain_id": 1, "encrypt": False}, "dds.")).encrypt is False
     with pytest.raises(ValueError, match="dds.encrypt must be true or false"):
         DdsSettings(domain_id=1, encrypt="yes")
     with pytest.raises(ConfigError, match="encrypt: expected bool"):

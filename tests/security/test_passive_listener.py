@@ -63,7 +63,7 @@ def test_a_passive_listener_sees_no_plaintext(tmp_path, domain):
         listener.wait_for("listening", 120)
         for node, cfg in zip(fl_roster(2), [ctl, *clients]):
             write_keyring(keys / f"{node.name}.key", rings[node.name])
-            cfg["dds"].update(key_file=str(keys / f"{node.name}.key"), encrypt=True)  # loopback: not by default
+            cfg["dds"]["key_file"] = str(keys / f"{node.name}.key")  # encrypted by default
             path = tmp_path / f"{node.name}.json"
             path.write_text(json.dumps(cfg))
             procs.append(NodeProcess(tmp_path, node.name, [sys.executable, str(ROOT / "nodes" / node.script), str(path)]))

@@ -35,7 +35,7 @@ def sealed(sealer: Sealer, topic: str, payload: bytes, chunk: int = 100) -> list
     for c in chunks:
         c.payload = bytes(sealing.update(bytes(c.payload)))
         if c.index == c.count - 1:
-            c.meta = sealing.last_meta(c.meta)
+            c.meta = sealing.last_meta(first=c.index == 0)
     return chunks
 
 

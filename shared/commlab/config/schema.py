@@ -191,7 +191,7 @@ class DdsSection:
     lossy_link: bool | None = None
     # This node's keyring (commlab.dds.auth): messages are authenticated when set. A path, never the key.
     key_file: str | None = None
-    # With key_file: payloads encrypted too (AEGIS-128X2); None: on shaped links, off on loopback.
+    # With key_file: payloads encrypted too (AEGIS-128X4), as by default; false: authenticated, in clear.
     encrypt: bool | None = None
     # The ring allreduce's directions (1 or 2) and largest block; None: commlab.dds.settings' defaults.
     ring_directions: int | None = None

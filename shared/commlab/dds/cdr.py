@@ -125,6 +125,52 @@ def write_iov(writer: int, sertype: int, pieces: Sequence[tuple[int, int]]) -> i
     return _writecdr(writer, sample)
 
 
+class SampleToFill:
+    """One sample to write whose payload is filled in place: a sealed chunk is encrypted straight
+    into the bytes Cyclone sends, so the cipher's pass replaces write_iov's copy instead of adding
+    to it. The sample is allocated zeroed (the binding's dds_alloc) around the head; `payload` is
+    writable until write() or discard(), and the head may be rewritten with one of the same length
+    (a trailer known only once the payload is sealed)."""
+
+    def __init__(self, sertype: int, head: bytes, payload_bytes: int, tail: bytes):
+        self.size = len(head) + payload_bytes + len(tail)
+        iov = IoVec(address_of(head), len(head))
+        self._sample = _from_ser_iov(sertype, SDK_DATA, 1, ct.byref(iov), self.size)
+        if not self._sample:
+            raise DdsError(f"Cyclone rejected a sample of {self.size} bytes with a head of {len(head)}")
+        self._head_bytes = len(head)
+        self._iov = IoVec()
+        self._ref = _to_ser_ref(self._sample, 0, self.size, ct.byref(self._iov))
+        self._base = self._iov.base
+        place = (ct.c_char * payload_bytes).from_address(self._base + len(head))
+        self.payload = memoryview(place).cast("B") if payload_bytes else memoryview(bytearray())
+        copy_into(self._base + len(head) + payload_bytes, tail)
+
+    def rewrite_head(self, head: bytes) -> None:
+        if len(head) != self._head_bytes:
+            raise DdsError(f"a head of {len(head)} bytes cannot replace one of {self._head_bytes}")
+        copy_into(self._base, head)
+
+    def _release_view(self) -> None:
+        if self._ref is not None:
+            self.payload.release()
+            _to_ser_unref(self._ref, ct.byref(self._iov))
+            self._ref = None
+
+    def write(self, writer: int) -> int:
+        """Send the sample (dds_writecdr consumes it on every path); the DDS return code."""
+        self._release_view()
+        sample, self._sample = self._sample, None
+        return _writecdr(writer, sample)
+
+    def discard(self) -> None:
+        """Drop a sample that will not be written (a write before it failed)."""
+        self._release_view()
+        if self._sample is not None:
+            serdata_unref(self._sample)
+            self._sample = None
+
+
 def serdata_bytes(sample: int) -> bytes:
     """A copy of a whole serialized sample (the key only, for an invalid sample of a keyed topic)."""
     out = bytearray(serdata_size(sample))

@@ -71,9 +71,10 @@ class PrefixTooShort(Exception):
     """decode_head needs more of the sample than the prefix it was given (a long meta)."""
 
 
-def encode_head(c: Chunk, payload_len: int) -> bytes:
-    """Every byte of the sample before the payload octets (up to and including their count)."""
-    sender, meta = c.sender.encode() + b"\0", c.meta.encode() + b"\0"
+def encode_head(c: Chunk, payload_len: int, meta_text: str | None = None) -> bytes:
+    """Every byte of the sample before the payload octets (up to and including their count);
+    `meta_text`: in place of c.meta."""
+    sender, meta = c.sender.encode() + b"\0", (c.meta if meta_text is None else meta_text).encode() + b"\0"
     pos = 4 + len(sender)
     out = [LITTLE, struct.pack("<I", len(sender)), sender, b"\0" * (-pos % 8),
            HEAD["<"].pack(c.incarnation, c.msg_id, c.index, c.count, c.total_bytes)]

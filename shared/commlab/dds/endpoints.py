@@ -19,7 +19,8 @@ from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 
-from .cdr import SampleInfo, address_of, serdata_bytes, serdata_size, serdata_to_ser, serdata_view, sertype_of, write_iov
+from .cdr import (SampleInfo, SampleToFill, address_of, serdata_bytes, serdata_size, serdata_to_ser, serdata_view,
+                  sertype_of, write_iov)
 from .chunk import Chunk, ChunkHead, PrefixTooShort, decode_head, encode_head, padding, split
 from .errors import DdsWriteTimeout, MessageError
 from .host import EndpointHost
@@ -27,6 +28,7 @@ from .messages import from_wire, to_wire
 from .qos import lossless
 from .reading import ReaderLoop, matched_handles, wait_for_acks
 from .reassembly import Assembled, Reassembler
+from .seal import Sealing
 from .stats import wire_bytes
 
 
@@ -61,7 +63,6 @@ class ChunkWriter:
         self._matched_version: tuple[int, int] = (-1, -1)
         self._ready_at: tuple[int, tuple[int, int]] | None = None  # (directory generation, match version)
         self._lock = threading.Lock()  # one message at a time (a collective's resends come from any thread)
-        self._sealed: list[bytearray] = [bytearray(), bytearray()]  # encrypted chunks, reused message after message
         node.writers.append(self)
 
     def _match_version(self) -> tuple[int, int]:
@@ -121,6 +122,15 @@ class ChunkWriter:
         with self._lock:
             self._write(meta, payload, to)
 
+    def _sample_to_fill(self, samples: dict[int, SampleToFill], chunk: Chunk, sealing: Sealing) -> memoryview:
+        """Chunk's sample with its payload left to seal into (the last chunk's head with a trailer of
+        zeros, rewritten once the payload is sealed); called from the sealing worker too."""
+        n = len(chunk.payload)
+        meta = sealing.last_meta(chunk.index == 0, placeholder=True) if chunk.index == chunk.count - 1 else chunk.meta
+        head = encode_head(chunk, n, meta)
+        sample = samples[chunk.index] = SampleToFill(self._sertype, head, n, padding(len(head), n))
+        return sample.payload
+
     def _write(self, meta: str, payload: bytes | memoryview, to: Collection[str]) -> None:
         s = self.node.settings
         if to:
@@ -137,29 +147,37 @@ class ChunkWriter:
         waited = 0.0
         view = memoryview(payload).cast("B")
         base = address_of(view) if len(view) else 0
-        sent_payloads = None
+        # Protected: an envelope in the first chunk, the payload's tag or digest in the last.
+        sealer = self.node.sealer
+        sealing = None if sealer is None else sealer.begin(self.name, meta, len(view),
+                                                           self.readers() if self.readers is not None else ())
+        message = list(split(self.node.name, self.node.incarnation, msg_id,
+                             meta if sealing is None else sealing.envelope, view, self.chunk_bytes))
+        # Sealed: each chunk's sample is built around an unfilled payload, and the payload sealed into it.
+        samples: dict[int, SampleToFill] = {}
+        sealed = None
         try:
-            # Protected: an envelope in the first chunk, the payload's tag or digest in the last.
-            sealer = self.node.sealer
-            sealing = None if sealer is None else sealer.begin(self.name, meta, len(view), self._sealed,
-                                                               self.readers() if self.readers is not None else ())
-            message = list(split(self.node.name, self.node.incarnation, msg_id,
-                                 meta if sealing is None else sealing.envelope, view, self.chunk_bytes))
-            # Sealed (encrypted) into buffers that write_iov copies from, one chunk ahead of the writes.
-            sent_payloads = sealing.updates([c.payload for c in message]) if sealing is not None else None
+            if sealing is not None:
+                sealed = sealing.sealed([c.payload for c in message], lambda i: self._sample_to_fill(
+                    samples, message[i], sealing))
             for chunk in message:
                 n = len(chunk.payload)
-                at = base + chunk.index * self.chunk_bytes
-                if sent_payloads is not None:
-                    sent_payload = next(sent_payloads)
-                    at = address_of(sent_payload) if n else 0
-                    if chunk.index == chunk.count - 1:
-                        chunk.meta = sealing.last_meta(chunk.meta)
-                head = encode_head(chunk, n)
-                pad = len(padding(len(head), n))
-                pieces = [(address_of(head), len(head)), (at, n), (ZEROS_ADDRESS, pad)]
-                start = time.perf_counter()
-                ret = write_iov(self.writer._ref, self._sertype, [p for p in pieces if p[1]])
+                if sealed is None:
+                    head = encode_head(chunk, n)
+                    pad = len(padding(len(head), n))
+                    size = len(head) + n + pad
+                    pieces = [(address_of(head), len(head)), (base + chunk.index * self.chunk_bytes, n), (ZEROS_ADDRESS, pad)]
+                    start = time.perf_counter()
+                    ret = write_iov(self.writer._ref, self._sertype, [p for p in pieces if p[1]])
+                else:
+                    next(sealed)
+                    sample = samples.pop(chunk.index)
+                    if chunk.index == chunk.count - 1:  # the trailer, now that the whole payload is sealed
+                        chunk.meta = sealing.last_meta(chunk.index == 0)
+                        sample.rewrite_head(encode_head(chunk, n))
+                    size = sample.size
+                    start = time.perf_counter()
+                    ret = sample.write(self.writer._ref)
                 waited += time.perf_counter() - start
                 if ret == RETCODE_TIMEOUT:
                     peers, unannounced = self.node.peer_names(self.matched_participants())
@@ -167,11 +185,13 @@ class ChunkWriter:
                                                             f"{s.write_timeout_s:.1f}s", unannounced)
                 if ret < 0:
                     raise DDSException(ret, f"writing chunk {chunk.index} on topic {self.name!r}")
-                sent += copies * wire_bytes(len(head) + n + pad, s.fragment_bytes, s.ip_mtu)
+                sent += copies * wire_bytes(size, s.fragment_bytes, s.ip_mtu)
                 chunks += copies
         except BaseException:
-            if sent_payloads is not None:
-                sent_payloads.close()
+            if sealed is not None:
+                sealed.close()
+            for sample in samples.values():
+                sample.discard()
             self.node.stats.add(bytes_sent=sent, chunks_sent=chunks, wait_s=waited)
             raise
         # counted once per message: the per-chunk loop is the hot path

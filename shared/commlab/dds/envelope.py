@@ -1,7 +1,7 @@
-"""The wire format of protected messages (version 3) and the primitives both ends share.
+"""The wire format of protected messages (version 4) and the primitives both ends share.
 
 A protected message's first chunk carries an envelope as its meta:
-    {"auth": {"v": 3, "run", "sender", "incarnation", "seq", "topic", "bytes", "salt", "cipher", "mac"},
+    {"auth": {"v": 4, "run", "sender", "incarnation", "seq", "topic", "bytes", "salt", "cipher", "mac"},
      "meta": <the message's own meta>, "tags": {recipient: HMAC-SHA256(pair key, signed)[:16]},
      "sig": Ed25519 over signed (a trusted node's message, for the untrusted nodes),
      "keys": {recipient: the message key wrapped for it} (an encrypted message to several)}
@@ -9,7 +9,7 @@ where `signed` is the canonical JSON of "auth", a zero byte, and the meta; "salt
 bytes drawn for the message. The last chunk carries a trailer that authenticates the payload
 (both in one meta for a one-chunk message).
 
-"cipher": "aegis-128x2" (dds.encrypt, the default): the payload travels encrypted, one AEGIS-128X2
+"cipher": "aegis-128x4" (dds.encrypt, the default): the payload travels encrypted, one AEGIS-128X4
 stream over all its chunks with `signed` as associated data. Its 16-byte message key:
   - one recipient: HKDF-SHA256(pair key, salt, "commlab message key" | signed);
   - several (a broadcast): 16 random bytes, wrapped for each recipient by AES-256-GCM under
@@ -20,9 +20,9 @@ nonces (AEGIS and AES-GCM alike) never meet the same key twice.
 "cipher": "none" (dds.encrypt false): the payload in clear.
 
 "mac", how the trailer authenticates the payload:
-  - "aead" (encrypted): {"aead": the AEGIS-128X2 tag};
+  - "aead" (encrypted): {"aead": the AEGIS-128X4 tag};
   - "aegis-mac" (in clear, at most MAC_RECIPIENTS_MAX recipients): {"tags": {recipient:
-    AEGIS-128X2-MAC of the payload}} under HMAC-SHA256(pair key, "commlab payload mac" | signed)[:16];
+    AEGIS-128X4-MAC of the payload}} under HMAC-SHA256(pair key, "commlab payload mac" | signed)[:16];
   - "blake3": {"digest": BLAKE3 of the payload as sent, "tags": {recipient: HMAC over signed and
     the digest}} (and "aead" when encrypted): one hash however many recipients, and the form a
     signing sender uses, since an AEAD or MAC tag binds nothing for a recipient that knows its key.
@@ -43,16 +43,18 @@ from . import aegis
 from .auth import KEY_BYTES, TAG_BYTES
 from .errors import MessageError
 
-VERSION = 3
+VERSION = 4
 SALT_BYTES = 16
+DIGEST_BYTES = blake3.blake3.digest_size
+SIGNATURE_BYTES = crypto_sign_BYTES
 NONCE = bytes(12)  # the AES-GCM key wrap's: every wrapping key is used once (module docstring)
 WINDOW = 4096  # sequence numbers a receiver remembers per sender (of its newest incarnation only)
-# AEGIS-128X2-MAC runs on the CPU's AES instructions, about eight times BLAKE3's rate per byte on
+# AEGIS-128X4-MAC runs on the CPU's AES instructions, about eight times BLAKE3's rate per byte on
 # one core of an AES-NI/VAES machine: a MAC per recipient costs less than one BLAKE3 pass up to
 # several of them (a margin kept for CPUs without VAES).
 MAC_RECIPIENTS_MAX = 6
-CIPHERS = ("aegis-128x2", "none")
-MACS = {"aegis-128x2": ("aead", "blake3"), "none": ("aegis-mac", "blake3")}  # the payload MACs of each cipher
+CIPHERS = ("aegis-128x4", "none")
+MACS = {"aegis-128x4": ("aead", "blake3"), "none": ("aegis-mac", "blake3")}  # the payload MACs of each cipher
 REASONS = ("unauthenticated", "wrong_run", "wrong_key", "replayed", "out_of_window", "altered")
 # Built once: json.dumps with any non-default option builds a new encoder on every call, which
 # costs more than encoding the envelope (both ends canonicalise every message's envelope).
@@ -107,12 +109,12 @@ def payload_digest() -> blake3.blake3:
 
 
 def payload_cipher(key: bytes, signed: bytes, decrypt: bool = False) -> aegis.AegisStream:
-    """AEGIS-128X2 under a one-message key, `signed` as associated data; payload chunks go through update_into."""
+    """AEGIS-128X4 under a one-message key, `signed` as associated data; payload chunks go through update_into."""
     return aegis.AegisStream(key, signed, decrypt)
 
 
 def payload_mac(pair: bytes, signed: bytes) -> aegis.AegisMac:
-    """AEGIS-128X2-MAC of the payload. Its key derives from the signed envelope (sender, incarnation,
+    """AEGIS-128X4-MAC of the payload. Its key derives from the signed envelope (sender, incarnation,
     sequence number, salt), so it is new for every message and the fixed nonce never repeats under one key."""
     key = hmac.digest(pair, b"commlab payload mac\0" + signed, "sha256")[:aegis.KEY_BYTES]
     return aegis.AegisMac(key)
@@ -127,14 +129,14 @@ class Signer:
         self._secret = crypto_sign_seed_keypair(seed)[1]
 
     def sign(self, data: bytes) -> str:
-        return crypto_sign(data, self._secret)[:crypto_sign_BYTES].hex()
+        return crypto_sign(data, self._secret)[:SIGNATURE_BYTES].hex()
 
 
 def signature_holds(public: bytes, signature: object, data: bytes) -> bool:
     """Whether `signature` (hex, untrusted) is the Ed25519 signature of `data` under `public`."""
     try:
         raw = bytes.fromhex(signature)  # type: ignore[arg-type]
-        if len(raw) != crypto_sign_BYTES:
+        if len(raw) != SIGNATURE_BYTES:
             return False
         crypto_sign_open(raw + data, public)
         return True

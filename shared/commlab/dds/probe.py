@@ -55,6 +55,14 @@ class ProbeCheck:
     sha256: str
 
 
+def sha256_of(payloads: list[bytes]) -> str:
+    """Of the payloads one after the other, without joining them (a batch is tens of MB)."""
+    h = hashlib.sha256()
+    for payload in payloads:
+        h.update(payload)
+    return h.hexdigest()
+
+
 def parse_sizes(text: str) -> list[tuple[int, int]]:
     """'65536x20,1700000x2' -> [(65536, 20), (1700000, 2)]"""
     return [(int(s), int(c)) for s, c in (item.split("x") for item in text.split(","))]
@@ -94,7 +102,7 @@ def send(nodes: dict[str, DdsNode], order: list[Batch]) -> None:
         check = checks.receive(600)
         if ack is None or ack.batch != batch or ack.count != count:
             raise SystemExit(f"{mode} size {size}: no acknowledgement of batch {batch}")
-        if check is None or check.batch != batch or check.sha256 != hashlib.sha256(payload * count).hexdigest():
+        if check is None or check.batch != batch or check.sha256 != sha256_of([payload] * count):
             raise SystemExit(f"{mode} size {size}: the receiver got other bytes than were sent")
         d = node.stats.since(before)
         print(json.dumps({"mode": mode, "round": round_, "size": size, "count": count, "seconds": seconds,
@@ -116,10 +124,7 @@ def recv(nodes: dict[str, DdsNode], order: list[Batch]) -> None:
                 raise SystemExit(f"{mode} size {size}: missing message")
             got.append(msg.payload)
         acks.publish(ProbeAck(batch=batch, count=count, cpu_s=time.process_time() - cpu))
-        h = hashlib.sha256()
-        for payload in got:
-            h.update(payload)
-        checks.publish(ProbeCheck(batch=batch, sha256=h.hexdigest()))
+        checks.publish(ProbeCheck(batch=batch, sha256=sha256_of(got)))
     time.sleep(1.0)  # closing at once could drop the last, not yet acknowledged, ack
 
 
