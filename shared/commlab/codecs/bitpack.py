@@ -5,7 +5,9 @@ Packing and unpacking are compiled loops (jit.py): for 2, 4 and 8 bits byte by b
 widths in three passes that vectorise (levels to bytes; 8 bytes of levels to one word of 8 b-bit
 fields; 8 such words, 64 levels, to b whole 64-bit words), and back the same way (a loop building
 each group's bytes from its float32 levels took twice as long). Levels come in as float32 or
-bytes (what the encoders round to) and go out as float32 (what every decoder multiplies next).
+bytes (what the encoders round to) and go out as float32 (what minmax multiplies next) or as
+bytes (qsgd's dequantizing loop converts them itself, one pass fewer); the check of the largest
+level rides on the last pass.
 The sign decoders' passes over bitmaps (signsgd, terngrad, qsgd) are here too. (A BLAS dot of
 groups of levels with the powers of two of their bit positions packed some widths faster on an idle
 machine, but BLAS's threads slowed it tenfold while other processes ran.)
@@ -67,9 +69,14 @@ def _to_bytes(values: np.ndarray, out: np.ndarray) -> None:
 
 
 @kernel
-def _to_floats(levels: np.ndarray, out: np.ndarray) -> None:
+def _to_floats(levels: np.ndarray, out: np.ndarray) -> int:
+    """float32 levels from byte levels, and the largest level (the check of the decoders' maximum
+    level, in the same pass)."""
+    top = np.uint8(0)
     for i in range(levels.size):
+        top = max(top, levels[i])
         out[i] = np.float32(np.int32(levels[i]))  # a third faster than numpy's cast
+    return top
 
 
 @kernel
@@ -154,40 +161,50 @@ def _bytes_of_fields(groups: np.ndarray, bits: int, lanes: np.ndarray) -> None:
 
 
 @kernel
-def _unpack(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """float32 levels of 8, 4 or 2 bits from a stream of bits * out.size / 8 bytes."""
+def _unpack(stream: np.ndarray, bits: int, out: np.ndarray) -> int:
+    """Levels of 8, 4 or 2 bits (float32 or bytes, as ``out``) from a stream of bits * out.size / 8
+    bytes, and the largest level."""
+    top = np.uint8(0)
     if bits == 8:
         for i in range(out.size):
-            out[i] = np.float32(stream[i])
+            top = max(top, stream[i])
+            out[i] = stream[i]
     elif bits == 4:
         for j in range(stream.size):
-            out[2 * j] = np.float32(stream[j] & 15)
-            out[2 * j + 1] = np.float32(stream[j] >> 4)
+            lo, hi = stream[j] & np.uint8(15), stream[j] >> np.uint8(4)
+            top = max(top, max(lo, hi))
+            out[2 * j], out[2 * j + 1] = lo, hi
     else:
         for j in range(stream.size):
-            out[4 * j] = np.float32(stream[j] & 3)
-            out[4 * j + 1] = np.float32((stream[j] >> 2) & 3)
-            out[4 * j + 2] = np.float32((stream[j] >> 4) & 3)
-            out[4 * j + 3] = np.float32(stream[j] >> 6)
+            b = stream[j]
+            q0, q1, q2, q3 = b & np.uint8(3), (b >> np.uint8(2)) & np.uint8(3), (b >> np.uint8(4)) & np.uint8(3), b >> np.uint8(6)
+            top = max(top, max(max(q0, q1), max(q2, q3)))
+            out[4 * j], out[4 * j + 1], out[4 * j + 2], out[4 * j + 3] = q0, q1, q2, q3
+    return top
 
 
-def _unpack_runs(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """float32 levels of whole runs (out.size a multiple of _RUN) from bits * out.size / 8 bytes."""
+def _unpack_runs(stream: np.ndarray, bits: int, out: np.ndarray) -> int:
+    """Levels (float32 or bytes, as ``out``) of whole runs (out.size a multiple of _RUN) from
+    bits * out.size / 8 bytes, and the largest level."""
     if bits not in _WORD_WIDTHS:
-        _unpack(stream, bits, out)
-        return
+        return _unpack(stream, bits, out)
     aligned = scratch.buffer("bitpack.stream", stream.size, np.uint8)  # 64-bit words: aligned
     aligned[:] = stream
     groups = scratch.buffer("bitpack.groups", out.size // 8, np.uint64)
     _split(aligned, bits, groups)
+    if out.dtype == np.uint8:
+        _bytes_of_fields(groups, bits, out.view(np.uint64))
+        return int(out.max(initial=0))
     levels = scratch.buffer("bitpack.levels", out.size, np.uint8)
     _bytes_of_fields(groups, bits, levels.view(np.uint64))
-    _to_floats(levels, out)
+    return _to_floats(levels, out)
 
 
-def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | None = None) -> np.ndarray:
-    """Validate a packed stream and return its ``count`` levels as float32; rejects streams of the
-    wrong length, non-zero padding bits and (with ``max_level``) levels above it."""
+def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | None = None,
+                  dtype: type = np.float32) -> np.ndarray:
+    """Validate a packed stream and return its ``count`` levels as float32 (or as bytes, with
+    ``dtype=np.uint8``); rejects streams of the wrong length, non-zero padding bits and (with
+    ``max_level``) levels above it."""
     if stream.size != packed_size(count, bits):
         raise CodecError(
             f"packed stream has {stream.size} bytes, {count} values of {bits} bits need {packed_size(count, bits)}"
@@ -196,18 +213,17 @@ def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | No
     spare = 8 * stream.size - count * bits
     if spare and stream[-1] >> (8 - spare):
         raise CodecError("packed stream has non-zero padding bits")
-    levels = np.empty(-(-count // _RUN) * _RUN, np.float32)
+    levels = np.empty(-(-count // _RUN) * _RUN, dtype)
     runs = count // _RUN
     whole = runs * _RUN * bits // 8  # bytes of the whole runs; the last run's, zero-padded, on its own
-    _unpack_runs(stream[:whole], bits, levels[: runs * _RUN])
+    top = _unpack_runs(stream[:whole], bits, levels[: runs * _RUN])
     if whole < stream.size:
         tail = np.zeros(_RUN * bits // 8, np.uint8)
         tail[: stream.size - whole] = stream[whole:]
-        _unpack_runs(tail, bits, levels[runs * _RUN :])
-    levels = levels[:count]
-    if max_level is not None and max_level < (1 << bits) - 1 and count and levels.max() > max_level:
-        raise CodecError(f"level {int(levels.max())} exceeds the {max_level} levels in the header")
-    return levels
+        top = max(top, _unpack_runs(tail, bits, levels[runs * _RUN :]))
+    if max_level is not None and top > max_level:
+        raise CodecError(f"level {top} exceeds the {max_level} levels in the header")
+    return levels[:count]
 
 
 # One bit per value (signs, masks): np.packbits's layout, which is pack(values, 1)'s.
@@ -259,13 +275,13 @@ def _signed_scales(negative: np.ndarray, nonzero: np.ndarray, masked: bool, scal
 
 
 @kernel
-def _scale_signs(values: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int) -> None:
-    """``values`` times their block's scale, then times -1 where the ``negative`` flag is 1."""
+def _scale_signs(levels: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int, out: np.ndarray) -> None:
+    """``levels`` times their block's scale, then times -1 where the ``negative`` flag is 1."""
     for c in range(scales.size):
         span = slice(c * block, (c + 1) * block)
-        x, neg, s = values[span], negative[span], scales[c]
+        x, y, neg, s = levels[span], out[span], negative[span], scales[c]
         for i in range(x.size):
-            x[i] = x[i] * s * (np.float32(1) - np.float32(2) * np.float32(neg[i]))
+            y[i] = np.float32(x[i]) * s * (np.float32(1) - np.float32(2) * np.float32(neg[i]))
 
 
 def signed_scales(negative: np.ndarray, scales: np.ndarray, block: int, numel: int,
@@ -279,11 +295,12 @@ def signed_scales(negative: np.ndarray, scales: np.ndarray, block: int, numel: i
     return out
 
 
-def scale_signs(values: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int) -> np.ndarray:
-    """Non-negative float32 ``values`` in place times scales[i // block], negated where bit i of
-    the ``negative`` bitmap is set."""
-    _scale_signs(values, _flags(negative, values.size), scales, block)
-    return values
+def scale_signs(levels: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int) -> np.ndarray:
+    """float32 vector of the non-negative ``levels`` (bytes) times scales[i // block], negated
+    where bit i of the ``negative`` bitmap is set."""
+    out = np.empty(levels.size, np.float32)
+    _scale_signs(levels, _flags(negative, levels.size), scales, block, out)
+    return out
 
 
 def reference_pack(values: np.ndarray, bits: int) -> np.ndarray:
