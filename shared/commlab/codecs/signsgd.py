@@ -80,9 +80,22 @@ def _pairwise(x: np.ndarray) -> float:
     return _pairwise(x[:half]) + _pairwise(x[half:])
 
 
+@kernel
+def _pairwise_means(vec: np.ndarray, block: int, blocks: np.ndarray, means: np.ndarray) -> None:
+    """means[c] = float32 of numpy's pairwise float64 sum of |x| over block c, over its length,
+    for the listed blocks."""
+    for c in blocks:
+        x = vec[c * block : (c + 1) * block]
+        means[c] = np.float32((_pairwise_leaf(x) if x.size <= 128 else _pairwise(x)) / x.size)
+
+
 @kernel(fastmath={"reassoc"})
-def _means_and_signs(vec: np.ndarray, block: int, means: np.ndarray, negative: np.ndarray) -> None:
-    """Per block, in one pass: the float32 mean |x| (see means_and_signs) and negative = x < 0."""
+def _means_and_signs(vec: np.ndarray, block: int, means: np.ndarray, negative: np.ndarray,
+                     unsure: np.ndarray) -> int:
+    """Per block, in one pass: the float32 mean |x| where it is sure (see means_and_signs), and
+    negative = x < 0; the blocks whose mean is not sure into ``unsure`` (one longer than their
+    count, branch-free: a call or a branch here kept the sums from vectorising); their count."""
+    count = 0
     for c in range(means.size):
         x, neg = vec[c * block : (c + 1) * block], negative[c * block : (c + 1) * block]
         total = 0.0
@@ -91,9 +104,10 @@ def _means_and_signs(vec: np.ndarray, block: int, means: np.ndarray, negative: n
             neg[i] = x[i] < 0
         mean = total / x.size
         margin = mean * (block * 2.0**-50)
-        low = np.float32(mean - margin)
-        # _pairwise is compiled on its own, without reassociation.
-        means[c] = low if low == np.float32(mean + margin) else np.float32(_pairwise(x) / x.size)
+        means[c] = np.float32(mean - margin)
+        unsure[count] = c
+        count += not (means[c] == np.float32(mean + margin))
+    return count
 
 
 def means_and_signs(vec: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
@@ -107,7 +121,8 @@ def means_and_signs(vec: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray
     about one block in 150 of an MNIST CNN update)."""
     means = np.empty(num_blocks(vec.size, block), np.float32)
     negative = scratch.buffer("signsgd.negative", vec.size, np.bool_)
-    _means_and_signs(vec, block, means, negative)
+    unsure = scratch.buffer("signsgd.unsure", means.size + 1, np.int64)
+    _pairwise_means(vec, block, unsure[: _means_and_signs(vec, block, means, negative, unsure)], means)
     return means, negative
 
 
