@@ -6,11 +6,11 @@ widths in three passes that vectorise (levels to bytes; 8 bytes of levels to one
 fields; 8 such words, 64 levels, to b whole 64-bit words), and back the same way (a loop building
 each group's bytes from its float32 levels took twice as long). Levels come in as float32 or
 bytes (what the encoders round to) and go out as float32 (what minmax multiplies next) or as
-bytes (qsgd's dequantizing loop converts them itself, one pass fewer); the check of the largest
-level rides on the last pass.
-The sign decoders' passes over bitmaps (signsgd, terngrad, qsgd) are here too. (A BLAS dot of
-groups of levels with the powers of two of their bit positions packed some widths faster on an idle
-machine, but BLAS's threads slowed it tenfold while other processes ran.)
+bytes (qsgd's dequantizing loop converts them itself, one pass fewer); the largest level, which
+the decoders check, comes from the last pass that writes floats. The sign decoders' passes over
+bitmaps (signsgd, terngrad, qsgd) are here too. (A BLAS dot of groups of levels with the powers
+of two of their bit positions packed some widths faster on an idle machine, but BLAS's threads
+slowed it tenfold while other processes ran.)
 
 The definition in a few lines, which the tests compare against: ``reference_pack``,
 ``reference_unpack``.
@@ -176,8 +176,8 @@ def _unpack(stream: np.ndarray, bits: int, out: np.ndarray) -> int:
             out[2 * j], out[2 * j + 1] = lo, hi
     else:
         for j in range(stream.size):
-            b = stream[j]
-            q0, q1, q2, q3 = b & np.uint8(3), (b >> np.uint8(2)) & np.uint8(3), (b >> np.uint8(4)) & np.uint8(3), b >> np.uint8(6)
+            b, three = stream[j], np.uint8(3)
+            q0, q1, q2, q3 = b & three, (b >> np.uint8(2)) & three, (b >> np.uint8(4)) & three, b >> np.uint8(6)
             top = max(top, max(max(q0, q1), max(q2, q3)))
             out[4 * j], out[4 * j + 1], out[4 * j + 2], out[4 * j + 3] = q0, q1, q2, q3
     return top
@@ -246,42 +246,78 @@ def read_bitmap(payload: memoryview, offset: int, numel: int, what: str) -> np.n
     return data
 
 
-_SIGN = np.uint32(31)
+_SIGN, _ONE = np.uint32(31), np.uint64(1)
+_WORD = 64  # values whose bits one 64-bit word of a bitmap holds
 
 
-def _flags(bitmap_bytes: np.ndarray, numel: int) -> np.ndarray:
-    """One byte (0 or 1) per value of a bitmap: numpy's unpacking, then loops over plain byte
-    arrays that vectorise (a loop reading bit i of byte i // 8 took two to three times as long)."""
-    return np.unpackbits(bitmap_bytes, count=numel, bitorder="little")
+@kernel(inline="always")
+def _bitmap_word(bitmap: np.ndarray, j: int) -> np.uint64:
+    """Bytes 8j..8j+7 of a bitmap as one little-endian word: the bits of values 64j..64j+63."""
+    word = np.uint64(0)
+    for b in range(8):
+        word |= np.uint64(bitmap[8 * j + b]) << np.uint64(8 * b)
+    return word
 
+
+@kernel(inline="always")
+def _bit(bitmap: np.ndarray, i: int) -> np.uint32:
+    return np.uint32((bitmap[i >> 3] >> (i & 7)) & 1)
+
+
+# The sign decoders read their bitmaps a 64-bit word at a time, 64 values a loop of constant length
+# that LLVM vectorises (numpy's unpacking to a byte a value, then a loop over those bytes, took half
+# as long again; reading bit i of byte i // 8, two to three times as long). A word within one block
+# takes its scale; one across a block boundary, and the values past whole words, each value's own.
 
 @kernel
 def _signed_scales(negative: np.ndarray, nonzero: np.ndarray, masked: bool, scales: np.ndarray, block: int,
                    out: np.ndarray) -> None:
-    """out (as uint32 words): the bits of the block's scale, cleared where ``nonzero`` is 0 (when
-    ``masked``), with the sign bit of ``negative``; flags are bytes, one per value."""
+    """out (as uint32 words): the bits of the value's block's scale, cleared where its ``nonzero``
+    bit is clear (when ``masked``), with its ``negative`` bit as the sign bit."""
     words, scale_bits = out.view(np.uint32), scales.view(np.uint32)
-    for c in range(scales.size):
-        # Plain slices, the mask's only where it is read (one slice too many, as a tuple of
-        # views, and LLVM kept these loops scalar: three times as long).
-        y, neg, s = words[c * block : (c + 1) * block], negative[c * block : (c + 1) * block], scale_bits[c]
-        if masked:
-            keep = nonzero[c * block : (c + 1) * block]
-            for i in range(y.size):
-                y[i] = (s & (np.uint32(0) - np.uint32(keep[i]))) | (np.uint32(neg[i]) << _SIGN)
+    for j in range(out.size // _WORD):
+        start = _WORD * j
+        y, neg = words[start : start + _WORD], _bitmap_word(negative, j)
+        keep = _bitmap_word(nonzero, j) if masked else ~np.uint64(0)
+        if start // block == (start + _WORD - 1) // block:
+            s = scale_bits[start // block]
+            if masked:
+                for t in range(_WORD):
+                    y[t] = (s & (np.uint32(0) - np.uint32((keep >> np.uint64(t)) & _ONE))) | (
+                        np.uint32((neg >> np.uint64(t)) & _ONE) << _SIGN)
+            else:
+                for t in range(_WORD):
+                    y[t] = s | (np.uint32((neg >> np.uint64(t)) & _ONE) << _SIGN)
         else:
-            for i in range(y.size):
-                y[i] = s | (np.uint32(neg[i]) << _SIGN)
+            for t in range(_WORD):
+                kept = np.uint32((keep >> np.uint64(t)) & _ONE)
+                y[t] = (scale_bits[(start + t) // block] & (np.uint32(0) - kept)) | (
+                    np.uint32((neg >> np.uint64(t)) & _ONE) << _SIGN)
+    for i in range(out.size // _WORD * _WORD, out.size):
+        kept = _bit(nonzero, i) if masked else np.uint32(1)
+        words[i] = (scale_bits[i // block] & (np.uint32(0) - kept)) | (_bit(negative, i) << _SIGN)
+
+
+@kernel(inline="always")
+def _sign(bit: np.uint32) -> np.float32:
+    return np.float32(1) - np.float32(2) * np.float32(bit)
 
 
 @kernel
 def _scale_signs(levels: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int, out: np.ndarray) -> None:
-    """``levels`` times their block's scale, then times -1 where the ``negative`` flag is 1."""
-    for c in range(scales.size):
-        span = slice(c * block, (c + 1) * block)
-        x, y, neg, s = levels[span], out[span], negative[span], scales[c]
-        for i in range(x.size):
-            y[i] = np.float32(x[i]) * s * (np.float32(1) - np.float32(2) * np.float32(neg[i]))
+    """``levels`` times their block's scale, then times -1 where their ``negative`` bit is set."""
+    for j in range(out.size // _WORD):
+        start = _WORD * j
+        x, y, neg = levels[start : start + _WORD], out[start : start + _WORD], _bitmap_word(negative, j)
+        if start // block == (start + _WORD - 1) // block:
+            s = scales[start // block]
+            for t in range(_WORD):
+                y[t] = np.float32(x[t]) * s * _sign(np.uint32((neg >> np.uint64(t)) & _ONE))
+        else:
+            for t in range(_WORD):
+                y[t] = np.float32(x[t]) * scales[(start + t) // block] * _sign(np.uint32((neg >> np.uint64(t)) & _ONE))
+    for i in range(out.size // _WORD * _WORD, out.size):
+        out[i] = np.float32(levels[i]) * scales[i // block] * _sign(_bit(negative, i))
 
 
 def signed_scales(negative: np.ndarray, scales: np.ndarray, block: int, numel: int,
@@ -290,8 +326,7 @@ def signed_scales(negative: np.ndarray, scales: np.ndarray, block: int, numel: i
     scales[i // block], negative where its ``negative`` bit is set, and +0 where its ``nonzero``
     bit (when given) is clear (a clear ``nonzero`` bit has a clear ``negative`` one)."""
     out = np.empty(numel, np.float32)
-    neg = _flags(negative, numel)
-    _signed_scales(neg, neg if nonzero is None else _flags(nonzero, numel), nonzero is not None, scales, block, out)
+    _signed_scales(negative, negative if nonzero is None else nonzero, nonzero is not None, scales, block, out)
     return out
 
 
@@ -299,7 +334,7 @@ def scale_signs(levels: np.ndarray, negative: np.ndarray, scales: np.ndarray, bl
     """float32 vector of the non-negative ``levels`` (bytes) times scales[i // block], negated
     where bit i of the ``negative`` bitmap is set."""
     out = np.empty(levels.size, np.float32)
-    _scale_signs(levels, _flags(negative, levels.size), scales, block, out)
+    _scale_signs(levels, negative, scales, block, out)
     return out
 
 
