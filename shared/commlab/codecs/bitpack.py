@@ -7,7 +7,7 @@ fields; 8 such words, 64 levels, to b whole 64-bit words), and back the same way
 each group's bytes from its float32 levels took twice as long). Levels come in as float32 or
 bytes (what the encoders round to) and go out as float32 (what minmax multiplies next) or as
 bytes (qsgd's dequantizing loop converts them itself, one pass fewer); the largest level, which
-the decoders check, comes from the last pass that writes floats. The sign decoders' passes over
+the decoders check, comes from the pass that writes floats. The sign decoders' passes over
 bitmaps (signsgd, terngrad, qsgd) are here too. (A BLAS dot of groups of levels with the powers
 of two of their bit positions packed some widths faster on an idle machine, but BLAS's threads
 slowed it tenfold while other processes ran.)
@@ -161,40 +161,36 @@ def _bytes_of_fields(groups: np.ndarray, bits: int, lanes: np.ndarray) -> None:
 
 
 @kernel
-def _unpack(stream: np.ndarray, bits: int, out: np.ndarray) -> int:
-    """Levels of 8, 4 or 2 bits (float32 or bytes, as ``out``) from a stream of bits * out.size / 8
-    bytes, and the largest level."""
-    top = np.uint8(0)
+def _unpack(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
+    """Levels of 8, 4 or 2 bits (float32 or bytes, as ``out``) from a stream of bits * out.size / 8 bytes."""
     if bits == 8:
         for i in range(out.size):
-            top = max(top, stream[i])
             out[i] = stream[i]
     elif bits == 4:
         for j in range(stream.size):
-            lo, hi = stream[j] & np.uint8(15), stream[j] >> np.uint8(4)
-            top = max(top, max(lo, hi))
-            out[2 * j], out[2 * j + 1] = lo, hi
+            out[2 * j] = stream[j] & 15
+            out[2 * j + 1] = stream[j] >> 4
     else:
         for j in range(stream.size):
-            b, three = stream[j], np.uint8(3)
-            q0, q1, q2, q3 = b & three, (b >> np.uint8(2)) & three, (b >> np.uint8(4)) & three, b >> np.uint8(6)
-            top = max(top, max(max(q0, q1), max(q2, q3)))
-            out[4 * j], out[4 * j + 1], out[4 * j + 2], out[4 * j + 3] = q0, q1, q2, q3
-    return top
+            out[4 * j] = stream[j] & 3
+            out[4 * j + 1] = (stream[j] >> 2) & 3
+            out[4 * j + 2] = (stream[j] >> 4) & 3
+            out[4 * j + 3] = stream[j] >> 6
 
 
-def _unpack_runs(stream: np.ndarray, bits: int, out: np.ndarray) -> int:
+def _unpack_runs(stream: np.ndarray, bits: int, out: np.ndarray, find_top: bool) -> int:
     """Levels (float32 or bytes, as ``out``) of whole runs (out.size a multiple of _RUN) from
-    bits * out.size / 8 bytes, and the largest level."""
+    bits * out.size / 8 bytes, and (with ``find_top``, else 0) the largest level."""
     if bits not in _WORD_WIDTHS:
-        return _unpack(stream, bits, out)
+        _unpack(stream, bits, out)
+        return int(out.max(initial=0)) if find_top else 0
     aligned = scratch.buffer("bitpack.stream", stream.size, np.uint8)  # 64-bit words: aligned
     aligned[:] = stream
     groups = scratch.buffer("bitpack.groups", out.size // 8, np.uint64)
     _split(aligned, bits, groups)
     if out.dtype == np.uint8:
         _bytes_of_fields(groups, bits, out.view(np.uint64))
-        return int(out.max(initial=0))
+        return int(out.max(initial=0)) if find_top else 0
     levels = scratch.buffer("bitpack.levels", out.size, np.uint8)
     _bytes_of_fields(groups, bits, levels.view(np.uint64))
     return _to_floats(levels, out)
@@ -216,12 +212,13 @@ def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | No
     levels = np.empty(-(-count // _RUN) * _RUN, dtype)
     runs = count // _RUN
     whole = runs * _RUN * bits // 8  # bytes of the whole runs; the last run's, zero-padded, on its own
-    top = _unpack_runs(stream[:whole], bits, levels[: runs * _RUN])
+    find_top = max_level is not None and max_level < (1 << bits) - 1
+    top = _unpack_runs(stream[:whole], bits, levels[: runs * _RUN], find_top)
     if whole < stream.size:
         tail = np.zeros(_RUN * bits // 8, np.uint8)
         tail[: stream.size - whole] = stream[whole:]
-        top = max(top, _unpack_runs(tail, bits, levels[runs * _RUN :]))
-    if max_level is not None and top > max_level:
+        top = max(top, _unpack_runs(tail, bits, levels[runs * _RUN :], find_top))
+    if find_top and top > max_level:
         raise CodecError(f"level {top} exceeds the {max_level} levels in the header")
     return levels[:count]
 
