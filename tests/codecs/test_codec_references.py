@@ -51,7 +51,9 @@ def test_signsgd_block_means_are_numpys_pairwise_sums(n, block, seed):
     x = (rng.integers(-64, 64, n) * np.exp2(rng.integers(-30, 30, n) * rng.integers(0, 2))).astype(np.float32)
     sums = [np.abs(x[a : a + block]).astype(np.float64).sum() for a in range(0, n, block)]
     expected = (np.array(sums) / signsgd.block_sizes(n, block)).astype(np.float32)
-    assert np.array_equal(bits(signsgd.block_means(x, block)), bits(expected))
+    means, negative = signsgd.means_and_signs(x, block)
+    assert np.array_equal(bits(means), bits(expected))
+    assert np.array_equal(negative, x < 0)
 
 
 def frame_parts(frame: bytes, *sizes: int) -> list[np.ndarray]:

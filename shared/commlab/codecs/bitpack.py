@@ -5,10 +5,12 @@ Packing and unpacking are compiled loops (jit.py): for 2, 4 and 8 bits byte by b
 widths in three passes that vectorise (levels to bytes; 8 bytes of levels to one word of 8 b-bit
 fields; 8 such words, 64 levels, to b whole 64-bit words), and back the same way (a loop building
 each group's bytes from its float32 levels took twice as long). Levels come in as float32 or
-bytes (what the encoders round to) and go out as float32 (what every decoder multiplies next).
-The sign decoders' passes over bitmaps (signsgd, terngrad, qsgd) are here too. (A BLAS dot of
-groups of levels with the powers of two of their bit positions packed some widths faster on an idle
-machine, but BLAS's threads slowed it tenfold while other processes ran.)
+bytes (what the encoders round to) and go out as float32 (what minmax multiplies next) or as
+bytes (qsgd's dequantizing loop converts them itself, one pass fewer); the largest level, which
+the decoders check, comes from the pass that writes floats. The sign decoders' passes over
+bitmaps (signsgd, terngrad, qsgd) are here too. (A BLAS dot of groups of levels with the powers
+of two of their bit positions packed some widths faster on an idle machine, but BLAS's threads
+slowed it tenfold while other processes ran.)
 
 The definition in a few lines, which the tests compare against: ``reference_pack``,
 ``reference_unpack``.
@@ -67,9 +69,14 @@ def _to_bytes(values: np.ndarray, out: np.ndarray) -> None:
 
 
 @kernel
-def _to_floats(levels: np.ndarray, out: np.ndarray) -> None:
+def _to_floats(levels: np.ndarray, out: np.ndarray) -> int:
+    """float32 levels from byte levels, and the largest level (the check of the decoders' maximum
+    level, in the same pass)."""
+    top = np.uint8(0)
     for i in range(levels.size):
+        top = max(top, levels[i])
         out[i] = np.float32(np.int32(levels[i]))  # a third faster than numpy's cast
+    return top
 
 
 @kernel
@@ -155,39 +162,45 @@ def _bytes_of_fields(groups: np.ndarray, bits: int, lanes: np.ndarray) -> None:
 
 @kernel
 def _unpack(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """float32 levels of 8, 4 or 2 bits from a stream of bits * out.size / 8 bytes."""
+    """Levels of 8, 4 or 2 bits (float32 or bytes, as ``out``) from a stream of bits * out.size / 8 bytes."""
     if bits == 8:
         for i in range(out.size):
-            out[i] = np.float32(stream[i])
+            out[i] = stream[i]
     elif bits == 4:
         for j in range(stream.size):
-            out[2 * j] = np.float32(stream[j] & 15)
-            out[2 * j + 1] = np.float32(stream[j] >> 4)
+            out[2 * j] = stream[j] & 15
+            out[2 * j + 1] = stream[j] >> 4
     else:
         for j in range(stream.size):
-            out[4 * j] = np.float32(stream[j] & 3)
-            out[4 * j + 1] = np.float32((stream[j] >> 2) & 3)
-            out[4 * j + 2] = np.float32((stream[j] >> 4) & 3)
-            out[4 * j + 3] = np.float32(stream[j] >> 6)
+            out[4 * j] = stream[j] & 3
+            out[4 * j + 1] = (stream[j] >> 2) & 3
+            out[4 * j + 2] = (stream[j] >> 4) & 3
+            out[4 * j + 3] = stream[j] >> 6
 
 
-def _unpack_runs(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
-    """float32 levels of whole runs (out.size a multiple of _RUN) from bits * out.size / 8 bytes."""
+def _unpack_runs(stream: np.ndarray, bits: int, out: np.ndarray, find_top: bool) -> int:
+    """Levels (float32 or bytes, as ``out``) of whole runs (out.size a multiple of _RUN) from
+    bits * out.size / 8 bytes, and (with ``find_top``, else 0) the largest level."""
     if bits not in _WORD_WIDTHS:
         _unpack(stream, bits, out)
-        return
+        return int(out.max(initial=0)) if find_top else 0
     aligned = scratch.buffer("bitpack.stream", stream.size, np.uint8)  # 64-bit words: aligned
     aligned[:] = stream
     groups = scratch.buffer("bitpack.groups", out.size // 8, np.uint64)
     _split(aligned, bits, groups)
+    if out.dtype == np.uint8:
+        _bytes_of_fields(groups, bits, out.view(np.uint64))
+        return int(out.max(initial=0)) if find_top else 0
     levels = scratch.buffer("bitpack.levels", out.size, np.uint8)
     _bytes_of_fields(groups, bits, levels.view(np.uint64))
-    _to_floats(levels, out)
+    return _to_floats(levels, out)
 
 
-def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | None = None) -> np.ndarray:
-    """Validate a packed stream and return its ``count`` levels as float32; rejects streams of the
-    wrong length, non-zero padding bits and (with ``max_level``) levels above it."""
+def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | None = None,
+                  dtype: type = np.float32) -> np.ndarray:
+    """Validate a packed stream and return its ``count`` levels as float32 (or as bytes, with
+    ``dtype=np.uint8``); rejects streams of the wrong length, non-zero padding bits and (with
+    ``max_level``) levels above it."""
     if stream.size != packed_size(count, bits):
         raise CodecError(
             f"packed stream has {stream.size} bytes, {count} values of {bits} bits need {packed_size(count, bits)}"
@@ -196,18 +209,18 @@ def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | No
     spare = 8 * stream.size - count * bits
     if spare and stream[-1] >> (8 - spare):
         raise CodecError("packed stream has non-zero padding bits")
-    levels = np.empty(-(-count // _RUN) * _RUN, np.float32)
+    levels = np.empty(-(-count // _RUN) * _RUN, dtype)
     runs = count // _RUN
     whole = runs * _RUN * bits // 8  # bytes of the whole runs; the last run's, zero-padded, on its own
-    _unpack_runs(stream[:whole], bits, levels[: runs * _RUN])
+    find_top = max_level is not None and max_level < (1 << bits) - 1
+    top = _unpack_runs(stream[:whole], bits, levels[: runs * _RUN], find_top)
     if whole < stream.size:
         tail = np.zeros(_RUN * bits // 8, np.uint8)
         tail[: stream.size - whole] = stream[whole:]
-        _unpack_runs(tail, bits, levels[runs * _RUN :])
-    levels = levels[:count]
-    if max_level is not None and max_level < (1 << bits) - 1 and count and levels.max() > max_level:
-        raise CodecError(f"level {int(levels.max())} exceeds the {max_level} levels in the header")
-    return levels
+        top = max(top, _unpack_runs(tail, bits, levels[runs * _RUN :], find_top))
+    if find_top and top > max_level:
+        raise CodecError(f"level {top} exceeds the {max_level} levels in the header")
+    return levels[:count]
 
 
 # One bit per value (signs, masks): np.packbits's layout, which is pack(values, 1)'s.
@@ -230,42 +243,78 @@ def read_bitmap(payload: memoryview, offset: int, numel: int, what: str) -> np.n
     return data
 
 
-_SIGN = np.uint32(31)
+_SIGN, _ONE = np.uint32(31), np.uint64(1)
+_WORD = 64  # values whose bits one 64-bit word of a bitmap holds
 
 
-def _flags(bitmap_bytes: np.ndarray, numel: int) -> np.ndarray:
-    """One byte (0 or 1) per value of a bitmap: numpy's unpacking, then loops over plain byte
-    arrays that vectorise (a loop reading bit i of byte i // 8 took two to three times as long)."""
-    return np.unpackbits(bitmap_bytes, count=numel, bitorder="little")
+@kernel(inline="always")
+def _bitmap_word(bitmap: np.ndarray, j: int) -> np.uint64:
+    """Bytes 8j..8j+7 of a bitmap as one little-endian word: the bits of values 64j..64j+63."""
+    word = np.uint64(0)
+    for b in range(8):
+        word |= np.uint64(bitmap[8 * j + b]) << np.uint64(8 * b)
+    return word
 
+
+@kernel(inline="always")
+def _bit(bitmap: np.ndarray, i: int) -> np.uint32:
+    return np.uint32((bitmap[i >> 3] >> (i & 7)) & 1)
+
+
+# The sign decoders read their bitmaps a 64-bit word at a time, 64 values a loop of constant length
+# that LLVM vectorises (numpy's unpacking to a byte a value, then a loop over those bytes, took half
+# as long again; reading bit i of byte i // 8, two to three times as long). A word within one block
+# takes its scale; one across a block boundary, and the values past whole words, each value's own.
 
 @kernel
 def _signed_scales(negative: np.ndarray, nonzero: np.ndarray, masked: bool, scales: np.ndarray, block: int,
                    out: np.ndarray) -> None:
-    """out (as uint32 words): the bits of the block's scale, cleared where ``nonzero`` is 0 (when
-    ``masked``), with the sign bit of ``negative``; flags are bytes, one per value."""
+    """out (as uint32 words): the bits of the value's block's scale, cleared where its ``nonzero``
+    bit is clear (when ``masked``), with its ``negative`` bit as the sign bit."""
     words, scale_bits = out.view(np.uint32), scales.view(np.uint32)
-    for c in range(scales.size):
-        # Plain slices, the mask's only where it is read (one slice too many, as a tuple of
-        # views, and LLVM kept these loops scalar: three times as long).
-        y, neg, s = words[c * block : (c + 1) * block], negative[c * block : (c + 1) * block], scale_bits[c]
-        if masked:
-            keep = nonzero[c * block : (c + 1) * block]
-            for i in range(y.size):
-                y[i] = (s & (np.uint32(0) - np.uint32(keep[i]))) | (np.uint32(neg[i]) << _SIGN)
+    for j in range(out.size // _WORD):
+        start = _WORD * j
+        y, neg = words[start : start + _WORD], _bitmap_word(negative, j)
+        keep = _bitmap_word(nonzero, j) if masked else ~np.uint64(0)
+        if start // block == (start + _WORD - 1) // block:
+            s = scale_bits[start // block]
+            if masked:
+                for t in range(_WORD):
+                    y[t] = (s & (np.uint32(0) - np.uint32((keep >> np.uint64(t)) & _ONE))) | (
+                        np.uint32((neg >> np.uint64(t)) & _ONE) << _SIGN)
+            else:
+                for t in range(_WORD):
+                    y[t] = s | (np.uint32((neg >> np.uint64(t)) & _ONE) << _SIGN)
         else:
-            for i in range(y.size):
-                y[i] = s | (np.uint32(neg[i]) << _SIGN)
+            for t in range(_WORD):
+                kept = np.uint32((keep >> np.uint64(t)) & _ONE)
+                y[t] = (scale_bits[(start + t) // block] & (np.uint32(0) - kept)) | (
+                    np.uint32((neg >> np.uint64(t)) & _ONE) << _SIGN)
+    for i in range(out.size // _WORD * _WORD, out.size):
+        kept = _bit(nonzero, i) if masked else np.uint32(1)
+        words[i] = (scale_bits[i // block] & (np.uint32(0) - kept)) | (_bit(negative, i) << _SIGN)
+
+
+@kernel(inline="always")
+def _sign(bit: np.uint32) -> np.float32:
+    return np.float32(1) - np.float32(2) * np.float32(bit)
 
 
 @kernel
-def _scale_signs(values: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int) -> None:
-    """``values`` times their block's scale, then times -1 where the ``negative`` flag is 1."""
-    for c in range(scales.size):
-        span = slice(c * block, (c + 1) * block)
-        x, neg, s = values[span], negative[span], scales[c]
-        for i in range(x.size):
-            x[i] = x[i] * s * (np.float32(1) - np.float32(2) * np.float32(neg[i]))
+def _scale_signs(levels: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int, out: np.ndarray) -> None:
+    """``levels`` times their block's scale, then times -1 where their ``negative`` bit is set."""
+    for j in range(out.size // _WORD):
+        start = _WORD * j
+        x, y, neg = levels[start : start + _WORD], out[start : start + _WORD], _bitmap_word(negative, j)
+        if start // block == (start + _WORD - 1) // block:
+            s = scales[start // block]
+            for t in range(_WORD):
+                y[t] = np.float32(x[t]) * s * _sign(np.uint32((neg >> np.uint64(t)) & _ONE))
+        else:
+            for t in range(_WORD):
+                y[t] = np.float32(x[t]) * scales[(start + t) // block] * _sign(np.uint32((neg >> np.uint64(t)) & _ONE))
+    for i in range(out.size // _WORD * _WORD, out.size):
+        out[i] = np.float32(levels[i]) * scales[i // block] * _sign(_bit(negative, i))
 
 
 def signed_scales(negative: np.ndarray, scales: np.ndarray, block: int, numel: int,
@@ -274,16 +323,16 @@ def signed_scales(negative: np.ndarray, scales: np.ndarray, block: int, numel: i
     scales[i // block], negative where its ``negative`` bit is set, and +0 where its ``nonzero``
     bit (when given) is clear (a clear ``nonzero`` bit has a clear ``negative`` one)."""
     out = np.empty(numel, np.float32)
-    neg = _flags(negative, numel)
-    _signed_scales(neg, neg if nonzero is None else _flags(nonzero, numel), nonzero is not None, scales, block, out)
+    _signed_scales(negative, negative if nonzero is None else nonzero, nonzero is not None, scales, block, out)
     return out
 
 
-def scale_signs(values: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int) -> np.ndarray:
-    """Non-negative float32 ``values`` in place times scales[i // block], negated where bit i of
-    the ``negative`` bitmap is set."""
-    _scale_signs(values, _flags(negative, values.size), scales, block)
-    return values
+def scale_signs(levels: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int) -> np.ndarray:
+    """float32 vector of the non-negative ``levels`` (bytes) times scales[i // block], negated
+    where bit i of the ``negative`` bitmap is set."""
+    out = np.empty(levels.size, np.float32)
+    _scale_signs(levels, negative, scales, block, out)
+    return out
 
 
 def reference_pack(values: np.ndarray, bits: int) -> np.ndarray:

@@ -128,7 +128,7 @@ def _norms(name: str, payload: memoryview, norm_len: int) -> np.ndarray:
 
 def _levels(name: str, packed: np.ndarray, numel: int, levels: int) -> np.ndarray:
     try:
-        return bitpack.unpack_levels(packed, numel, _bits(levels), max_level=levels)
+        return bitpack.unpack_levels(packed, numel, _bits(levels), max_level=levels, dtype=np.uint8)
     except CodecError as e:
         raise CodecError(f"{name}: {e}") from None
 
@@ -165,8 +165,8 @@ def _steps(norms: np.ndarray, levels: int) -> np.ndarray:
 
 
 def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int, bucket: int) -> np.ndarray:
-    """norm * sign * level / s per value, in place in the float32 levels ``q``; ``signs`` is the
-    packed bitmap of one bit per value (set: negative)."""
+    """norm * sign * level / s per value from the byte levels ``q``; ``signs`` is the packed bitmap
+    of one bit per value (set: negative)."""
     return bitpack.scale_signs(q, signs, _steps(norms, levels), bucket)
 
 

@@ -25,7 +25,7 @@ import struct
 
 import numpy as np
 
-from commlab.codecs import chunks, wire
+from commlab.codecs import chunks, scratch, wire
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
 from commlab.codecs.bitpack import bitmap, bitmap_size, read_bitmap, signed_scales
 from commlab.codecs.errors import CodecError
@@ -90,33 +90,40 @@ def _pairwise_means(vec: np.ndarray, block: int, blocks: np.ndarray, means: np.n
 
 
 @kernel(fastmath={"reassoc"})
-def _block_means(vec: np.ndarray, block: int, means: np.ndarray) -> None:
-    """float64 mean |x| per block, summed in whatever order LLVM vectorises (reassociated)."""
+def _means_and_signs(vec: np.ndarray, block: int, means: np.ndarray, negative: np.ndarray,
+                     unsure: np.ndarray) -> int:
+    """Per block, in one pass: the float32 mean |x| where it is sure (see means_and_signs), and
+    negative = x < 0; the blocks whose mean is not sure into ``unsure`` (one longer than their
+    count, branch-free: a call or a branch here kept the sums from vectorising); their count."""
+    count = 0
     for c in range(means.size):
-        x = vec[c * block : (c + 1) * block]
+        x, neg = vec[c * block : (c + 1) * block], negative[c * block : (c + 1) * block]
         total = 0.0
-        for i in range(x.size):
+        for i in range(x.size):  # summed in whatever order LLVM vectorises (reassociated)
             total += np.float64(abs(x[i]))
-        means[c] = total / x.size
+            neg[i] = x[i] < 0
+        mean = total / x.size
+        margin = mean * (block * 2.0**-50)
+        means[c] = np.float32(mean - margin)
+        unsure[count] = c
+        count += not (means[c] == np.float32(mean + margin))
+    return count
 
 
-def block_means(vec: np.ndarray, block: int) -> np.ndarray:
-    """The mean |x| of each block (the last may be shorter), float32 of numpy's pairwise float64
-    sum (the float32 sum of a large block overflows or loses precision). A float64 sum of n
-    non-negative values in any order is within (n - 1) 2**-53 of the exact sum, relative, so the
-    vectorised mean and the pairwise one differ by less than n 2**-50 of it: where every value that
-    near rounds to the same float32, that is the pairwise mean's float32. The other blocks are
-    summed pairwise: non-finite ones, and those whose mean lies at a float32 midpoint (exact sums
-    of a few significant bits; about one block in 150 of an MNIST CNN update). Under half the time
-    of the pairwise sums alone (make bench-codecs)."""
-    fast = np.empty(num_blocks(vec.size, block), np.float64)
-    _block_means(vec, block, fast)
-    margin = fast * (block * 2.0**-50)
-    with np.errstate(invalid="ignore", over="ignore"):
-        means = fast.astype(np.float32)
-        unsure = np.flatnonzero(~((fast - margin).astype(np.float32) == (fast + margin).astype(np.float32)))
-    _pairwise_means(vec, block, unsure, means)
-    return means
+def means_and_signs(vec: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """The mean |x| of each block (the last may be shorter), and x < 0 as a scratch array of bools.
+    Each mean is the float32 of numpy's pairwise float64 sum over the block's length (the float32
+    sum of a large block overflows or loses precision). A float64 sum of n non-negative values in
+    any order is within (n - 1) 2**-53 of the exact sum, relative, so the vectorised mean and the
+    pairwise one differ by less than n 2**-50 of it: where every value that near rounds to the same
+    float32, that is the pairwise mean's float32. The other blocks are summed pairwise: non-finite
+    ones, and those whose mean lies at a float32 midpoint (exact sums of a few significant bits;
+    about one block in 150 of an MNIST CNN update)."""
+    means = np.empty(num_blocks(vec.size, block), np.float32)
+    negative = scratch.buffer("signsgd.negative", vec.size, np.bool_)
+    unsure = scratch.buffer("signsgd.unsure", means.size + 1, np.int64)
+    _pairwise_means(vec, block, unsure[: _means_and_signs(vec, block, means, negative, unsure)], means)
+    return means, negative
 
 
 def num_blocks(numel: int, block: int) -> int:
@@ -152,10 +159,10 @@ class SignSGD(Codec):
         self.block = check_block(block, self.name)
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
-        means = block_means(vec, self.block)
+        means, negative = means_and_signs(vec, self.block)
         if not (means <= MAX_MAGNITUDE).all():  # NaN fails too
             raise CodecError(f"{self.name}: values must be finite with mean magnitude <= {MAX_MAGNITUDE:g}")
-        return (self.block,), [means, bitmap(vec < 0)]
+        return (self.block,), [means, bitmap(negative)]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         block = check_block(params[0], self.name)
