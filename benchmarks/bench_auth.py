@@ -37,7 +37,7 @@ from commlab.dds.settings import LOOPBACK_CHUNK
 from commlab.runs.claims import hold
 
 # Batches of 20 ms or more: one scheduling hiccup of the loaded machine moves a round's ratio less.
-LOOPBACK_SIZES = "1700000x12,10000000x2"
+LOOPBACK_SIZES = "1700000x24,10000000x4"
 SHAPED_SIZES = "1700000x2"
 
 
@@ -62,7 +62,8 @@ def sealing_cpu_ms_per_mb(rings: dict[str, Keyring], mode: str, size: int, messa
     copied, as write_iov does; sealed: sealed into it, as a ChunkWriter does) and the receiver's one
     pass from the sample into the message's buffer (plain: a copy; sealed: opened into place).
     The least of three tries: interference from the rest of the machine only ever adds."""
-    payload, sample = os.urandom(size), bytearray(LOOPBACK_CHUNK)
+    # Two samples: a signing sender's worker seals the next chunk while the one before is read.
+    payload, samples = os.urandom(size), [bytearray(LOOPBACK_CHUNK), bytearray(LOOPBACK_CHUNK)]
     sealer = Sealer(rings["send"], 1, encrypt=mode == "aead") if mode != "plain" else None
     opener = Opener(rings["recv"]) if mode != "plain" else None
     pieces = [memoryview(payload)[i:i + LOOPBACK_CHUNK] for i in range(0, size, LOOPBACK_CHUNK)]
@@ -73,13 +74,15 @@ def sealing_cpu_ms_per_mb(rings: dict[str, Keyring], mode: str, size: int, messa
             buffer = unfilled_bytes(size)
             if sealer is None:
                 for i, piece in enumerate(pieces):
-                    copy_into(address_of(sample), piece)
-                    copy_into(address_of(buffer) + i * LOOPBACK_CHUNK, memoryview(sample)[:len(piece)])
+                    copy_into(address_of(samples[0]), piece)
+                    copy_into(address_of(buffer) + i * LOOPBACK_CHUNK, memoryview(samples[0])[:len(piece)])
                 continue
             sealing = sealer.begin("ProbeData", "{}", size)
             opened = opener.open("ProbeData", "send", 1, size, sealing.envelope)
-            for i in sealing.sealed(pieces, lambda i: memoryview(sample)[:len(pieces[i])]):
-                opened.update(memoryview(sample)[:len(pieces[i])], writable_view(buffer, i * LOOPBACK_CHUNK, len(pieces[i])))
+            def place(i: int) -> memoryview:
+                return memoryview(samples[i % 2])[:len(pieces[i])]
+            for i in sealing.sealed(pieces, place):
+                opened.update(place(i), writable_view(buffer, i * LOOPBACK_CHUNK, len(pieces[i])))
             opened.finish(sealing.last_meta(first=False))
         tries.append((time.process_time() - start) * 1e3 / (size * messages / 1e6))
     for end in (sealer, opener):

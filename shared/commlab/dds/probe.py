@@ -27,6 +27,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from commlab.codecs.scratch import retain_freed_memory
+
 from .auth import read_keyring
 from .node import DdsNode, exit_cleanly_on_sigterm
 from .settings import DdsSettings
@@ -151,6 +153,9 @@ def main() -> None:
     if a.rounds < 1:
         p.error(f"--rounds must be at least 1, got {a.rounds}")
     exit_cleanly_on_sigterm()
+    # Received messages are fresh buffers of one size, batch after batch: kept by malloc, as DDP
+    # workers keep theirs, instead of mapped anew (every page faulting in, at random in the rounds).
+    retain_freed_memory()
     keyring = read_keyring(Path(a.key_file)) if a.key_file else None
     with ExitStack() as stack:
         nodes = {mode: stack.enter_context(DdsNode(a.role, DdsSettings(
