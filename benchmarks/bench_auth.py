@@ -29,7 +29,7 @@ import pandas as pd
 from bench_transport import LOOPBACK, Prefixes, Sides, on_shaped_link, run_pair
 from commlab.bench import BenchParser, BenchRun
 from commlab.dds.auth import Keyring, make_keyrings, write_keyring
-from commlab.dds.cdr import address_of, copy_into, unfilled_bytes, writable_view
+from commlab.dds.cdr import address_of, copy_into, unfilled_bytes
 from commlab.dds.opener import Opener
 from commlab.dds.probe import MODES, parse_sizes
 from commlab.dds.seal import Sealer
@@ -79,10 +79,10 @@ def sealing_cpu_ms_per_mb(rings: dict[str, Keyring], mode: str, size: int, messa
                 continue
             sealing = sealer.begin("ProbeData", "{}", size)
             opened = opener.open("ProbeData", "send", 1, size, sealing.envelope)
-            def place(i: int) -> memoryview:
-                return memoryview(samples[i % 2])[:len(pieces[i])]
+            def place(i: int) -> int:
+                return address_of(samples[i % 2])
             for i in sealing.sealed(pieces, place):
-                opened.update(place(i), writable_view(buffer, i * LOOPBACK_CHUNK, len(pieces[i])))
+                opened.update(memoryview(samples[i % 2])[:len(pieces[i])], buffer, i * LOOPBACK_CHUNK)
             opened.finish(sealing.last_meta(first=False))
         tries.append((time.process_time() - start) * 1e3 / (size * messages / 1e6))
     for end in (sealer, opener):

@@ -17,7 +17,7 @@ from cyclonedds.topic import Topic
 from cyclonedds.util import duration
 
 from commlab.dds import DdsNode, DdsSettings, MessageError
-from commlab.dds.cdr import (SampleInfo, SampleToFill, Taker, address_of, serdata_size, serdata_to_ser, serdata_unref,
+from commlab.dds.cdr import (SampleInfo, SampleToFill, Taker, address_of, copy_into, serdata_size, serdata_to_ser, serdata_unref,
                              serdata_view, sertype_of, unfilled_bytes, writable_view, write_iov)
 from commlab.dds.errors import DdsError
 from commlab.dds.chunk import Chunk, PrefixTooShort, decode, decode_head, encode, encode_head, padding
@@ -150,16 +150,18 @@ def test_write_iov_is_read_back_by_the_stock_reader(local_pair):
 @pytest.mark.parametrize("n", [0, 1, 4099])
 def test_a_sample_filled_in_place_with_its_head_rewritten_is_read_back_by_the_stock_reader(local_pair, n):
     """How a sealed chunk is sent: the sample built around a head with a placeholder meta, the
-    payload written into it afterwards, then the head replaced by one of the same length."""
+    payload written into it afterwards, then the placeholder overwritten with the real meta's
+    bytes; the padding is the zeros the sample was allocated with."""
     writer, reader = local_pair
     c = _chunk(n, "worker-3", '{"trailer": "' + "f" * 32 + '"}')
     placeholder = encode_head(c, n, '{"trailer": "' + "0" * 32 + '"}')
-    sample = SampleToFill(sertype_of(writer._ref), placeholder, n, padding(len(placeholder), n))
-    assert len(sample.payload) == n and sample.size == len(encode(c))
-    sample.payload[:] = bytes(c.payload)
-    with pytest.raises(DdsError, match="cannot replace one of"):
-        sample.rewrite_head(encode_head(c, n, "{}"))
-    sample.rewrite_head(encode_head(c, n))
+    sample = SampleToFill(sertype_of(writer._ref), placeholder, n, len(padding(len(placeholder), n)))
+    assert sample.payload_bytes == n and sample.size == len(encode(c))
+    copy_into(sample.payload_address, bytes(c.payload))
+    at = placeholder.index(b"0" * 32)
+    with pytest.raises(DdsError, match="do not fit a head of"):
+        sample.overwrite_head(len(placeholder) - 2, b"fff")
+    sample.overwrite_head(at, b"f" * 32)
     assert sample.write(writer._ref) == 0
     assert reader.take(N=5) == [dataclasses.replace(c, payload=list(c.payload))]  # the binding reads octets as a list
 
@@ -209,11 +211,11 @@ def test_written_and_taken_samples_are_released(local_pair):
         for _ in range(k):
             assert write_iov(writer._ref, sertype, [(address_of(head), len(head)), (address_of(payload), len(payload))]) == 0
             assert len(_take_all(reader, 1, in_place=True)) == 1
-            filled = SampleToFill(sertype, head, len(payload), b"")
-            filled.payload[:] = payload
+            filled = SampleToFill(sertype, head, len(payload), 0)
+            copy_into(filled.payload_address, payload)
             assert filled.write(writer._ref) == 0
             assert len(_take_all(reader, 1, in_place=True)) == 1
-            SampleToFill(sertype, head, len(payload), b"").discard()  # a sample of a write that failed before it
+            SampleToFill(sertype, head, len(payload), 0).discard()  # a sample of a write that failed before it
     round_trip(20)  # warm up the allocator
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     round_trip(300)

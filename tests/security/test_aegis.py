@@ -2,18 +2,18 @@
 chunk it gives what libaegis gives in one call, and a sealed message refuses a changed byte in any
 chunk, a wrong key, a cut payload or tag, and a cipher it does not know. The key derivation,
 canonical envelope and Ed25519 signatures are those of the wire format."""
+import hashlib
 import json
 import os
 
 import pytest
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pyaegis import Aegis128X4, AegisMac128X4
 
 from commlab.dds import aegis
 from commlab.dds.auth import make_keyrings
-from commlab.dds.envelope import AuthError, Signer, derive, key_label, signature_holds, signed_bytes
+from commlab.dds.cdr import address_of
+from commlab.dds.envelope import AuthError, Signer, recipient_keys, signature_holds, signed_bytes, trailer_tag
 from commlab.dds.opener import Opener
 from commlab.dds.seal import Sealer
 
@@ -67,7 +67,7 @@ def seal_chunks(sealer: Sealer, to=()) -> tuple[str, list[bytes], str]:
     sealing = sealer.begin("ModelBlob", "{}", len(PAYLOAD), to=to)
     parts = pieces(PAYLOAD)
     wire = [bytearray(len(part)) for part in parts]  # as the writer seals each chunk into its sample
-    sent = [bytes(wire[i]) for i in sealing.sealed(parts, lambda i: memoryview(wire[i]))]
+    sent = [bytes(wire[i]) for i in sealing.sealed(parts, lambda i: address_of(wire[i]))]
     return sealing.envelope, sent, sealing.last_meta(first=False)
 
 
@@ -75,7 +75,7 @@ def receive(ring, sender: Sealer, envelope: str, sent: list[bytes], trailer: str
     opened = Opener(ring).open("ModelBlob", sender.ring.node, sender.incarnation, len(PAYLOAD), envelope)
     into, at = bytearray(len(PAYLOAD)), 0
     for piece in sent:
-        opened.update(piece, memoryview(into)[at:at + len(piece)])
+        opened.update(piece, into, at)
         at += len(piece)
     opened.finish(trailer)
     return bytes(into)
@@ -138,16 +138,27 @@ def test_an_unknown_cipher_or_mac_is_refused_in_one_line(cipher, mac):
 
 
 def test_the_derived_keys_and_canonical_envelope_are_those_of_the_wire_format():
-    """derive() is RFC 5869 HKDF-SHA256 and signed_bytes() the sorted, compact JSON: what every
-    other holder of wire version 4 computes."""
+    """A recipient's key and envelope tag are the halves of BLAKE2b-256 keyed by the pair key over
+    its name and the signed envelope, salted and personalised; the trailer tag is keyed BLAKE2b
+    too, and signed_bytes() the sorted, compact JSON: what every other holder of wire version 5
+    computes."""
     pair, salt, signed = os.urandom(32), os.urandom(16), os.urandom(300)
-    for length in (16, 32):
-        reference = HKDF(hashes.SHA256(), length, salt, b"commlab message key\0" + signed).derive(pair)
-        assert derive(pair, salt, key_label(None), signed, length) == reference
-    with pytest.raises(ValueError, match="a derived key is 1 to 32 bytes, not 33"):
-        derive(pair, salt, key_label(None), signed, 33)
-    auth = {"v": 4, "run": 'r"\\ü', "seq": 7, "bytes": 0, "salt": salt.hex()}
+    reference = hashlib.blake2b(b"client-0\0" + signed, digest_size=32, key=pair, salt=salt,
+                                person=b"commlab envelope").digest()
+    assert recipient_keys(pair, salt, "client-0", signed) == (reference[:16], reference[16:].hex())
+    assert recipient_keys(pair, salt, "client-1", signed) != recipient_keys(pair, salt, "client-0", signed)
+    assert trailer_tag(pair, signed, "ab") == hashlib.blake2b(signed + b"\0trailer\0ab", digest_size=16, key=pair,
+                                                             person=b"commlab trailer").hexdigest()
+    auth = {"v": 5, "run": 'r"\\ü', "seq": 7, "bytes": 0, "salt": salt.hex()}
     assert signed_bytes(auth, "{}") == json.dumps(auth, sort_keys=True, separators=(",", ":")).encode() + b"\0{}"
+    # An envelope's own fields take a shorter way to the same text; other values the encoder's.
+    for value in ('r"\\ü', 7, True, 7.0, None):
+        full = {"v": 5, "run": "run-a", "sender": "client-0", "incarnation": 2**62, "seq": 7, "topic": "T",
+                "bytes": 10, "salt": salt.hex(), "cipher": "none", "mac": "aegis-mac"}
+        for key in ("run", "seq"):
+            changed = {**full, key: value}
+            assert signed_bytes(changed, "é") == json.dumps(changed, sort_keys=True, separators=(",", ":")).encode() \
+                + "\0é".encode()
 
 
 def test_signatures_are_ed25519_and_a_bad_one_does_not_hold():

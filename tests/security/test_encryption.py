@@ -6,7 +6,7 @@ import pytest
 
 from commlab.dds.auth import make_keyrings
 from commlab.dds import aegis
-from commlab.dds.envelope import AuthError, derive, key_label, payload_cipher, signed_bytes
+from commlab.dds.envelope import AuthError, payload_cipher, recipient_keys, signed_bytes
 from commlab.dds.opener import Opener
 from commlab.dds.seal import Sealer
 
@@ -64,7 +64,7 @@ def test_a_client_holding_the_broadcast_key_cannot_alter_it_for_another(rings):
     signed = signed_bytes(doc["auth"], doc["meta"])
     salt = bytes.fromhex(doc["auth"]["salt"])
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-    wrap = derive(rings["client-1"].pair_keys["controller"], salt, key_label("client-1"), signed)
+    wrap, _ = recipient_keys(rings["client-1"].pair_keys["controller"], salt, "client-1", signed)
     key = AESGCM(wrap).decrypt(bytes(12), bytes.fromhex(doc["keys"]["client-1"]), None)
     assert len(key) == aegis.KEY_BYTES
     forger = payload_cipher(key, signed)
@@ -79,8 +79,11 @@ def test_frames_of_the_previous_wire_version_are_refused_with_a_clear_line(rings
     client = Sealer(rings["client-0"], 1)
     envelope, sent = client.seal("ClientUpdate", "{}", b"")
     doc = json.loads(envelope)
+    doc["auth"]["v"] = 4  # version 4 derived keys and tags by HKDF and HMAC
+    with pytest.raises(AuthError, match="wire version 4; this node reads version 5 only"):
+        open_whole(rings["controller"], client, json.dumps(doc), sent, "ClientUpdate")
     del doc["auth"]["v"]  # version 1 had no version field, no salt and no cipher
-    with pytest.raises(AuthError, match="wire version 1; this node reads version 4 only"):
+    with pytest.raises(AuthError, match="wire version 1; this node reads version 5 only"):
         open_whole(rings["controller"], client, json.dumps(doc), sent, "ClientUpdate")
 
 

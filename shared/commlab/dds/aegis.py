@@ -13,6 +13,7 @@ from pyaegis._aegis_ffi import ffi, lib
 KEY_BYTES = 16
 NONCE_BYTES = 16
 TAG_BYTES = 16
+_NONCE = bytes(NONCE_BYTES)  # every key is used for one payload (envelope.py)
 
 lib.aegis_init()  # runtime CPU detection; pyaegis does the same on import, this binding may come first
 
@@ -29,7 +30,7 @@ class AegisStream:
     def __init__(self, key: bytes, associated: bytes, decrypt: bool = False):
         _check_key(key)
         self._state = ffi.new("aegis128x4_state *")
-        lib.aegis128x4_state_init(self._state, associated, len(associated), bytes(NONCE_BYTES), key)
+        lib.aegis128x4_state_init(self._state, associated, len(associated), _NONCE, key)
         self._update = lib.aegis128x4_state_decrypt_update if decrypt else lib.aegis128x4_state_encrypt_update
 
     def update_into(self, data: bytes | bytearray | memoryview, out: bytearray | memoryview) -> None:
@@ -42,8 +43,15 @@ class AegisStream:
             if self._update(self._state, dst, src, len(data)) != 0:
                 raise ValueError("AEGIS-128X4 refused a chunk")
 
+    def update_to(self, data: bytes | bytearray | memoryview, address: int) -> None:
+        """The next chunk through the cipher into len(data) writable bytes at `address` (the
+        sample a chunk is sent in, or its place in a message's buffer; `data`'s own address to
+        work in place): no buffer object to make per chunk."""
+        if len(data) and self._update(self._state, ffi.cast("uint8_t *", address), ffi.from_buffer(data), len(data)) != 0:
+            raise ValueError("AEGIS-128X4 refused a chunk")
+
     def tag(self) -> bytes:
-        """The encryption's tag, once every chunk went through update_into()."""
+        """The encryption's tag, once every chunk went through update_into() or update_to()."""
         out = ffi.new("uint8_t[]", TAG_BYTES)
         lib.aegis128x4_state_encrypt_final(self._state, out, TAG_BYTES)
         return bytes(ffi.buffer(out, TAG_BYTES))
@@ -59,7 +67,7 @@ class AegisMac:
     def __init__(self, key: bytes):
         _check_key(key)
         self._state = ffi.new("aegis128x4_mac_state *")
-        lib.aegis128x4_mac_init(self._state, key, bytes(NONCE_BYTES))
+        lib.aegis128x4_mac_init(self._state, key, _NONCE)
 
     def update(self, data: bytes | bytearray | memoryview) -> None:
         if len(data) and lib.aegis128x4_mac_update(self._state, ffi.from_buffer(data), len(data)) != 0:

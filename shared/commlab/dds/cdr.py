@@ -128,32 +128,32 @@ def write_iov(writer: int, sertype: int, pieces: Sequence[tuple[int, int]]) -> i
 class SampleToFill:
     """One sample to write whose payload is filled in place: a sealed chunk is encrypted straight
     into the bytes Cyclone sends, so the cipher's pass replaces write_iov's copy instead of adding
-    to it. The sample is allocated zeroed (the binding's dds_alloc) around the head; `payload` is
-    writable until write() or discard(), and the head may be rewritten with one of the same length
-    (a trailer known only once the payload is sealed)."""
+    to it. The sample is allocated zeroed (the binding's dds_alloc) around the head, so its
+    `padding` bytes after the payload are already the zeros they must be; the payload_bytes at
+    `payload_address` are the caller's to fill until write() or discard(), and part of the head
+    may be overwritten in place (a trailer known only once the payload is sealed)."""
 
-    def __init__(self, sertype: int, head: bytes, payload_bytes: int, tail: bytes):
-        self.size = len(head) + payload_bytes + len(tail)
+    def __init__(self, sertype: int, head: bytes, payload_bytes: int, padding: int):
+        self.size = len(head) + payload_bytes + padding
         iov = IoVec(address_of(head), len(head))
         self._sample = _from_ser_iov(sertype, SDK_DATA, 1, ct.byref(iov), self.size)
         if not self._sample:
             raise DdsError(f"Cyclone rejected a sample of {self.size} bytes with a head of {len(head)}")
         self._head_bytes = len(head)
+        self.trailer_at: int | None = None  # where in the head a trailer to overwrite starts (its writer knows)
         self._iov = IoVec()
         self._ref = _to_ser_ref(self._sample, 0, self.size, ct.byref(self._iov))
         self._base = self._iov.base
-        place = (ct.c_char * payload_bytes).from_address(self._base + len(head))
-        self.payload = memoryview(place).cast("B") if payload_bytes else memoryview(bytearray())
-        copy_into(self._base + len(head) + payload_bytes, tail)
+        self.payload_address, self.payload_bytes = self._base + len(head), payload_bytes
 
-    def rewrite_head(self, head: bytes) -> None:
-        if len(head) != self._head_bytes:
-            raise DdsError(f"a head of {len(head)} bytes cannot replace one of {self._head_bytes}")
-        copy_into(self._base, head)
+    def overwrite_head(self, offset: int, data: bytes) -> None:
+        """Replace len(data) bytes of the head from `offset`."""
+        if not 0 <= offset <= offset + len(data) <= self._head_bytes:
+            raise DdsError(f"{len(data)} bytes at {offset} do not fit a head of {self._head_bytes}")
+        copy_into(self._base + offset, data)
 
     def _release_view(self) -> None:
         if self._ref is not None:
-            self.payload.release()
             _to_ser_unref(self._ref, ct.byref(self._iov))
             self._ref = None
 
@@ -214,8 +214,13 @@ def writable_view(buf: bytes, offset: int, n: int) -> memoryview:
     """n bytes of `buf` from offset, writable: for a buffer from unfilled_bytes that is still
     being filled (decrypted in place) before anyone else sees it. The view keeps `buf` alive: a
     worker may still fill it after its message was dropped."""
-    place = (ct.c_char * n).from_address(address_of(buf) + offset)
-    place.owner = buf
+    return view_at(address_of(buf) + offset, n, owner=buf)
+
+
+def view_at(address: int, n: int, owner: object = None) -> memoryview:
+    """The n bytes at `address` as a writable view, which keeps `owner` (what holds them) alive."""
+    place = (ct.c_char * n).from_address(address)
+    place.owner = owner
     return memoryview(place).cast("B")
 
 

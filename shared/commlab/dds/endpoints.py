@@ -122,14 +122,18 @@ class ChunkWriter:
         with self._lock:
             self._write(meta, payload, to)
 
-    def _sample_to_fill(self, samples: dict[int, SampleToFill], chunk: Chunk, sealing: Sealing) -> memoryview:
-        """Chunk's sample with its payload left to seal into (the last chunk's head with a trailer of
-        zeros, rewritten once the payload is sealed); called from the sealing worker too."""
+    def _sample_to_fill(self, samples: dict[int, SampleToFill], chunk: Chunk, sealing: Sealing) -> int:
+        """Chunk's sample with its payload left to seal into, and where that payload goes (the last
+        chunk's head with a trailer of zeros, overwritten once the payload is sealed); called
+        from the sealing worker too."""
         n = len(chunk.payload)
-        meta = sealing.last_meta(chunk.index == 0, placeholder=True) if chunk.index == chunk.count - 1 else chunk.meta
+        trailer = sealing.trailer(placeholder=True) if chunk.index == chunk.count - 1 else None
+        meta = None if trailer is None else sealing.with_envelope(trailer) if chunk.index == 0 else trailer
         head = encode_head(chunk, n, meta)
-        sample = samples[chunk.index] = SampleToFill(self._sertype, head, n, padding(len(head), n))
-        return sample.payload
+        sample = samples[chunk.index] = SampleToFill(self._sertype, head, n, len(padding(len(head), n)))
+        if trailer is not None:  # the trailer ends the meta: where the real one goes
+            sample.trailer_at = head.rindex(trailer.encode())
+        return sample.payload_address
 
     def _write(self, meta: str, payload: bytes | memoryview, to: Collection[str]) -> None:
         s = self.node.settings
@@ -173,8 +177,7 @@ class ChunkWriter:
                     next(sealed)
                     sample = samples.pop(chunk.index)
                     if chunk.index == chunk.count - 1:  # the trailer, now that the whole payload is sealed
-                        chunk.meta = sealing.last_meta(chunk.index == 0)
-                        sample.rewrite_head(encode_head(chunk, n))
+                        sample.overwrite_head(sample.trailer_at, sealing.trailer().encode())
                     size = sample.size
                     start = time.perf_counter()
                     ret = sample.write(self.writer._ref)

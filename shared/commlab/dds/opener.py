@@ -22,10 +22,9 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from . import aegis
 from .auth import Keyring
-from .cdr import address_of, copy_into
-from .envelope import (CIPHERS, MACS, NONCE, SALT_BYTES, VERSION, WINDOW, AuthError, derive, key_label,
-                       payload_cipher, payload_digest, payload_mac, signature_holds, signed_bytes, tag, trailer_signed,
-                       trailer_tag)
+from .cdr import address_of, copy_into, writable_view
+from .envelope import (CIPHERS, MACS, NONCE, SALT_BYTES, VERSION, WINDOW, AuthError, payload_cipher, payload_digest,
+                       recipient_keys, signature_holds, signed_bytes, trailer_signed, trailer_tag)
 
 ALONGSIDE = 256 * 1024  # smaller chunks are hashed in the reader thread: a hand-off costs more than it saves
 
@@ -55,7 +54,8 @@ class Opened:
     with `key` (the message key) the payload is decrypted."""
 
     def __init__(self, meta: str, sender: str, pair: bytes, signed: bytes, trailer: dict | None, node: str, mac: str,
-                 verify: bytes | None = None, key: bytes | None = None, worker: Executor | None = None):
+                 verify: bytes | None = None, key: bytes | None = None, worker: Executor | None = None,
+                 mac_key: bytes | None = None):
         self.meta, self.sender, self.pair, self.signed, self.verify = meta, sender, pair, signed, verify
         self._worker = worker  # one thread, first in first out: absorbs the large chunks of a hashed payload in order
         self._pending: list[Future] = []
@@ -63,39 +63,48 @@ class Opened:
         self.node = node  # the receiving node (whose tag to check)
         # A signature covers the payload through its BLAKE3 digest, whatever else the sender used.
         self._hash = payload_digest() if mac == "blake3" or verify is not None else None
-        self._mac = payload_mac(pair, signed) if mac == "aegis-mac" else None
+        self._mac = aegis.AegisMac(mac_key) if mac == "aegis-mac" and mac_key is not None else None
         self._cipher = None if key is None else payload_cipher(key, signed, decrypt=True)
 
-    def update(self, data: bytes | bytearray | memoryview, into: memoryview | None = None) -> None:
-        """Authenticate the next chunk's payload as received, and decrypt it (or copy it) into
-        `into`, its place in the message; without `into`, decrypt it in place (`data` writable).
-        A large chunk of a hashed payload is copied into place and left to the worker, which hashes
-        it (and decrypts it in place) while this thread takes the next chunk: BLAKE3 is the slow
-        pass, and the sample it would read is released once this returns. `into` must then keep
-        its buffer alive (cdr.writable_view does); finish() waits for the worker."""
+    def update(self, data: bytes | bytearray | memoryview, buffer: bytes | bytearray | None = None, offset: int = 0) -> None:
+        """Authenticate the next chunk's payload as received, and decrypt it (or copy it) into its
+        place in the message: `buffer` (cdr.unfilled_bytes, still being filled) from `offset`;
+        without a buffer, decrypt it in place (`data` writable). A large chunk of a hashed
+        payload is copied into place and left to the worker, which hashes it (and decrypts it in
+        place) while this thread takes the next chunk: BLAKE3 is the slow pass, and the sample it
+        would read is released once this returns. finish() waits for the worker."""
+        if buffer is None:
+            self._wait()
+            self._absorb(data, None)
+            return
         large_hashed = self._hash is not None and self._worker is not None and len(data) >= ALONGSIDE
-        if into is not None and (large_hashed or self._pending):  # once a chunk went to the worker, all after it do
+        if large_hashed or self._pending:  # once a chunk went to the worker, all after it do
+            into = writable_view(buffer, offset, len(data))  # keeps the buffer alive for the worker
             copy_into(address_of(into), data)
-            self._pending.append(self._worker.submit(self._absorb, into, into))
+            self._pending.append(self._worker.submit(self._absorb, into, None))  # in place
             return
         self._wait()
-        self._absorb(data, into)
+        self._absorb(data, address_of(buffer) + offset)
 
     def _wait(self) -> None:
         for absorbed in self._pending:
             absorbed.result()
         self._pending.clear()
 
-    def _absorb(self, data: bytes | bytearray | memoryview, into: memoryview | None) -> None:
-        """One chunk through the digest, the MAC and the cipher, in the order they were fed."""
+    def _absorb(self, data: bytes | bytearray | memoryview, into: int | None) -> None:
+        """One chunk through the digest, the MAC and the cipher, in the order they were fed, into
+        the bytes at address `into` (None: in place)."""
         if self._hash is not None:
             self._hash.update(data)  # of the payload as sent: the ciphertext when encrypted
         if self._mac is not None:
             self._mac.update(data)
         if self._cipher is not None:
-            self._cipher.update_into(data, data if into is None else into)
-        elif into is not None and into is not data:
-            copy_into(address_of(into), data)
+            if into is None:
+                self._cipher.update_into(data, data)
+            else:
+                self._cipher.update_to(data, into)
+        elif into is not None:
+            copy_into(into, data)
 
     def finish(self, last_meta: str | None = None) -> None:
         """Check the trailer (from the last chunk's meta, or the envelope) against the payload
@@ -181,29 +190,31 @@ class Opener:
         if claimed[1:] != (sender, incarnation, topic, total_bytes):
             raise AuthError("unauthenticated", f"envelope of {sender!r} does not match its chunk")
         pair, signed = self.ring.key_with(sender), signed_bytes(auth, meta)
+        own_key, expected_tag = (None, "") if pair is None else recipient_keys(pair, salt, self.ring.node, signed)
         if verify is not None:
             # The pair key is shared with the sender's counterpart, so only the signature tells
             # that the sender itself wrote this.
             if not signature_holds(verify, signature, signed):
                 raise AuthError("wrong_key", f"envelope is not signed with the signing key of {sender!r}")
-        elif pair is None or not hmac.compare_digest(tag(pair, signed), own_tag):
+        elif own_key is None or not hmac.compare_digest(expected_tag, own_tag):
             raise AuthError("wrong_key", f"tag does not verify with the key of {sender!r}")
-        key = None if cipher == "none" else self._message_key(sender, pair, salt, signed, wrapped)
+        key = None if cipher == "none" else self._message_key(sender, own_key, wrapped)
         with self._lock:
             self._check_sequence(sender, incarnation, seq)
-        return Opened(meta, sender, pair or b"", signed, trailer, self.ring.node, mac, verify, key, self._worker)
+        return Opened(meta, sender, pair or b"", signed, trailer, self.ring.node, mac, verify, key, self._worker,
+                      mac_key=own_key)
 
-    def _message_key(self, sender: str, pair: bytes | None, salt: bytes, signed: bytes, wrapped: object) -> bytes:
-        """The key of an encrypted message: derived from the pair key (sent to this node alone),
-        or unwrapped from the envelope's entry for this node (sent to several)."""
+    def _message_key(self, sender: str, own_key: bytes | None, wrapped: object) -> bytes:
+        """The key of an encrypted message: this node's own key of it (sent to this node alone),
+        or unwrapped with that from the envelope's entry for this node (sent to several)."""
         node = self.ring.node
-        if pair is None:
+        if own_key is None:
             raise AuthError("wrong_key", f"no key shared with {sender!r} to decrypt its message")
         if wrapped is None:
-            return derive(pair, salt, key_label(None), signed, aegis.KEY_BYTES)
+            return own_key
         try:
             entry = bytes.fromhex(wrapped[node])  # type: ignore[index]
-            key = AESGCM(derive(pair, salt, key_label(node), signed)).decrypt(NONCE, entry, None)
+            key = AESGCM(own_key).decrypt(NONCE, entry, None)
         except (KeyError, TypeError, ValueError, InvalidTag):
             raise AuthError("wrong_key", f"{sender!r} wrapped no message key for {node} under their pair key") from None
         if len(key) != aegis.KEY_BYTES:

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .cdr import address_of, copy_into, unfilled_bytes, writable_view
+from .cdr import address_of, copy_into, unfilled_bytes
 from .envelope import AuthError
 from .opener import Opened, Opener
 from .chunk import ChunkHead
@@ -149,7 +149,7 @@ class Reassembler:
             return None
         if h.payload_len:
             if p.opened is not None:  # authenticated, and decrypted into place
-                p.opened.update(payload, writable_view(p.buffer, offset, h.payload_len))
+                p.opened.update(payload, p.buffer, offset)
             else:
                 copy_into(address_of(p.buffer) + offset, payload)
         p.received.add(h.index)

@@ -7,9 +7,8 @@ a worker thread while the one before it is written (the cipher, the hash and the
 release the GIL): beside the DDS work, not before it."""
 from __future__ import annotations
 
-import json
+import itertools
 import secrets
-import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -17,11 +16,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from . import aegis
 from .auth import TAG_BYTES, Keyring
-from .cdr import address_of, copy_into
+from .cdr import address_of, copy_into, view_at
 from .chunk import Payload
-from .envelope import (DIGEST_BYTES, MAC_RECIPIENTS_MAX, NONCE, SALT_BYTES, SIGNATURE_BYTES, VERSION, Signer, derive,
-                       key_label, payload_cipher, payload_digest, payload_mac, signed_bytes, tag, trailer_signed,
-                       trailer_tag)
+from .envelope import (DIGEST_BYTES, MAC_RECIPIENTS_MAX, NONCE, SALT_BYTES, SIGNATURE_BYTES, Signer, payload_cipher,
+                       payload_digest, quote, recipient_keys, sender_auth_text, trailer_signed, trailer_tag)
 
 
 class Sealer:
@@ -29,7 +27,9 @@ class Sealer:
     for them (`encrypt`, the default) or only authenticated."""
 
     def __init__(self, ring: Keyring, incarnation: int, encrypt: bool = True):
-        self.ring, self.incarnation, self.seq = ring, incarnation, 0
+        self.ring, self.incarnation = ring, incarnation
+        self._seqs = itertools.count(1)  # next() is atomic: publishers and the announcer seal from several threads
+        self.seq = 0  # the last sequence number drawn
         self.signer = Signer(ring.signing_key) if ring.signing_key else None
         # Every peer it shares a key with can read its payloads; tags only for the peers that check
         # tags: those that take this node's messages only signed get none.
@@ -41,23 +41,27 @@ class Sealer:
             self.mac = "blake3"
         else:
             self.mac = "aead" if encrypt else "aegis-mac"
-        self._lock = threading.Lock()  # publishers and the announcer seal from several threads
+        self.quoted = {p: quote(p) for p in ring.peers}  # names as JSON keys of the envelope's and trailer's maps
+        self.salt = secrets.token_bytes(SALT_BYTES)  # this process's: keeps its keys apart from another's of one incarnation
+        # The envelope's fields that never change, as JSON strings; topics' as they come.
+        self._own = {"cipher": quote(self.cipher), "mac": quote(self.mac), "run": quote(ring.run_id),
+                     "salt": quote(self.salt.hex()), "sender": quote(ring.node)}
+        self._topics: dict[str, str] = {}
         # Seals the chunk after the one being written (under a BLAKE3 digest); two, so two writers of
         # the node never wait on each other.
         self.worker = ThreadPoolExecutor(2, thread_name_prefix=f"seal-{ring.node}")
 
     def begin(self, topic: str, meta: str, nbytes: int, to: Collection[str] = ()) -> "Sealing":
         """Start sealing one message of `nbytes` payload bytes: its envelope (for chunk 0) now,
-        its trailer (for the last chunk) once every payload byte went through seal_into(). `to`:
+        its trailer (for the last chunk) once every payload byte went through seal_to(). `to`:
         the only peers that read the topic (a ring's next rank), the message's tags and keys for
         them alone (every tag and MAC is a pass over the payload); empty: every peer."""
-        with self._lock:
-            self.seq += 1
-            seq = self.seq
-        auth = {"v": VERSION, "run": self.ring.run_id, "sender": self.ring.node, "incarnation": self.incarnation,
-                "seq": seq, "topic": topic, "bytes": nbytes, "salt": secrets.token_hex(SALT_BYTES),
-                "cipher": self.cipher, "mac": self.mac}
-        return Sealing(self, auth, meta, set(to))
+        seq = self.seq = next(self._seqs)
+        quoted_topic = self._topics.get(topic) or self._topics.setdefault(topic, quote(topic))
+        own = self._own
+        text = sender_auth_text(nbytes, own["cipher"], self.incarnation, own["mac"], own["run"], own["salt"],
+                                own["sender"], seq, quoted_topic)
+        return Sealing(self, text, meta, set(to))
 
     def close(self) -> None:
         self.worker.shutdown()
@@ -70,62 +74,73 @@ class Sealer:
 
 
 class Sealing:
-    """One message being sealed: seal_into() each chunk's payload in order (or sealed() all of them,
+    """One message being sealed: seal_to() each chunk's payload in order (or sealed() all of them,
     pipelined) where it is sent from, then last_meta() for the last chunk."""
 
-    def __init__(self, sealer: Sealer, auth: dict, meta: str, to: set[str]):
-        self.signer, self._worker = sealer.signer, sealer.worker
+    def __init__(self, sealer: Sealer, text: str, meta: str, to: set[str]):
+        """`text`: the envelope's "auth", canonical (envelope.auth_text)."""
+        self.signer, self._worker, self._quoted = sealer.signer, sealer.worker, sealer.quoted
         self.keys = {p: k for p, k in sealer.keys.items() if p in to} if to else sealer.keys
-        self.signed = signed_bytes(auth, meta)
-        doc: dict = {"auth": auth, "meta": meta, "tags": {p: tag(k, self.signed) for p, k in self.keys.items()}}
+        self.signed = f"{text}\0{meta}".encode()
+        readers = {p: k for p, k in sealer.readers.items() if p in to} if to else sealer.readers
+        # Each reader's key and envelope tag for this message (envelope.py).
+        derived = {p: recipient_keys(k, sealer.salt, p, self.signed) for p, k in readers.items()}
+        # The envelope's JSON, written out: every value but the meta is hex or a known name.
+        tags = self._map({p: derived[p][1] for p in self.keys})
+        envelope = [f'{{"auth": {text}, "meta": {quote(meta)}, "tags": {tags}']
         if self.signer is not None:
-            doc["sig"] = self.signer.sign(self.signed)
+            envelope.append(f', "sig": "{self.signer.sign(self.signed)}"')
         self._cipher: aegis.AegisStream | None = None
-        if auth["cipher"] != "none":
-            salt = bytes.fromhex(auth["salt"])
-            readers = {p: k for p, k in sealer.readers.items() if p in to} if to else sealer.readers
-            if len(readers) == 1:
-                (pair,) = readers.values()
-                key = derive(pair, salt, key_label(None), self.signed, aegis.KEY_BYTES)
+        if sealer.cipher != "none":
+            if len(derived) == 1:
+                ((key, _),) = derived.values()
             else:
                 key = secrets.token_bytes(aegis.KEY_BYTES)
-                doc["keys"] = {p: AESGCM(derive(k, salt, key_label(p), self.signed))
-                               .encrypt(NONCE, key, None).hex() for p, k in readers.items()}
+                wrapped = {p: AESGCM(kek).encrypt(NONCE, key, None).hex() for p, (kek, _) in derived.items()}
+                envelope.append(f', "keys": {self._map(wrapped)}')
             self._cipher = payload_cipher(key, self.signed)
-        self.envelope = json.dumps(doc)
-        self._hash = payload_digest() if auth["mac"] == "blake3" else None
-        self._macs = {p: payload_mac(k, self.signed) for p, k in self.keys.items()} if auth["mac"] == "aegis-mac" else {}
+        envelope.append("}")
+        self.envelope = "".join(envelope)
+        self._trailer: str | None = None
+        self._hash = payload_digest() if sealer.mac == "blake3" else None
+        self._macs = {p: aegis.AegisMac(derived[p][0]) for p in self.keys} if sealer.mac == "aegis-mac" else {}
 
-    def seal_into(self, data: Payload, out: memoryview) -> None:
-        """The next chunk's payload sealed into `out` (its length): encrypted there, or copied, and
-        taken as sent into the trailer's digest or MACs (in order)."""
+    def _map(self, hex_of: dict[str, str]) -> str:
+        """{peer: hex} as JSON."""
+        return "{" + ", ".join(f'{self._quoted[p]}: "{h}"' for p, h in hex_of.items()) + "}"
+
+    def seal_to(self, data: Payload, address: int) -> None:
+        """The next chunk's payload sealed into the len(data) bytes at `address`: encrypted there,
+        or copied, and taken as sent into the trailer's digest or MACs (in order)."""
         if self._cipher is not None:
-            self._cipher.update_into(data, out)
+            self._cipher.update_to(data, address)
         else:
-            copy_into(address_of(out), data)
-        if self._hash is not None:
-            self._hash.update(out)
-        for mac in self._macs.values():
-            mac.update(out)
+            copy_into(address, data)
+        if self._hash is not None or self._macs:
+            sent = view_at(address, len(data))
+            if self._hash is not None:
+                self._hash.update(sent)
+            for mac in self._macs.values():
+                mac.update(sent)
 
     def update(self, data: Payload) -> bytearray:
         """The next chunk's payload, sealed, in a new buffer."""
         out = bytearray(len(data))
-        self.seal_into(data, memoryview(out))
+        self.seal_to(data, address_of(out))
         return out
 
-    def sealed(self, pieces: Sequence[Payload], place: Callable[[int], memoryview]) -> Iterator[int]:
-        """Seal each piece into place(i) (the bytes it goes on the wire in) in order, and yield i once
+    def sealed(self, pieces: Sequence[Payload], place: Callable[[int], int]) -> Iterator[int]:
+        """Seal each piece into place(i) (the address of the bytes it goes on the wire in) in order, and yield i once
         piece i is sealed; ask for the next only once the last is written. With a BLAKE3 digest
         the worker places and seals piece i + 1 while the caller writes piece i: the hash is the
         slow pass. Without one the caller's thread seals each piece itself: AEGIS takes about what
         the copy it replaces takes, less than handing the piece to the worker and back costs."""
         if self._hash is None:
             for i, piece in enumerate(pieces):
-                self.seal_into(piece, place(i))
+                self.seal_to(piece, place(i))
                 yield i
             return
-        self.seal_into(pieces[0], place(0))
+        self.seal_to(pieces[0], place(0))
         ahead = None
         try:
             for i in range(len(pieces)):
@@ -139,29 +154,43 @@ class Sealing:
             if ahead is not None:
                 wait([ahead])
 
-    def _seal_at(self, piece: Payload, place: Callable[[int], memoryview], i: int) -> None:
-        self.seal_into(piece, place(i))
+    def _seal_at(self, piece: Payload, place: Callable[[int], int], i: int) -> None:
+        self.seal_to(piece, place(i))
 
-    def last_meta(self, first: bool, placeholder: bool = False) -> str:
-        """The meta of the last chunk: the trailer, merged into the envelope when that chunk is also
-        the `first`. `placeholder`: the same meta before the payload is sealed, every proof in it
-        zeros: of the same length (every proof is hex of a fixed size), so the head that carries it
-        can be written first and overwritten in place once the payload is sealed."""
+    def last_meta(self, first: bool) -> str:
+        """The meta of the last chunk: the trailer, joined to the envelope when that chunk is also the `first`."""
+        return self.with_envelope(self.trailer()) if first else self.trailer()
+
+    def with_envelope(self, trailer: str) -> str:
+        """The envelope and `trailer` in one meta (a one-chunk message's): the envelope is a JSON
+        object, and the trailer joins it as its last key."""
+        return f'{self.envelope[:-1]}, "trailer": {trailer}}}'
+
+    def trailer(self, placeholder: bool = False) -> str:
+        """The trailer's JSON, once every payload byte went through seal_to(). `placeholder`: the
+        same before the payload is sealed, every proof in it zeros: of the same length (every
+        proof is hex of a fixed size), so the head that carries it can be written first and its
+        trailer overwritten in place once the payload is sealed."""
+        if not placeholder and self._trailer is not None:  # the proofs are final: made once
+            return self._trailer
         def proof(nbytes: int, make: Callable[[], str]) -> str:
             return "00" * nbytes if placeholder else make()
-        trailer: dict = {}
+        trailer = []
         if self._cipher is not None:
             cipher = self._cipher
-            trailer["aead"] = proof(aegis.TAG_BYTES, lambda: cipher.tag().hex())
+            trailer.append(f'"aead": "{proof(aegis.TAG_BYTES, lambda: cipher.tag().hex())}"')
         if self._hash is not None:
-            digest = trailer["digest"] = proof(DIGEST_BYTES, self._hash.hexdigest)
-            trailer["tags"] = {p: proof(TAG_BYTES, lambda k=k: trailer_tag(k, self.signed, digest))
-                               for p, k in self.keys.items()}
+            digest = proof(DIGEST_BYTES, self._hash.hexdigest)
+            tags = {p: proof(TAG_BYTES, lambda k=k: trailer_tag(k, self.signed, digest)) for p, k in self.keys.items()}
+            trailer += [f'"digest": "{digest}"', f'"tags": {self._map(tags)}']
             if self.signer is not None:
                 signer = self.signer
-                trailer["sig"] = proof(SIGNATURE_BYTES, lambda: signer.sign(trailer_signed(self.signed, digest)))
+                signature = proof(SIGNATURE_BYTES, lambda: signer.sign(trailer_signed(self.signed, digest)))
+                trailer.append(f'"sig": "{signature}"')
         elif self._macs:
-            trailer["tags"] = {p: proof(aegis.TAG_BYTES, lambda mac=mac: mac.tag().hex()) for p, mac in self._macs.items()}
-        text = json.dumps(trailer)
-        # The envelope is json.dumps of a dict: the trailer joins it as its last key, as json.dumps would put it.
-        return f'{self.envelope[:-1]}, "trailer": {text}}}' if first else text
+            tags = {p: proof(aegis.TAG_BYTES, lambda mac=mac: mac.tag().hex()) for p, mac in self._macs.items()}
+            trailer.append(f'"tags": {self._map(tags)}')
+        text = "{" + ", ".join(trailer) + "}"
+        if not placeholder:
+            self._trailer = text
+        return text
