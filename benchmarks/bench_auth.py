@@ -133,7 +133,9 @@ def measure(s: BenchRun, label: str, prefixes: Prefixes, sides: Sides, sizes: st
 
 def main(argv: list[str] | None = None) -> int:
     p = BenchParser(__doc__, "auth", {"repeat": 21})
-    p.add_argument("--repeat", type=int, default=61, help="loopback rounds (the shaped link runs two)")
+    # One round's cost scatters by about +-15 % on a shared 2-core machine (the table's middle
+    # half): 121 rounds put the median within a few percent, at about 15 s per loopback setup.
+    p.add_argument("--repeat", type=int, default=121, help="loopback rounds (the shaped link runs two)")
     a = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="commlab-keys-") as folder, BenchRun(a, 3) as s:
         peers = make_keyrings("bench-auth", ["send", "recv"], trusted={"send", "recv"})
