@@ -152,20 +152,20 @@ class SampleToFill:
             raise DdsError(f"{len(data)} bytes at {offset} do not fit a head of {self._head_bytes}")
         copy_into(self._base + offset, data)
 
-    def _release_view(self) -> None:
+    def _release_ref(self) -> None:
         if self._ref is not None:
             _to_ser_unref(self._ref, ct.byref(self._iov))
             self._ref = None
 
     def write(self, writer: int) -> int:
         """Send the sample (dds_writecdr consumes it on every path); the DDS return code."""
-        self._release_view()
+        self._release_ref()
         sample, self._sample = self._sample, None
         return _writecdr(writer, sample)
 
     def discard(self) -> None:
         """Drop a sample that will not be written (a write before it failed)."""
-        self._release_view()
+        self._release_ref()
         if self._sample is not None:
             serdata_unref(self._sample)
             self._sample = None
