@@ -94,12 +94,12 @@ def auth_text(auth: dict) -> str:
     """The canonical JSON (sorted keys, compact) of an envelope's "auth": formatted directly when it
     has exactly the fields of this wire version, with integers and strings where they belong (what
     every sender of it writes); through the encoder otherwise (the same text, slower)."""
-    if auth.keys() == _AUTH_KEYS:
-        n, inc, seq, v = auth["bytes"], auth["incarnation"], auth["seq"], auth["v"]
-        if type(n) is int and type(inc) is int and type(seq) is int and type(v) is int:
+    if auth.keys() == _AUTH_KEYS and auth["v"] == VERSION:
+        n, inc, seq = auth["bytes"], auth["incarnation"], auth["seq"]
+        if type(n) is int and type(inc) is int and type(seq) is int and type(auth["v"]) is int:
             try:
-                return _AUTH_TEXT % (n, quote(auth["cipher"]), inc, quote(auth["mac"]), quote(auth["run"]),
-                                     quote(auth["salt"]), quote(auth["sender"]), seq, quote(auth["topic"]), v)
+                return sender_auth_text(n, quote(auth["cipher"]), inc, quote(auth["mac"]), quote(auth["run"]),
+                                        quote(auth["salt"]), quote(auth["sender"]), seq, quote(auth["topic"]))
             except TypeError:  # a field that is no string
                 pass
     return _CANONICAL.encode(auth)
