@@ -8,7 +8,9 @@ DDP steps with DDS dense, each compressor at its default and torch DDP over gloo
 and powersgd (bench_peers' runs). Rates: `lan` is loopback; every other rate is a profile of that rate
 on every node's uplink, in network namespaces (root; without root they run unshaped and the table
 says so). Below --slow-below a dense exchange takes tens of seconds, so runs there are shorter: FL
---slow-rounds rounds, DDP --slow-train-subset samples with --slow-skip warm-up steps. The
+--slow-rounds rounds, DDP --slow-train-subset samples with --slow-skip warm-up steps. From --fast-from
+up a step or round takes milliseconds and one run's median needs more of them (a loaded 2-core machine
+moves single steps by tens of percent): FL --fast-rounds rounds, DDP --fast-train-subset samples. The
 --loss-cases also run at --loss-rate (a rate with a share of packets lost), beside their lossless rows.
 Per row: the FL round time (median over rounds) or DDP step time (median over steps after the warm-up),
 the bytes a client uploads per round or a rank sends per step, and both as x of the reference (DDS
@@ -57,11 +59,18 @@ def slow(rate: str, a: argparse.Namespace) -> bool:
     return rate_bps(rate) < rate_bps(a.slow_below)
 
 
+def fast(rate: str, a: argparse.Namespace) -> bool:
+    return rate_bps(rate) >= rate_bps(a.fast_from)
+
+
 def at_rate(rate: str, a: argparse.Namespace) -> argparse.Namespace:
-    """The run settings at `rate`: the shorter ones below --slow-below."""
-    short = ({"rounds": a.slow_rounds, "ddp_train_subset": a.slow_train_subset, "skip": a.slow_skip}
-             if slow(rate, a) else {})
-    return argparse.Namespace(**{**vars(a), **short, "profile": rate})
+    """The run settings at `rate`: the shorter ones below --slow-below, the longer ones from --fast-from."""
+    tier = {}
+    if slow(rate, a):
+        tier = {"rounds": a.slow_rounds, "ddp_train_subset": a.slow_train_subset, "skip": a.slow_skip}
+    elif fast(rate, a):
+        tier = {"rounds": a.fast_rounds, "ddp_train_subset": a.fast_train_subset}
+    return argparse.Namespace(**{**vars(a), **tier, "profile": rate})
 
 
 def fl_case(case: str) -> str:
@@ -191,8 +200,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--slow-rounds", type=int, default=1, help="FL rounds a run below --slow-below")
     p.add_argument("--slow-train-subset", type=int, default=256, help="DDP samples below --slow-below")
     p.add_argument("--slow-skip", type=int, default=2, help="DDP warm-up steps below --slow-below")
+    p.add_argument("--fast-from", default="1gbit", help="this rate and faster ones (lan) run the longer settings")
+    p.add_argument("--fast-rounds", type=int, default=6, help="FL rounds a run from --fast-from")
+    p.add_argument("--fast-train-subset", type=int, default=4096, help="DDP samples from --fast-from")
     a = p.parse_args(argv)
-    for rate in [*a.rates.split(","), a.slow_below, a.loss_rate]:
+    for rate in [*a.rates.split(","), a.slow_below, a.fast_from, a.loss_rate]:
         check_profile(rate)
     if a.start_iter > min(a.skip, a.slow_skip):
         p.error(f"--start-iter {a.start_iter}: PowerSGD's dense steps must be warm-up steps (--skip, --slow-skip)")
@@ -212,11 +224,11 @@ def plan(a: argparse.Namespace) -> list[tuple[str, str, str]]:
 
 
 def notes(a: argparse.Namespace, shaped: bool) -> list[str]:
-    return [f"FL: {a.clients} clients, {a.rounds} round(s) of {a.samples} samples a client ({a.slow_rounds} below "
-            f"{a.slow_below}) from {a.train_subset} training samples, median round time, bytes a client uploads a "
-            f"round ('bytes from' says whose counters: loopback's lo counters are shared, an upper bound). DDP: "
-            f"world {a.world}, {a.epochs} epoch of {a.ddp_train_subset} samples ({a.slow_train_subset} below "
-            f"{a.slow_below}), median step time and bytes a rank sends a step over the steps after the first "
+    return [f"FL: {a.clients} clients, {a.rounds} round(s) of {a.samples} samples a client ({a.fast_rounds} from "
+            f"{a.fast_from}, {a.slow_rounds} below {a.slow_below}) from {a.train_subset} training samples, median "
+            f"round time, bytes a client uploads a round ('bytes from' says whose counters: loopback's lo counters are "
+            f"shared, an upper bound). DDP: world {a.world}, {a.epochs} epoch of {a.ddp_train_subset} samples "
+            f"({a.fast_train_subset} from {a.fast_from}, {a.slow_train_subset} below {a.slow_below}), median step time and bytes a rank sends a step over the steps after the first "
             f"{a.skip} ({a.slow_skip} below {a.slow_below}), DGC's warm-up and PowerSGD's {a.start_iter} dense "
             f"step(s) among them. Model mnist_cnn on MNIST subsets ({a.test_subset} test samples): time and bytes "
             f"do not depend on accuracy. Batch {bench_peers.WORKLOAD['batch_size']} a rank. Compressors at their "
