@@ -138,6 +138,22 @@ def test_randomk_positions_are_k_distinct_sorted_indices(seed, numel, data):
     assert np.all(np.diff(idx) > 0) and (k == 0 or (idx[0] >= 0 and idx[-1] < numel))
 
 
+@given(st.integers(0, 2**64 - 1), st.integers(1, 200), st.data())
+@quick
+def test_randomk_frames_carry_the_values_at_the_positions_in_order(seed, numel, data):
+    # The codec selects 16 positions at a time from the keystream's bytes (lanes.py), a partial
+    # last block through padded copies; ``positions`` is the reference, by numpy.
+    k = data.draw(st.integers(1, numel))
+    x = rand(numel, seed % 1000) + 10
+    values = np.empty(k + 16, np.float32)
+    randomk._gather(randomk._selection(seed, numel, k), x, values)
+    idx = randomk.positions(seed, numel, k)
+    assert np.array_equal(values[:k], x[idx])
+    out = np.empty(numel, np.float32)
+    randomk._scatter(randomk._selection(seed, numel, k), values[:k], out)
+    assert np.array_equal(out[idx], x[idx]) and np.count_nonzero(np.delete(out, idx)) == 0
+
+
 # --- hypothesis round trips ----------------------------------------------------------------------
 
 def invariant(name: str, codec, frame: bytes, x: np.ndarray, out: np.ndarray) -> None:

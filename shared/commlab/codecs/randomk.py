@@ -32,64 +32,46 @@ import struct
 
 import numpy as np
 
-from commlab.codecs import draws, scratch, topk
+from commlab.codecs import draws, lanes, scratch, topk
 from commlab.codecs.base import RandomCodec, register
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
-
-
-def _cut(seed: int, numel: int, m: int) -> tuple[np.ndarray, int, np.ndarray]:
-    """The top level of ``_subset`` over range(numel): (its random bytes, the byte value ``cut``
-    below which every position is in the subset, and which of the positions whose byte is ``cut``
-    are, in order, as a mask)."""
-    keys = draws.keystream(struct.pack("<QQ", seed, 0), numel)
-    cut, below = _below(keys, m)
-    tied = int(np.count_nonzero(keys == cut))
-    while below + tied < m:
-        below += tied
-        cut += 1
-        tied = int(np.count_nonzero(keys == cut))
-    return keys, cut, _subset(seed, 1, tied, m - below)
+from commlab.codecs.lanes import LANES
 
 
 @kernel
-def _gather(flags: np.ndarray, vec: np.ndarray, out: np.ndarray) -> None:
-    """The values where ``flags`` is 1, in order, into ``out`` (one longer than their count).
-    Every value is stored and the count advances past the kept ones: no branch to mispredict."""
-    count = 0
-    for i in range(flags.size):
-        out[count] = vec[i]
-        count += flags[i]
+def _tally(keys: np.ndarray, cut: int) -> tuple[int, int]:
+    """How many bytes are below ``cut``, and how many equal it: 64 at a time, the rest one by one."""
+    whole, below, equal = keys.size // lanes.BYTE_LANES * lanes.BYTE_LANES, 0, 0
+    for start in range(0, whole, lanes.BYTE_LANES):
+        below += lanes.popcount(lanes.below_64(keys, start, cut))
+        equal += lanes.popcount(lanes.equal_64(keys, start, cut))
+    for key in keys[whole:]:
+        below += key < cut
+        equal += key == cut
+    return below, equal
 
 
-@kernel
-def _scatter(flags: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
-    """The whole vector: the next of ``values`` (one longer than their count) where ``flags`` is
-    1, zero elsewhere, as bits: a value's bits and'ed with 0 or all ones (a select of floats
-    compiles to a branch, mispredicted half the time)."""
-    words, bits = out.view(np.uint32), values.view(np.uint32)
-    count = 0
-    for i in range(flags.size):
-        words[i] = bits[count] & (np.uint32(0) - np.uint32(flags[i]))
-        count += flags[i]
-
-
-def _below(keys: np.ndarray, m: int) -> tuple[int, int]:
-    """The byte value ``cut`` where the m-th smallest byte lies, and how many bytes are below it."""
+def _below(keys: np.ndarray, m: int) -> tuple[int, int, int]:
+    """The byte value ``cut`` where the m-th smallest byte lies, how many bytes are below it and
+    how many equal it."""
     cut = min(255, m * 256 // keys.size)  # about where the m-th smallest byte lies
-    below = np.count_nonzero(keys < cut)
+    below, tied = _tally(keys, cut)
     while below > m:
         cut -= 1
-        below = np.count_nonzero(keys < cut)
-    return cut, int(below)
+        below, tied = _tally(keys, cut)
+    while below + tied < m:
+        cut += 1
+        below, tied = _tally(keys, cut)
+    return cut, below, tied
 
 
 def positions(seed: int, numel: int, k: int) -> np.ndarray:
     """The k sorted distinct int64 indices below ``numel`` that a frame seed selects: a uniformly
     random subset of m = min(k, D - k) positions (its complement when k > D / 2), see ``_subset``.
     Built from the AES-128-CTR keystream of (seed, level) alone (draws.py), so sender and receiver
-    agree whatever their numpy. The codec itself marks the selection with a byte a position
-    (_flags) without listing it."""
+    agree whatever their numpy. The codec itself selects 16 positions at a time from the bytes
+    (``_block_masks``) without listing them."""
     m = min(k, numel - k)
     chosen = _subset(seed, 0, numel, m)
     return np.flatnonzero(chosen if m == k else ~chosen)
@@ -104,55 +86,82 @@ def _subset(seed: int, level: int, n: int, m: int) -> np.ndarray:
     if m == 0 or m == n:
         return np.full(n, m == n)
     keys = draws.keystream(struct.pack("<QQ", seed, level), n)
-    cut, below = _below(keys, m)
-    tied = np.flatnonzero(keys == cut)
-    while below + tied.size < m:
-        below += tied.size
-        cut += 1
-        tied = np.flatnonzero(keys == cut)
+    cut, below, _ = _below(keys, m)
     chosen = keys < cut
+    tied = np.flatnonzero(keys == cut)
     chosen[tied[_subset(seed, level + 1, tied.size, m - below)]] = True
     return chosen
 
 
-_ONES = np.uint64(0x0101010101010101)
-_HIGHS = np.uint64(0x8080808080808080)
+_ALL_LANES = np.uint32(0xFFFF)
+
+
+@kernel(inline="always")
+def _block_mask(keys: np.ndarray, start: int, cut: int, tied: np.ndarray, tie: int, flip: np.uint32,
+                valid: np.uint32) -> tuple[np.uint32, int]:
+    """The kept lanes of the 16 positions from ``start`` (those of ``valid``) and the index of the
+    next tie: a byte below the cut, or at the cut and chosen by the next of ``tied`` (about one
+    block in 16 holds a tie), all flipped where the frame keeps the complement."""
+    mask = lanes.below(keys, start, cut)
+    ties = lanes.equal(keys, start, cut) & valid
+    while ties:
+        lowest = ties & (np.uint32(0) - ties)
+        if tied[tie]:
+            mask |= lowest
+        tie += 1
+        ties ^= lowest
+    return (mask ^ flip) & valid, tie
 
 
 @kernel
-def _mark_ties(words: np.ndarray, rest: np.ndarray, cut: int, tied: np.ndarray, flags: np.ndarray) -> None:
-    """flags at the positions whose byte is ``cut``, in order, from ``tied``: the bytes 8 at a
-    time (``words``, then the ``rest``), a word looked into only when one of its bytes is the cut
-    (the classic test for a zero byte, of the word xor the cut in every byte)."""
-    pattern, tie = np.uint64(cut) * _ONES, 0
-    for w in range(words.size):
-        x = words[w] ^ pattern
-        if (x - _ONES) & ~x & _HIGHS:
-            for t in range(8):
-                if (x >> np.uint64(8 * t)) & np.uint64(0xFF) == 0:
-                    flags[8 * w + t] = tied[tie]
-                    tie += 1
-    for t in range(rest.size):
-        if rest[t] == cut:
-            flags[8 * words.size + t] = tied[tie]
-            tie += 1
+def _block_masks(keys: np.ndarray, cut: int, tied: np.ndarray, flip: np.uint32, masks: np.ndarray) -> None:
+    """masks[b] = the kept lanes of positions 16 b to 16 b + 15 (``_block_mask``); the last block,
+    when partial, through a copy of its bytes padded to 16."""
+    whole, tie = keys.size // LANES, 0
+    for b in range(whole):
+        masks[b], tie = _block_mask(keys, b * LANES, cut, tied, tie, flip, _ALL_LANES)
+    if whole < masks.size:
+        last = np.zeros(LANES, np.uint8)
+        last[: keys.size - whole * LANES] = keys[whole * LANES:]
+        masks[whole] = _block_mask(last, 0, cut, tied, tie, flip, np.uint32((1 << (keys.size - whole * LANES)) - 1))[0]
 
 
-def _flags(seed: int, numel: int, k: int) -> np.ndarray:
-    """One byte per position, 1 where a frame of ``seed`` keeps the value (``positions``), built
-    by vectorised passes over the bytes of ``_cut``; a scratch array."""
+@kernel
+def _gather(masks: np.ndarray, vec: np.ndarray, out: np.ndarray) -> None:
+    """The values in the lanes of ``masks``, in order, into ``out`` (16 longer than their count)."""
+    whole, count = vec.size // LANES, 0
+    for b in range(whole):
+        lanes.compress(vec, b * LANES, masks[b], out, count)
+        count += lanes.popcount(masks[b])
+    if whole < masks.size:  # a partial last block: from a copy padded to 16
+        last = np.zeros(LANES, np.float32)
+        last[: vec.size - whole * LANES] = vec[whole * LANES:]
+        lanes.compress(last, 0, masks[whole], out, count)
+
+
+@kernel
+def _scatter(masks: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
+    """The whole vector: the next of ``values`` in each lane of ``masks``, zero elsewhere."""
+    whole, count = out.size // LANES, 0
+    for b in range(whole):
+        lanes.expand(values, count, masks[b], out, b * LANES)
+        count += lanes.popcount(masks[b])
+    if whole < masks.size:  # a partial last block: into a copy padded to 16
+        last = np.zeros(LANES, np.float32)
+        lanes.expand(values, count, masks[whole], last, 0)
+        out[whole * LANES:] = last[: out.size - whole * LANES]
+
+
+def _selection(seed: int, numel: int, k: int) -> np.ndarray:
+    """A frame's positions (``positions``), 0 < k <= numel, as the kept lanes of each block of 16
+    (uint16, a scratch array): the top level of ``_subset`` from the keystream's bytes, flipped
+    where the frame keeps the complement of the subset (k > D / 2)."""
     m = min(k, numel - k)
-    flags = scratch.buffer("randomk.flags", numel, np.uint8)
-    if m == 0:  # k == numel: every value
-        flags[:] = 1
-        return flags
-    keys, cut, tied = _cut(seed, numel, m)
-    np.less(keys, cut, out=flags.view(np.bool_))
-    whole = numel // 8 * 8
-    _mark_ties(keys[:whole].view(np.uint64), keys[whole:], cut, tied, flags)
-    if m != k:  # the complement
-        flags ^= 1
-    return flags
+    keys = draws.keystream(struct.pack("<QQ", seed, 0), numel)
+    cut, below, tied = _below(keys, m)
+    masks = scratch.buffer("randomk.masks", -(-numel // LANES), np.uint16)
+    _block_masks(keys, cut, _subset(seed, 1, tied, m - below), np.uint32(0 if m == k else _ALL_LANES), masks)
+    return masks
 
 
 @register
@@ -170,9 +179,9 @@ class RandomK(RandomCodec):
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         k = topk.num_kept(vec.size, self.ratio)
         seed = int(self.rng.integers(2**64, dtype=np.uint64))
-        out = np.empty(k + 1, np.float32)
+        out = np.empty(k + LANES, np.float32)
         if k:
-            _gather(_flags(seed, vec.size, k), vec, out)
+            _gather(_selection(seed, vec.size, k), vec, out)
         return (seed, k), [out[:k]]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
@@ -183,9 +192,8 @@ class RandomK(RandomCodec):
             raise CodecError(f"{self.name}: payload {len(payload)} bytes, {k} float32 values need {4 * k}")
         if k == 0:
             return np.zeros(numel, np.float32)
-        out, values = np.empty(numel, np.float32), np.zeros(k + 1, np.float32)
-        values[:k] = np.frombuffer(payload, "<f4")
-        _scatter(_flags(seed, numel, k), values, out)
+        out = np.empty(numel, np.float32)
+        _scatter(_selection(seed, numel, k), np.frombuffer(payload, "<f4"), out)
         return out
 
     def payload_size(self, numel: int) -> int:

@@ -1,0 +1,87 @@
+"""lanes.py, the 16-lane operations of the compiled loops, against numpy: the byte masks, popcount,
+compress (the selected lanes packed) and expand (packed values spread back over the lanes)."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from commlab.codecs import lanes
+
+quick = settings(max_examples=200)
+masks = st.integers(0, 2**16 - 1)
+blocks = arrays(np.uint8, lanes.LANES)
+values = arrays(np.float32, lanes.LANES, elements=st.floats(width=32, allow_nan=True))
+
+
+@numba.njit
+def _masks(keys, cut):
+    return lanes.below(keys, 0, cut), lanes.equal(keys, 0, cut), lanes.popcount(lanes.below(keys, 0, cut))
+
+
+@numba.njit
+def _masks_64(keys, cut):
+    return lanes.below_64(keys, 0, cut), lanes.equal_64(keys, 0, cut), lanes.popcount(lanes.equal_64(keys, 0, cut))
+
+
+@numba.njit
+def _compress(src, start, mask, dst, at):
+    lanes.compress(src, start, mask, dst, at)
+
+
+@numba.njit
+def _expand(src, at, mask, dst, start):
+    lanes.expand(src, at, mask, dst, start)
+
+
+def bits_of(mask: int, width: int = lanes.LANES) -> np.ndarray:
+    return (np.uint64(mask) >> np.arange(width, dtype=np.uint64)) & np.uint64(1) == 1
+
+
+@given(blocks, st.integers(0, 255))
+@quick
+def test_byte_masks_and_popcount_match_numpy(keys, cut):
+    below, equal, count = _masks(keys, cut)
+    assert np.array_equal(bits_of(below), keys < cut) and np.array_equal(bits_of(equal), keys == cut)
+    assert count == np.count_nonzero(keys < cut)
+
+
+@given(arrays(np.uint8, lanes.BYTE_LANES), st.integers(0, 255))
+@quick
+def test_64_byte_masks_match_numpy(keys, cut):
+    below, equal, count = _masks_64(keys, cut)
+    assert np.array_equal(bits_of(below, lanes.BYTE_LANES), keys < cut)
+    assert np.array_equal(bits_of(equal, lanes.BYTE_LANES), keys == cut)
+    assert count == np.count_nonzero(keys == cut)
+
+
+@given(values, masks, st.integers(0, 3))
+@quick
+def test_compress_packs_the_selected_lanes_in_order(src, mask, at):
+    dst = np.full(at + lanes.LANES, -1, np.float32)
+    _compress(np.concatenate([np.zeros(2, np.float32), src]), 2, mask, dst, at)
+    kept = src[bits_of(mask)]
+    assert np.array_equal(dst[at: at + kept.size].view(np.uint32), kept.view(np.uint32))  # NaNs bit for bit
+    assert np.all(dst[:at] == -1)
+
+
+@given(values, masks, st.integers(0, 3))
+@quick
+def test_expand_spreads_packed_values_over_the_selected_lanes(src, mask, at):
+    selected = bits_of(mask)
+    packed = np.concatenate([np.full(at, 7, np.float32), src[selected]])  # exactly what expand may read
+    dst = np.full(lanes.LANES + 1, -1, np.float32)
+    _expand(packed, at, mask, dst, 1)
+    expected = np.where(selected, src, np.float32(0))
+    assert np.array_equal(dst[1:].view(np.uint32), expected.view(np.uint32)) and dst[0] == -1
+
+
+@given(arrays(np.int32, lanes.LANES), masks)
+@quick
+def test_compress_and_expand_take_integer_lanes(src, mask):
+    packed, back = np.empty(lanes.LANES, np.int32), np.empty(lanes.LANES, np.int32)
+    _compress(src, 0, mask, packed, 0)
+    _expand(packed, 0, mask, back, 0)
+    assert np.array_equal(back, np.where(bits_of(mask), src, 0))
