@@ -121,13 +121,47 @@ def test_top_k_selection_is_its_reference_on_large_vectors(n):
             assert np.array_equal(topk.select(x, ratio), topk.reference_select(x, ratio))
 
 
-def test_top_k_selection_flagged_in_blocks_is_its_reference(monkeypatch):
-    """Candidates found a block of values at a time (vectors longer than one block; a small
-    block here): the same positions as in one pass."""
-    monkeypatch.setattr(topk, "_FLAG_BLOCK", 4096)
+def test_top_k_selection_in_chunks_is_its_reference(monkeypatch):
+    """Candidates found a chunk of values at a time, 16 at a time within it and the values past
+    its whole blocks of 16 one by one (a small chunk, not a multiple of 16, here): the same
+    positions as the reference."""
+    monkeypatch.setattr(topk, "_CHUNK", 40)
     for x in (adversarial(70_001, 7), np.sort(np.abs(adversarial(70_001, 8)))):
         for ratio in (0.001, 0.1, 0.5):
             assert np.array_equal(topk.select(x, ratio), topk.reference_select(x, ratio))
+
+
+keys_with_ties = arrays(np.uint32, st.integers(0, 200), elements=st.sampled_from([0, 1, 7, 2**31 - 1, 2**31, 2**32 - 1]))
+
+
+@given(arrays(np.float32, st.integers(0, 300), elements=st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, np.nan, -np.inf])),
+       st.sampled_from([0, 1, 0x3F800000, 0x7F800000, 0x7FC00000]), st.integers(1, 70))
+@quick
+def test_top_k_candidates_are_the_magnitudes_at_least_the_mark(x, low, chunk):
+    positions, keys = np.empty(x.size + 16, np.int32), np.empty(x.size + 16, np.uint32)
+    count = topk._flagged(x, np.uint32(low), np.empty(chunk, np.uint32), positions, keys)
+    expected = np.flatnonzero(topk.magnitudes(x) >= low)
+    assert np.array_equal(positions[:count], expected)
+    assert np.array_equal(keys[:count], topk.magnitudes(x)[expected])
+
+
+@given(keys_with_ties, st.sampled_from([0, 1, 7, 2**31, 2**32 - 1]))
+@quick
+def test_top_k_band_is_the_keys_below_the_high_mark(keys, high):
+    out = np.empty(keys.size + 16, np.uint32)
+    count = topk._below(keys, np.uint32(high), out)
+    assert np.array_equal(out[:count], keys[keys < high])
+
+
+@given(keys_with_ties, st.sampled_from([0, 1, 7, 2**31, 2**32 - 1]), st.integers(0, 300))
+@quick
+def test_top_k_keeps_the_keys_above_the_kth_and_the_first_ties(keys, kth, ties):
+    ties = min(ties, np.count_nonzero(keys == kth))
+    candidates = np.arange(keys.size, dtype=np.int32) * 3
+    kept = np.flatnonzero((keys > kth) | ((keys == kth) & (np.cumsum(keys == kth) <= ties)))
+    out = np.empty(kept.size + 16, np.int32)
+    topk._keep(candidates, keys, np.uint32(kth), ties, out)
+    assert np.array_equal(out[: kept.size], candidates[kept])
 
 
 def test_uniforms_are_on_numpys_float32_grid_and_seeded():

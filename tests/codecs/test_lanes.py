@@ -3,6 +3,7 @@ compress (the selected lanes packed) and expand (packed values spread back over 
 from __future__ import annotations
 
 import numba
+import pytest
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -85,3 +86,23 @@ def test_compress_and_expand_take_integer_lanes(src, mask):
     _compress(src, 0, mask, packed, 0)
     _expand(packed, 0, mask, back, 0)
     assert np.array_equal(back, np.where(bits_of(mask), src, 0))
+
+
+def test_blocks_beyond_their_arrays_are_refused():
+    src, dst = np.arange(20, dtype=np.float32), np.empty(20, np.float32)
+    with pytest.raises(IndexError):
+        _compress(src, 5, 0xFFFF, dst, 0)  # reads src[5:21]
+    with pytest.raises(IndexError):
+        _compress(src, 0, 0xFFFF, dst, 5)  # writes dst[5:21]
+    with pytest.raises(IndexError):
+        _expand(src[:3], 0, 0xF, dst, 0)  # 4 values asked of 3
+    _expand(src[:3], 0, 0x7, dst, 4)
+    assert dst[4:7].tolist() == [0, 1, 2]
+    with pytest.raises(IndexError):
+        _masks(np.zeros(15, np.uint8), 1)
+
+
+def test_only_4_byte_lanes_compile():
+    # LLVM 20 splits a compress of 16 8-byte elements in two, and the code it made crashed.
+    with pytest.raises(numba.core.errors.TypingError, match="4-byte elements only"):
+        _compress(np.zeros(16, np.int64), 0, 1, np.zeros(16, np.int64), 0)

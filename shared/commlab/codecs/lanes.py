@@ -1,75 +1,116 @@
 """Sixteen values at a time, for the compiled loops (jit.py) that LLVM does not vectorise on its
-own: packing the selected values of a block (compaction) and its inverse, and the byte masks
-that select them. A scalar loop that packs values advances its count one value at a time, about a
+own: packing the selected values of a block (compaction) and its inverse, and the masks that
+select them. A scalar loop that packs values advances its count one value at a time, about a
 cycle a value; these emit LLVM's target-independent vector operations
 (``llvm.experimental.vector.compress``, ``llvm.masked.expandload``, ``llvm.ctpop``, a vector
 compare), which an AVX-512 machine runs as a few instructions per 16 values and any other target
-as equivalent scalar code. No arithmetic rounds: the values are moved, not computed.
+as equivalent scalar code. No arithmetic rounds: values are compared and moved, not computed.
 
-A mask is an integer whose bit j stands for lane j, the value at ``start + j``. Nothing here checks
-bounds: the callers keep ``start + 16`` (``start + 64`` for the 64-byte masks) within the arrays
-read, and ``compress`` writes all 16 lanes of its destination, past the packed values, so its
-destination has 16 spare slots.
+A mask is an integer whose bit j stands for lane j, the value at ``start + j``. Each operation
+checks that its block lies within its arrays (IndexError otherwise: a branch that never goes the
+other way); ``compress`` writes all 16 lanes of its destination, past the packed values, so a
+destination has 16 spare slots after the last value packed into it.
 """
 from __future__ import annotations
 
 from llvmlite import ir
 from numba.core import cgutils, types
+from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 LANES = 16
+BYTE_LANES = 64  # the byte masks that only count: one AVX-512 compare of 64 bytes
 _I32, _I64 = ir.IntType(32), ir.IntType(64)
-_BITS = ir.IntType(LANES)
 _MASK = ir.VectorType(ir.IntType(1), LANES)
 
 
-def _vector_at(context, builder, array_type, array: ir.Value, start: ir.Value,
-               width: int = LANES) -> tuple[ir.Value, ir.VectorType]:
-    """``array[start:start + width]`` as a pointer to one vector, and the vector's type."""
+def _vector_at(context, builder, array_type, array: ir.Value, start_type, start: ir.Value, width: int = LANES,
+               span: ir.Value | None = None) -> tuple[ir.Value, ir.VectorType]:
+    """``array[start:start + width]`` as a pointer to one vector, and the vector's type; IndexError
+    unless ``array[start:start + span]`` (span: ``width`` unless given) lies within the array."""
     vector = ir.VectorType(context.get_value_type(array_type.dtype), width)
-    data = context.make_array(array_type)(context, builder, array).data
-    return builder.bitcast(builder.gep(data, [start]), vector.as_pointer()), vector
+    values = context.make_array(array_type)(context, builder, array)
+    first = context.cast(builder, start, start_type, types.int64)
+    last = builder.add(first, ir.Constant(_I64, width) if span is None else span)
+    outside = builder.or_(builder.icmp_signed("<", first, ir.Constant(_I64, 0)),
+                          builder.icmp_signed(">", last, values.nitems))
+    with builder.if_then(outside, likely=False):
+        context.call_conv.return_user_exc(builder, IndexError, ("lanes: a block of values beyond its array",))
+    return builder.bitcast(builder.gep(values.data, [first]), vector.as_pointer()), vector
 
 
 def _lane_mask(context, builder, mask_type, mask: ir.Value) -> ir.Value:
     """A mask (any integer type numba inferred) as LLVM's vector of 16 booleans, from its low 16 bits."""
-    return builder.bitcast(builder.trunc(context.cast(builder, mask, mask_type, types.uint32), _BITS), _MASK)
+    word = context.cast(builder, mask, mask_type, types.uint32)
+    return builder.bitcast(builder.trunc(word, ir.IntType(LANES)), _MASK)
 
 
-def _byte_compare(predicate: str, width: int):
-    """An intrinsic (bytes: uint8 array, start, value) -> the mask of ``bytes[start + j] <predicate>
-    value`` for j < ``width`` (uint32 for 16 lanes, uint64 for 64)."""
-    lane_bits, result = ir.IntType(width), types.uint32 if width <= 32 else types.uint64
+def _splat(builder, scalar: ir.Value, vector: ir.VectorType) -> ir.Value:
+    """``scalar`` in every lane of a ``vector``."""
+    one = builder.insert_element(ir.Constant(vector, None), scalar, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(_I32, vector.count), None))
+
+
+def _intrinsic_function(builder, name: str, vector: ir.VectorType, arguments: list) -> ir.Function:
+    """LLVM's intrinsic ``name`` for vectors of 16 of ``vector``'s elements (f32, i32, ...)."""
+    element = vector.element
+    suffix = "f32" if isinstance(element, ir.FloatType) else f"i{element.width}"
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, arguments), f"{name}.v16{suffix}")
+
+
+def _store_compressed(context, builder, values: ir.Value, mask_type, mask: ir.Value, target: ir.Value) -> None:
+    """The lanes of ``values`` set in the mask, packed to the front of the 16 stored at ``target``."""
+    fn = _intrinsic_function(builder, "llvm.experimental.vector.compress", values.type,
+                             [values.type, _MASK, values.type])
+    lanes = _lane_mask(context, builder, mask_type, mask)
+    packed = builder.call(fn, [values, lanes, ir.Constant(values.type, None)])
+    builder.store(packed, target, align=4)
+
+
+def _compare(predicate: str, width: int):
+    """An intrinsic (array of unsigned integers, start, value) -> the mask of ``array[start + j]
+    <predicate> value`` for j < ``width`` (uint32 for up to 32 lanes, else uint64)."""
+    result = types.uint32 if width <= 32 else types.uint64
 
     @intrinsic
     def compare(typingctx, keys, start, value):
+        if not (isinstance(keys.dtype, types.Integer) and not keys.dtype.signed):
+            raise TypingError(f"lanes: compares unsigned integers, not {keys.dtype}")
+
         def codegen(context, builder, sig, args):
-            pointer, vector = _vector_at(context, builder, sig.args[0], args[0], args[1], width)
-            scalar = builder.trunc(context.cast(builder, args[2], sig.args[2], types.int64), vector.element)
-            one = builder.insert_element(ir.Constant(vector, None), scalar, ir.Constant(_I32, 0))
-            splat = builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(_I32, width), None))
-            hits = builder.icmp_unsigned(predicate, builder.load(pointer, align=1), splat)
-            return builder.zext(builder.bitcast(hits, lane_bits), context.get_value_type(result))
+            pointer, vector = _vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1], width)
+            scalar = builder.trunc(context.cast(builder, args[2], sig.args[2], types.uint64), vector.element)
+            hits = builder.icmp_unsigned(predicate, builder.load(pointer, align=1), _splat(builder, scalar, vector))
+            return builder.zext(builder.bitcast(hits, ir.IntType(width)), context.get_value_type(result))
         return result(keys, start, value), codegen
     return compare
 
 
-below = _byte_compare("<", LANES)  # the 16 lanes whose byte is below the value
-equal = _byte_compare("==", LANES)  # the 16 lanes whose byte is the value
-# The same over 64 bytes, for loops that only count (one AVX-512 compare each).
-BYTE_LANES = 64
-below_64 = _byte_compare("<", BYTE_LANES)
-equal_64 = _byte_compare("==", BYTE_LANES)
+# The 16 lanes whose (unsigned) key is below, equal to, at least or above the value.
+below, equal, at_least, above = (_compare(predicate, LANES) for predicate in ("<", "==", ">=", ">"))
+# The 64 bytes below or equal to the value.
+below_64, equal_64 = (_compare(predicate, BYTE_LANES) for predicate in ("<", "=="))
+
+
+def _popcount(context, builder, mask_type, mask: ir.Value) -> ir.Value:
+    ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
+    return builder.call(ctpop, [context.cast(builder, mask, mask_type, types.uint64)])
 
 
 @intrinsic
 def popcount(typingctx, mask):
     """The number of set bits of a mask (int64)."""
     def codegen(context, builder, sig, args):
-        word = context.cast(builder, args[0], sig.args[0], types.uint64)
-        ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I64, [_I64]), "llvm.ctpop.i64")
-        return builder.call(ctpop, [word])
+        return _popcount(context, builder, sig.args[0], args[0])
     return types.int64(mask), codegen
+
+
+def _four_byte(*arrays) -> None:
+    """Refuse, when a loop is compiled, arrays of elements other than 4 bytes: LLVM 20 splits a
+    compress of 16 wider elements into two and the code it made crashed."""
+    for array in arrays:
+        if array.dtype.bitwidth != 32:
+            raise TypingError(f"lanes: 16 lanes of 4-byte elements only, not {array.dtype}")
 
 
 @intrinsic
@@ -77,34 +118,44 @@ def compress(typingctx, src, start, mask, dst, at):
     """dst[at:at + popcount(mask)] = the lanes of src[start:start + 16] set in ``mask``, in order;
     dst[at + popcount(mask):at + 16] is overwritten with unspecified values. src and dst: arrays
     of one 4-byte dtype."""
+    _four_byte(src, dst)
+
     def codegen(context, builder, sig, args):
-        source, vector = _vector_at(context, builder, sig.args[0], args[0], args[1])
-        target, _ = _vector_at(context, builder, sig.args[3], args[3], args[4])
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector, _MASK, vector]),
-                                            f"llvm.experimental.vector.compress.v16{_suffix(vector)}")
-        mask_lanes = _lane_mask(context, builder, sig.args[2], args[2])
-        packed = builder.call(fn, [builder.load(source, align=4), mask_lanes, ir.Constant(vector, None)])
-        builder.store(packed, target, align=4)
+        source, _ = _vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        target, _ = _vector_at(context, builder, sig.args[3], args[3], sig.args[4], args[4])
+        _store_compressed(context, builder, builder.load(source, align=4), sig.args[2], args[2], target)
         return context.get_dummy_value()
     return types.void(src, start, mask, dst, at), codegen
 
 
 @intrinsic
+def compress_positions(typingctx, start, mask, dst, at):
+    """``compress`` of the positions start..start + 15 (built in a register) into an int32 or uint32 array."""
+    _four_byte(dst)
+
+    def codegen(context, builder, sig, args):
+        target, vector = _vector_at(context, builder, sig.args[2], args[2], sig.args[3], args[3])
+        first = builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), vector.element)
+        ramp = builder.add(_splat(builder, first, vector), ir.Constant(vector, list(range(LANES))))
+        _store_compressed(context, builder, ramp, sig.args[1], args[1], target)
+        return context.get_dummy_value()
+    return types.void(start, mask, dst, at), codegen
+
+
+@intrinsic
 def expand(typingctx, src, at, mask, dst, start):
     """dst[start:start + 16] = in the lanes set in ``mask`` the values src[at:at + popcount(mask)],
-    in order, 0 in the others; reads only those values of src. The inverse of ``compress``."""
+    in order, 0 in the others; reads only those values of src. The inverse of ``compress``; src
+    and dst: arrays of one 4-byte dtype."""
+    _four_byte(src, dst)
+
     def codegen(context, builder, sig, args):
-        source, vector = _vector_at(context, builder, sig.args[0], args[0], args[1])
-        target, _ = _vector_at(context, builder, sig.args[3], args[3], args[4])
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [source.type, _MASK, vector]),
-                                            f"llvm.masked.expandload.v16{_suffix(vector)}")
-        mask_lanes = _lane_mask(context, builder, sig.args[2], args[2])
-        spread = builder.call(fn, [source, mask_lanes, ir.Constant(vector, None)])
+        count = _popcount(context, builder, sig.args[2], args[2])
+        source, vector = _vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1], span=count)
+        target, _ = _vector_at(context, builder, sig.args[3], args[3], sig.args[4], args[4])
+        fn = _intrinsic_function(builder, "llvm.masked.expandload", vector, [source.type, _MASK, vector])
+        lanes = _lane_mask(context, builder, sig.args[2], args[2])
+        spread = builder.call(fn, [source, lanes, ir.Constant(vector, None)])
         builder.store(spread, target, align=4)
         return context.get_dummy_value()
     return types.void(src, at, mask, dst, start), codegen
-
-
-def _suffix(vector: ir.VectorType) -> str:
-    """LLVM's name of the vector's element type in an intrinsic's name: f32, i32."""
-    return "f32" if isinstance(vector.element, ir.FloatType) else f"i{vector.element.width}"

@@ -7,10 +7,11 @@ import struct
 
 import numpy as np
 
-from commlab.codecs import indices, scratch
+from commlab.codecs import indices, lanes, scratch, wire
 from commlab.codecs.base import Codec, register
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
+from commlab.codecs.lanes import LANES
 
 
 def check_ratio(ratio: float) -> float:
@@ -36,38 +37,41 @@ def magnitudes(vec: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 _SAMPLE = 1 << 15
 _MARGIN_SIGMAS = 6.0
 _MAGNITUDE = np.uint32(0x7FFFFFFF)
-_FLAG_BLOCK = 1 << 20  # values flagged at a time (the candidates' positions are found a block at a time)
+_CHUNK = 1024  # values whose magnitude keys are formed at a time, in a work array that stays in cache
 
 
 @kernel
-def _at_least(vec: np.ndarray, low: np.uint32, flags: np.ndarray) -> None:
-    """flags = 1 where the magnitude key is >= low (a loop that vectorises)."""
-    bits = vec.view(np.uint32)
-    for i in range(bits.size):
-        flags[i] = np.greater_equal(np.bitwise_and(bits[i], _MAGNITUDE), low)
-
-
-@kernel
-def _flagged(flags: np.ndarray, vec: np.ndarray, positions: np.ndarray, keys: np.ndarray) -> int:
-    """The positions where ``flags`` is 1, in order, into ``positions``, their magnitude keys into
-    ``keys`` (each one longer than their count); returns the count. Every position is stored and
-    the count advances past the flagged ones: no branch to mispredict; the keys are read at the
-    positions afterwards, in order."""
-    count = 0
-    for i in range(flags.size):
-        positions[count] = i
-        count += flags[i]
-    bits = vec.view(np.uint32)
-    for j in range(count):
-        keys[j] = bits[positions[j]] & _MAGNITUDE
+def _flagged(vec: np.ndarray, low: np.uint32, magnitude: np.ndarray, positions: np.ndarray, keys: np.ndarray) -> int:
+    """The positions whose magnitude key is >= low, in order, into ``positions``, their keys into
+    ``keys`` (each 16 longer than their count); returns the count. A chunk's keys are formed into
+    ``magnitude`` (a loop that vectorises), then packed 16 at a time (lanes.py); the values past
+    the chunk's whole blocks of 16 one at a time."""
+    bits, count = vec.view(np.uint32), 0
+    for first in range(0, bits.size, magnitude.size):
+        chunk = bits[first: first + magnitude.size]
+        for i in range(chunk.size):
+            magnitude[i] = chunk[i] & _MAGNITUDE
+        whole = chunk.size // LANES * LANES
+        for start in range(0, whole, LANES):
+            mask = lanes.at_least(magnitude, start, low)
+            lanes.compress_positions(first + start, mask, positions, count)
+            lanes.compress(magnitude, start, mask, keys, count)
+            count += lanes.popcount(mask)
+        for i in range(whole, chunk.size):
+            positions[count], keys[count] = first + i, magnitude[i]
+            count += magnitude[i] >= low
     return count
 
 
 @kernel
 def _below(keys: np.ndarray, high: np.uint32, out: np.ndarray) -> int:
-    """The keys below ``high`` into ``out``; their count."""
-    count = 0
-    for key in keys:
+    """The keys below ``high`` into ``out`` (16 longer than their count), 16 at a time; their count."""
+    whole, count = keys.size // LANES * LANES, 0
+    for start in range(0, whole, LANES):
+        mask = lanes.below(keys, start, high)
+        lanes.compress(keys, start, mask, out, count)
+        count += lanes.popcount(mask)
+    for key in keys[whole:]:
         out[count] = key
         count += key < high
     return count
@@ -76,43 +80,49 @@ def _below(keys: np.ndarray, high: np.uint32, out: np.ndarray) -> int:
 @kernel
 def _keep(candidates: np.ndarray, keys: np.ndarray, kth: np.uint32, ties: int, out: np.ndarray) -> None:
     """The candidates whose key is above ``kth``, and the first ``ties`` equal to it, in order, into
-    ``out`` (one longer than their count); branch-free, as _flagged."""
-    count = 0
-    for j in range(candidates.size):
-        key = keys[j]
-        tie = (key == kth) & (ties > 0)
+    ``out`` (16 longer than their count), 16 at a time; the ties taken lane by lane while any remain."""
+    whole, count = keys.size // LANES * LANES, 0
+    for start in range(0, whole, LANES):
+        mask = lanes.above(keys, start, kth)
+        tied = lanes.equal(keys, start, kth) if ties > 0 else np.uint32(0)
+        while tied and ties > 0:
+            lowest = tied & (np.uint32(0) - tied)
+            mask |= lowest
+            tied ^= lowest
+            ties -= 1
+        lanes.compress(candidates, start, mask, out, count)
+        count += lanes.popcount(mask)
+    for j in range(whole, keys.size):
+        tie = (keys[j] == kth) & (ties > 0)
         ties -= tie
         out[count] = candidates[j]
-        count += (key > kth) | tie
+        count += (keys[j] > kth) | tie
 
 
 def _candidates(vec: np.ndarray, low: np.uint32) -> tuple[int, np.ndarray, np.ndarray]:
-    """(count, positions, keys): the positions whose magnitude key is >= low, in order (int32
-    where they fit), and their keys, in work arrays of which the first `count` hold them. Flagged
-    a block at a time: the flag bytes stay one block long for any vector, and the positions and
-    keys arrays, sized for the worst case, are touched (made resident) only as far as they fill."""
+    """(count, positions, keys): the positions whose magnitude key is >= low, in order (int32),
+    and their keys, in work arrays of which the first `count` hold them. The
+    positions and keys arrays, sized for the worst case, are touched (made resident) only as far
+    as they fill."""
     n = vec.size
-    flags = scratch.buffer("topk.flags", min(n, _FLAG_BLOCK), np.uint8)
-    found = scratch.buffer("topk.candidates", n + 1, np.int32 if n < 2**31 else np.int64)
-    keys = scratch.buffer("topk.keys", n + 1, np.uint32)
-    count = 0
-    for start in range(0, n, _FLAG_BLOCK):
-        block = vec[start: start + _FLAG_BLOCK]
-        _at_least(block, low, flags)
-        got = _flagged(flags[: block.size], block, found[count:], keys[count:])
-        found[count: count + got] += start  # _flagged counts positions within the block
-        count += got
-    return count, found, keys
+    found = scratch.buffer("topk.candidates", n + LANES, np.int32)
+    keys = scratch.buffer("topk.keys", n + LANES, np.uint32)
+    magnitude = scratch.buffer("topk.magnitude", _CHUNK, np.uint32)
+    return _flagged(vec, low, magnitude, found, keys), found, keys
 
 
 def select(vec: np.ndarray, ratio: float) -> np.ndarray:
-    """Sorted positions (int32 where they fit, else int64) of the k largest |vec| values; among equal magnitudes at the k-th
-    the first positions (``reference_select``). Without sorting the vector: a threshold from a
-    strided sample keeps a few more than k candidates, whose exact k-th magnitude is found among them."""
+    """Sorted positions of the k largest |vec| values; among equal magnitudes at the k-th the first
+    positions (``reference_select``). Without sorting the vector: a threshold from a strided
+    sample keeps a few more than k candidates, whose exact k-th magnitude is found among them.
+    int32 positions (a frame holds at most wire.MAX_NUMEL = 2**31 values: every position fits),
+    which the loops pack 16 at a time (lanes.py takes 4-byte elements only)."""
     n = vec.size
+    if n > wire.MAX_NUMEL:
+        raise CodecError(f"top-k: {n} values exceed the {wire.MAX_NUMEL} a frame holds")
     k = num_kept(n, ratio)
     if k == n:
-        return np.arange(k, dtype=np.int64)
+        return np.arange(k, dtype=np.int32)
     stride = max(1, n // _SAMPLE)
     sample = magnitudes(vec[::stride])
     # Ranks in the sample just below and above the k-th largest: the margin is in binomial
@@ -126,20 +136,20 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
         count, found, keys = _candidates(vec, sample[low])
         candidates, chosen, sure_above = found[:count], keys[:count], sample[high]
     if candidates is None or candidates.size < k:  # no sample, or it misled the low mark: every value is a candidate
-        candidates, sure_above = np.arange(n, dtype=np.int64), None
+        candidates, sure_above = np.arange(n, dtype=np.int32), None
     if sure_above is None:
         chosen = magnitudes(vec)
     # When at most k candidates reach the high mark, all of them are kept, and the k-th
     # magnitude is found among the others.
     band = chosen
     if sure_above is not None:
-        band = scratch.buffer("topk.band", chosen.size, np.uint32)
+        band = scratch.buffer("topk.band", chosen.size + LANES, np.uint32)
         band = band[: _below(chosen, sure_above, band)]
     need = k - (chosen.size - band.size)
     if need <= 0:
         band, need = chosen, k
     kth = np.partition(band, band.size - need)[band.size - need]
-    out = np.empty(k + 1, candidates.dtype)
+    out = np.empty(k + LANES, candidates.dtype)
     _keep(candidates, chosen, kth, k - np.count_nonzero(chosen > kth), out)
     return out[:k]
 
