@@ -145,6 +145,14 @@ def test_top_k_candidates_are_the_magnitudes_at_least_the_mark(x, low, chunk):
     assert np.array_equal(keys[:count], topk.magnitudes(x)[expected])
 
 
+@given(st.one_of(keys_with_ties, arrays(np.uint32, st.integers(1, 500))), st.data())
+@quick
+def test_top_k_kth_smallest_is_where_numpy_partitions(keys, data):
+    if keys.size:
+        rank = data.draw(st.integers(0, keys.size - 1))
+        assert topk._kth_smallest(keys, rank) == np.partition(keys, rank)[rank]
+
+
 @given(keys_with_ties, st.sampled_from([0, 1, 7, 2**31, 2**32 - 1]))
 @quick
 def test_top_k_band_is_the_keys_below_the_high_mark(keys, high):

@@ -99,6 +99,30 @@ def _keep(candidates: np.ndarray, keys: np.ndarray, kth: np.uint32, ties: int, o
         count += (keys[j] > kth) | tie
 
 
+_DIGITS = ((21, 11), (10, 11), (0, 10))  # (shift, bits) of the keys' digits, high to low
+
+
+@kernel
+def _kth_smallest(keys: np.ndarray, rank: int) -> np.uint32:
+    """The key at ``rank`` (from 0) in sorted order, as np.partition places it: a radix select,
+    one digit a pass from the highest, each pass counting the keys that agree with the digits
+    found so far (no branch: the others add 0)."""
+    counts = np.zeros(1 << 11, np.int64)
+    value, known = np.uint32(0), np.uint32(0)
+    for shift, bits in _DIGITS:
+        counts[:] = 0
+        digits = np.uint32((1 << bits) - 1)
+        for key in keys:
+            counts[(key >> np.uint32(shift)) & digits] += (key & known) == value
+        digit = 0
+        while rank >= counts[digit]:
+            rank -= counts[digit]
+            digit += 1
+        value |= np.uint32(digit) << np.uint32(shift)
+        known |= digits << np.uint32(shift)
+    return value
+
+
 def _candidates(vec: np.ndarray, low: np.uint32) -> tuple[int, np.ndarray, np.ndarray]:
     """(count, positions, keys): the positions whose magnitude key is >= low, in order (int32),
     and their keys, in work arrays of which the first `count` hold them. The
@@ -132,9 +156,8 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
     low, high = int(expect - margin), int(expect + margin)
     candidates, sure_above = None, None
     if 0 < low and high < sample.size:
-        sample = np.partition(sample, (low, high))
-        count, found, keys = _candidates(vec, sample[low])
-        candidates, chosen, sure_above = found[:count], keys[:count], sample[high]
+        count, found, keys = _candidates(vec, _kth_smallest(sample, low))
+        candidates, chosen, sure_above = found[:count], keys[:count], _kth_smallest(sample, high)
     if candidates is None or candidates.size < k:  # no sample, or it misled the low mark: every value is a candidate
         candidates, sure_above = np.arange(n, dtype=np.int32), None
     if sure_above is None:
@@ -148,7 +171,7 @@ def select(vec: np.ndarray, ratio: float) -> np.ndarray:
     need = k - (chosen.size - band.size)
     if need <= 0:
         band, need = chosen, k
-    kth = np.partition(band, band.size - need)[band.size - need]
+    kth = _kth_smallest(band, band.size - need)
     out = np.empty(k + LANES, candidates.dtype)
     _keep(candidates, chosen, kth, k - np.count_nonzero(chosen > kth), out)
     return out[:k]
