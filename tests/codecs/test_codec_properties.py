@@ -237,6 +237,16 @@ def test_index_coding_round_trip_picks_smaller_form(numel, data):
     assert coded.size <= indices.bound(numel, idx.size)
 
 
+@given(st.sets(st.integers(0, 2**31 - 1), max_size=200), st.sampled_from([np.int32, np.int64]))
+@PROPERTY
+def test_varint_byte_count_of_any_deltas(chosen, dtype):
+    # Deltas of every length, 1 to 5 bytes, from int32 positions (topk's) and int64 ones.
+    idx = np.array(sorted(chosen), dtype)
+    assert indices._varint_bytes(idx) == sum(indices.varint_len(d) for d in np.diff(idx.astype(np.int64), prepend=0))
+    mode, coded = indices.encode(idx, 2**31)
+    assert np.array_equal(indices.decode(mode, coded, 2**31, idx.size), idx)
+
+
 def bucket_norms(vec: np.ndarray, bucket: int) -> np.ndarray:
     """Per-element norm of the element's bucket, float64."""
     x = vec.astype(np.float64)

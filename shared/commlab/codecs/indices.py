@@ -23,13 +23,20 @@ def bound(numel: int, k: int) -> int:
     return min(-(-numel // 8), k * varint_len(max(numel - 1, 0)))
 
 
+@kernel(inline="always")
+def _varint_len(delta: int) -> int:
+    return 1 + (delta >= 1 << 7) + (delta >= 1 << 14) + (delta >= 1 << 21) + (delta >= 1 << 28)
+
+
 @kernel
 def _varint_bytes(idx: np.ndarray) -> int:
-    """Bytes of the varints of the deltas of increasing indices."""
-    total, prev = 0, 0
-    for i in idx:
-        total += 1 + (i - prev >= 1 << 7) + (i - prev >= 1 << 14) + (i - prev >= 1 << 21) + (i - prev >= 1 << 28)
-        prev = i
+    """Bytes of the varints of the deltas of increasing indices (each delta from the two indices,
+    not from a running previous one: a loop that vectorises)."""
+    if idx.size == 0:
+        return 0
+    total = _varint_len(idx[0])
+    for j in range(1, idx.size):
+        total += _varint_len(idx[j] - idx[j - 1])
     return total
 
 
