@@ -153,6 +153,16 @@ def test_top_k_kth_smallest_is_where_numpy_partitions(keys, data):
         assert topk._kth_smallest(keys, rank) == np.partition(keys, rank)[rank]
 
 
+@given(st.integers(1, 300), st.data())
+@quick
+def test_top_k_spread_puts_the_values_at_their_positions(numel, data):
+    idx = np.array(sorted(data.draw(st.sets(st.integers(0, numel - 1)))), np.int64)
+    values = np.arange(1, idx.size + 1, dtype=np.float32)
+    expected = np.zeros(numel, np.float32)
+    expected[idx] = values
+    assert np.array_equal(topk.spread(idx, values, numel), expected)
+
+
 @given(keys_with_ties, st.sampled_from([0, 1, 7, 2**31, 2**32 - 1]))
 @quick
 def test_top_k_band_is_the_keys_below_the_high_mark(keys, high):

@@ -30,9 +30,7 @@ class Int8Sparse(Codec):
         return (idx.size, mode, idx_bytes.size, self.chunk), [idx_bytes, scales, q]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
-        out = np.zeros(numel, np.float32)
-        topk.scatter(*self._kept(numel, params, payload), out)
-        return out
+        return topk.spread(*self._kept(numel, params, payload), numel)
 
     def _add_decoded(self, numel: int, params: tuple, payload: memoryview, out: np.ndarray,
                      weight: np.float32) -> None:

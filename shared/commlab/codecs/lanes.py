@@ -13,10 +13,13 @@ destination has 16 spare slots after the last value packed into it.
 """
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
+
+from commlab.codecs.jit import kernel
 
 LANES = 16
 BYTE_LANES = 64  # the byte masks that only count: one AVX-512 compare of 64 bytes
@@ -159,3 +162,32 @@ def expand(typingctx, src, at, mask, dst, start):
         builder.store(spread, target, align=4)
         return context.get_dummy_value()
     return types.void(src, at, mask, dst, start), codegen
+
+
+# Whole vectors through per-block masks (uint16, one per 16 values; a partial last block in the
+# low lanes of the last mask).
+
+@kernel
+def pack_blocks(masks: np.ndarray, vec: np.ndarray, out: np.ndarray) -> None:
+    """The values in the lanes of ``masks``, in order, into ``out`` (16 longer than their count)."""
+    whole, count = vec.size // LANES, 0
+    for b in range(whole):
+        compress(vec, b * LANES, masks[b], out, count)
+        count += popcount(masks[b])
+    if whole < masks.size:  # a partial last block: from a copy padded to 16
+        last = np.zeros(LANES, vec.dtype)
+        last[: vec.size - whole * LANES] = vec[whole * LANES:]
+        compress(last, 0, masks[whole], out, count)
+
+
+@kernel
+def spread_blocks(masks: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
+    """The whole of ``out``: the next of ``values`` in each lane of ``masks``, zero elsewhere."""
+    whole, count = out.size // LANES, 0
+    for b in range(whole):
+        expand(values, count, masks[b], out, b * LANES)
+        count += popcount(masks[b])
+    if whole < masks.size:  # a partial last block: into a copy padded to 16
+        last = np.zeros(LANES, out.dtype)
+        expand(values, count, masks[whole], last, 0)
+        out[whole * LANES:] = last[: out.size - whole * LANES]

@@ -126,32 +126,6 @@ def _block_masks(keys: np.ndarray, cut: int, tied: np.ndarray, flip: np.uint32, 
         masks[whole] = _block_mask(last, 0, cut, tied, tie, flip, np.uint32((1 << (keys.size - whole * LANES)) - 1))[0]
 
 
-@kernel
-def _gather(masks: np.ndarray, vec: np.ndarray, out: np.ndarray) -> None:
-    """The values in the lanes of ``masks``, in order, into ``out`` (16 longer than their count)."""
-    whole, count = vec.size // LANES, 0
-    for b in range(whole):
-        lanes.compress(vec, b * LANES, masks[b], out, count)
-        count += lanes.popcount(masks[b])
-    if whole < masks.size:  # a partial last block: from a copy padded to 16
-        last = np.zeros(LANES, np.float32)
-        last[: vec.size - whole * LANES] = vec[whole * LANES:]
-        lanes.compress(last, 0, masks[whole], out, count)
-
-
-@kernel
-def _scatter(masks: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
-    """The whole vector: the next of ``values`` in each lane of ``masks``, zero elsewhere."""
-    whole, count = out.size // LANES, 0
-    for b in range(whole):
-        lanes.expand(values, count, masks[b], out, b * LANES)
-        count += lanes.popcount(masks[b])
-    if whole < masks.size:  # a partial last block: into a copy padded to 16
-        last = np.zeros(LANES, np.float32)
-        lanes.expand(values, count, masks[whole], last, 0)
-        out[whole * LANES:] = last[: out.size - whole * LANES]
-
-
 def _selection(seed: int, numel: int, k: int) -> np.ndarray:
     """A frame's positions (``positions``), 0 < k <= numel, as the kept lanes of each block of 16
     (uint16, a scratch array): the top level of ``_subset`` from the keystream's bytes, flipped
@@ -181,7 +155,7 @@ class RandomK(RandomCodec):
         seed = int(self.rng.integers(2**64, dtype=np.uint64))
         out = np.empty(k + LANES, np.float32)
         if k:
-            _gather(_selection(seed, vec.size, k), vec, out)
+            lanes.pack_blocks(_selection(seed, vec.size, k), vec, out)
         return (seed, k), [out[:k]]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
@@ -193,7 +167,7 @@ class RandomK(RandomCodec):
         if k == 0:
             return np.zeros(numel, np.float32)
         out = np.empty(numel, np.float32)
-        _scatter(_selection(seed, numel, k), np.frombuffer(payload, "<f4"), out)
+        lanes.spread_blocks(_selection(seed, numel, k), np.frombuffer(payload, "<f4"), out)
         return out
 
     def payload_size(self, numel: int) -> int:
