@@ -121,9 +121,10 @@ def _block_masks(keys: np.ndarray, cut: int, tied: np.ndarray, flip: np.uint32, 
     for b in range(whole):
         masks[b], tie = _block_mask(keys, b * LANES, cut, tied, tie, flip, _ALL_LANES)
     if whole < masks.size:
+        rest = keys.size - whole * LANES
         last = np.zeros(LANES, np.uint8)
-        last[: keys.size - whole * LANES] = keys[whole * LANES:]
-        masks[whole] = _block_mask(last, 0, cut, tied, tie, flip, np.uint32((1 << (keys.size - whole * LANES)) - 1))[0]
+        last[:rest] = keys[whole * LANES:]
+        masks[whole] = _block_mask(last, 0, cut, tied, tie, flip, np.uint32((1 << rest) - 1))[0]
 
 
 def _selection(seed: int, numel: int, k: int) -> np.ndarray:
