@@ -182,6 +182,22 @@ def test_minmax_chunks_keep_the_error_relative_to_the_chunk():
     assert np.abs(out[:8192] - vec[:8192]).max() <= 0.51 / 6
 
 
+@given(st.sampled_from(bitpack._WORD_WIDTHS), st.data())
+@PROPERTY
+def test_bitpack_fields_are_the_levels_at_bits_times_their_place(bits, data):
+    # _fields joins each word's 8 byte levels in pairs, pairs of pairs, then halves; the reference
+    # shifts each level to bit bits * t.
+    levels = data.draw(arrays(np.uint8, 8 * data.draw(st.integers(1, 20)), elements=st.integers(0, 2**bits - 1)))
+    groups = np.empty(levels.size // 8, np.uint64)
+    bitpack._fields(levels.view(np.uint64), bits, groups)
+    places = np.arange(8, dtype=np.uint64) * np.uint64(bits)
+    expected = np.bitwise_or.reduce(levels.reshape(-1, 8).astype(np.uint64) << places, axis=1)
+    assert np.array_equal(groups, expected)
+    back = np.empty(groups.size, np.uint64)
+    bitpack._bytes_of_fields(groups, bits, back)
+    assert np.array_equal(back.view(np.uint8), levels)
+
+
 @given(st.integers(1, 8), st.integers(0, 100), st.data())
 @PROPERTY
 def test_bitpack_round_trip_matches_the_reference(bits, count, data):
