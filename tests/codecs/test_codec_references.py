@@ -111,14 +111,16 @@ def test_terngrad_decodes_its_reference():
        st.floats(0.001, 1.0))
 @quick
 def test_top_k_selection_is_its_reference_with_ties_and_nan(x, ratio):
-    assert np.array_equal(topk.select(x, ratio), topk.reference_select(x, ratio))
+    positions, values = topk.select(x, ratio)
+    assert np.array_equal(positions, topk.reference_select(x, ratio))
+    assert np.array_equal(bits(values), bits(x[positions]))
 
 
 @pytest.mark.parametrize("n", [70_000, 1_000_003])
 def test_top_k_selection_is_its_reference_on_large_vectors(n):
     for x in (adversarial(n, 7), np.sort(np.abs(adversarial(n, 8))), np.round(adversarial(n, 9) * 0) + 1):
         for ratio in (0.001, 0.1, 0.5):
-            assert np.array_equal(topk.select(x, ratio), topk.reference_select(x, ratio))
+            assert np.array_equal(topk.select(x, ratio)[0], topk.reference_select(x, ratio))
 
 
 def test_top_k_selection_in_chunks_is_its_reference(monkeypatch):
@@ -128,7 +130,7 @@ def test_top_k_selection_in_chunks_is_its_reference(monkeypatch):
     monkeypatch.setattr(topk, "_CHUNK", 40)
     for x in (adversarial(70_001, 7), np.sort(np.abs(adversarial(70_001, 8)))):
         for ratio in (0.001, 0.1, 0.5):
-            assert np.array_equal(topk.select(x, ratio), topk.reference_select(x, ratio))
+            assert np.array_equal(topk.select(x, ratio)[0], topk.reference_select(x, ratio))
 
 
 keys_with_ties = arrays(np.uint32, st.integers(0, 200), elements=st.sampled_from([0, 1, 7, 2**31 - 1, 2**31, 2**32 - 1]))
@@ -139,10 +141,12 @@ keys_with_ties = arrays(np.uint32, st.integers(0, 200), elements=st.sampled_from
 @quick
 def test_top_k_candidates_are_the_magnitudes_at_least_the_mark(x, low, chunk):
     positions, keys = np.empty(x.size + 16, np.int32), np.empty(x.size + 16, np.uint32)
-    count = topk._flagged(x, np.uint32(low), np.empty(chunk, np.uint32), positions, keys)
+    values = np.empty(x.size + 16, np.float32)
+    count = topk._flagged(x, np.uint32(low), np.empty(chunk, np.uint32), positions, keys, values)
     expected = np.flatnonzero(topk.magnitudes(x) >= low)
     assert np.array_equal(positions[:count], expected)
     assert np.array_equal(keys[:count], topk.magnitudes(x)[expected])
+    assert np.array_equal(bits(values[:count]), bits(x[expected]))
 
 
 @given(st.one_of(keys_with_ties, arrays(np.uint32, st.integers(1, 500))), st.data())
@@ -176,10 +180,12 @@ def test_top_k_band_is_the_keys_below_the_high_mark(keys, high):
 def test_top_k_keeps_the_keys_above_the_kth_and_the_first_ties(keys, kth, ties):
     ties = min(ties, np.count_nonzero(keys == kth))
     candidates = np.arange(keys.size, dtype=np.int32) * 3
+    values = np.arange(keys.size, dtype=np.float32) / 2
     kept = np.flatnonzero((keys > kth) | ((keys == kth) & (np.cumsum(keys == kth) <= ties)))
-    out = np.empty(kept.size + 16, np.int32)
-    topk._keep(candidates, keys, np.uint32(kth), ties, out)
-    assert np.array_equal(out[: kept.size], candidates[kept])
+    positions, kept_values = np.empty(kept.size + 16, np.int32), np.empty(kept.size + 16, np.float32)
+    topk._keep(candidates, keys, values, np.uint32(kth), ties, positions, kept_values)
+    assert np.array_equal(positions[: kept.size], candidates[kept])
+    assert np.array_equal(kept_values[: kept.size], values[kept])
 
 
 def test_uniforms_are_on_numpys_float32_grid_and_seeded():

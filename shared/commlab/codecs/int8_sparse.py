@@ -24,9 +24,9 @@ class Int8Sparse(Codec):
         self.chunk = chunk_size("int8 chunk", chunk)
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
-        idx = topk.select(vec, self.ratio)
+        idx, values = topk.select(vec, self.ratio)
         mode, idx_bytes = indices.encode(idx, vec.size)
-        scales, q = int8.quantize(topk.gather(vec, idx), self.chunk)
+        scales, q = int8.quantize(values, self.chunk)
         return (idx.size, mode, idx_bytes.size, self.chunk), [idx_bytes, scales, q]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
