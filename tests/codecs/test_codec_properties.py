@@ -248,9 +248,29 @@ def test_index_coding_round_trip_picks_smaller_form(numel, data):
     idx = np.array(sorted(chosen), np.int64)
     mode, coded = indices.encode(idx, numel)
     assert np.array_equal(indices.decode(mode, coded, numel, idx.size), idx)
+    masks = indices.decode_masks(mode, coded, numel, idx.size)  # bit j of mask b: position 16 b + j
+    assert masks.size == -(-numel // 16)
+    assert np.array_equal(np.flatnonzero(np.unpackbits(masks.view(np.uint8), bitorder="little")), idx)
     varint = sum(indices.varint_len(d) for d in np.diff(idx, prepend=0))
     assert coded.size == min(varint, math.ceil(numel / 8))
     assert coded.size <= indices.bound(numel, idx.size)
+
+
+@given(st.sampled_from([indices.VARINT, indices.BITMAP, 7]), arrays(np.uint8, st.integers(0, 40)),
+       st.integers(1, 300), st.integers(0, 40))
+@PROPERTY
+def test_index_masks_refuse_what_the_positions_refuse(mode, data, numel, k):
+    # Untrusted index bytes: decode_masks raises exactly where decode does, with its message.
+    def outcome(decode):
+        try:
+            return decode(mode, data, numel, k)
+        except CodecError as e:
+            return str(e)
+    positions, masks = outcome(indices.decode), outcome(indices.decode_masks)
+    if isinstance(positions, str):
+        assert masks == positions
+    else:
+        assert np.array_equal(np.flatnonzero(np.unpackbits(masks.view(np.uint8), bitorder="little")), positions)
 
 
 @given(st.sets(st.integers(0, 2**31 - 1), max_size=200), st.sampled_from([np.int32, np.int64]))

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from commlab.codecs import bitpack, decode_any, draws, get_codec, int8, minmax, qsgd, signsgd, topk, wire
+from commlab.codecs import bitpack, decode_any, draws, get_codec, indices, int8, minmax, qsgd, signsgd, topk, wire
 
 HEADER = wire.HEADER.size
 pytestmark = pytest.mark.filterwarnings("error")
@@ -164,7 +164,8 @@ def test_top_k_spread_puts_the_values_at_their_positions(numel, data):
     values = np.arange(1, idx.size + 1, dtype=np.float32)
     expected = np.zeros(numel, np.float32)
     expected[idx] = values
-    assert np.array_equal(topk.spread(idx, values, numel), expected)
+    masks = indices.decode_masks(*indices.encode(idx, numel), numel, idx.size)
+    assert np.array_equal(topk.spread(masks, values, numel), expected)
 
 
 @given(keys_with_ties, st.sampled_from([0, 1, 7, 2**31, 2**32 - 1]))

@@ -8,6 +8,7 @@ import numpy as np
 
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
+from commlab.codecs.lanes import LANES
 
 VARINT = 0
 BITMAP = 1
@@ -59,11 +60,13 @@ _TOO_LONG, _NOT_INCREASING, _BEYOND = 1, 2, 4
 
 
 @kernel
-def _read_varints(data: np.ndarray, numel: int, out: np.ndarray) -> int:
-    """Decode len(out) varints (the caller checked that data holds exactly that many complete
-    ones) into their cumulative sums; return the _TOO_LONG | _NOT_INCREASING | _BEYOND found."""
+def _read_varints(data: np.ndarray, numel: int, count: int, out: np.ndarray, masks: np.ndarray) -> tuple[int, int]:
+    """Decode ``count`` varints (the caller checked that data holds exactly that many complete
+    ones) into their cumulative sums: into ``out`` and/or as bits of ``masks`` (one uint16 per 16
+    positions; an empty array for either that is not wanted); return (the _TOO_LONG |
+    _NOT_INCREASING | _BEYOND found, the last sum). A sum past the vector marks nothing."""
     errors, at, total = 0, 0, 0
-    for j in range(out.size):
+    for j in range(count):
         delta, shift, length = 0, 0, 0
         while True:
             byte = data[at]
@@ -80,10 +83,13 @@ def _read_varints(data: np.ndarray, numel: int, out: np.ndarray) -> int:
             errors |= _NOT_INCREASING
         else:
             total += delta
-        out[j] = total
-    if out.size and out[-1] >= numel:
+        if out.size:
+            out[j] = total
+        if masks.size and total < numel:
+            masks[total >> 4] |= np.uint16(1) << np.uint16(total & 15)
+    if count and total >= numel:
         errors |= _BEYOND
-    return errors
+    return errors, total
 
 
 def encode(idx: np.ndarray, numel: int) -> tuple[int, np.ndarray]:
@@ -102,32 +108,60 @@ def encode(idx: np.ndarray, numel: int) -> tuple[int, np.ndarray]:
 def decode(mode: int, data: np.ndarray, numel: int, k: int) -> np.ndarray:
     """Validate and decode index bytes; returns k strictly increasing int64 indices < numel."""
     if mode == BITMAP:
-        if data.size != -(-numel // 8):
-            raise CodecError(f"index bitmap has {data.size} bytes, {numel} elements need {-(-numel // 8)}")
-        bits = np.unpackbits(data, bitorder="little")
-        if bits[numel:].any():
-            raise CodecError("index bitmap has bits set past the end of the vector")
-        idx = np.flatnonzero(bits[:numel])
-        if idx.size != k:
-            raise CodecError(f"index bitmap marks {idx.size} elements, header says {k}")
-        return idx
+        return np.flatnonzero(_bitmap_bits(data, numel, k))
+    idx = np.empty(k, np.int64)
+    _varints(mode, data, numel, k, idx, _NO_MASKS)
+    return idx
+
+
+def decode_masks(mode: int, data: np.ndarray, numel: int, k: int) -> np.ndarray:
+    """Validate index bytes as ``decode`` does; returns the positions as one uint16 mask per 16
+    values, bit j of mask b for position 16 b + j (what lanes.spread_blocks spreads values over),
+    with no list of positions written and read back."""
+    masks = np.zeros(-(-numel // LANES), np.uint16)
+    if mode == BITMAP:
+        _bitmap_bits(data, numel, k)
+        masks.view(np.uint8)[: data.size] = data  # the bitmap's bytes are the masks' (little-endian)
+    else:
+        _varints(mode, data, numel, k, _NO_POSITIONS, masks)
+    return masks
+
+
+# What _read_varints is given for an output that is not wanted.
+_NO_POSITIONS, _NO_MASKS = np.zeros(0, np.int64), np.zeros(0, np.uint16)
+
+
+def _bitmap_bits(data: np.ndarray, numel: int, k: int) -> np.ndarray:
+    """A bitmap section's bits, one byte each, checked: its size, no bit past the vector, k set."""
+    if data.size != -(-numel // 8):
+        raise CodecError(f"index bitmap has {data.size} bytes, {numel} elements need {-(-numel // 8)}")
+    bits = np.unpackbits(data, bitorder="little")
+    if bits[numel:].any():
+        raise CodecError("index bitmap has bits set past the end of the vector")
+    marked = np.count_nonzero(bits)
+    if marked != k:
+        raise CodecError(f"index bitmap marks {marked} elements, header says {k}")
+    return bits[:numel]
+
+
+def _varints(mode: int, data: np.ndarray, numel: int, k: int, out: np.ndarray, masks: np.ndarray) -> None:
+    """Validate a varint section of k positions and decode it into ``out`` and/or ``masks``
+    (_read_varints)."""
     if mode != VARINT:
         raise CodecError(f"unknown index coding mode {mode}")
     if k == 0:
         if data.size:
             raise CodecError(f"{data.size} index bytes for zero indices")
-        return np.zeros(0, np.int64)
+        return
     ends = np.count_nonzero(data < 0x80)
     if ends != k or data[-1] >= 0x80:
         raise CodecError(f"varint index section holds {ends} complete values in {data.size} bytes "
                          f"(a truncated value at the end counts as none), header says {k}")
-    idx = np.empty(k, np.int64)
-    errors = _read_varints(data, numel, idx)
+    errors, last = _read_varints(data, numel, k, out, masks)
     if errors & _TOO_LONG:
         raise CodecError(f"varint index longer than {_MAX_VARINT_BYTES} bytes")
     # Each delta below numel (<= 2**31) keeps the cumulative sum far from int64 overflow.
     if errors & _NOT_INCREASING:
         raise CodecError("sparse indices out of range or not strictly increasing")
     if errors & _BEYOND:
-        raise CodecError(f"sparse index {idx[-1]} out of range for {numel} elements")
-    return idx
+        raise CodecError(f"sparse index {last} out of range for {numel} elements")

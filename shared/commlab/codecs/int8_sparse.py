@@ -30,7 +30,7 @@ class Int8Sparse(Codec):
         return (idx.size, mode, idx_bytes.size, self.chunk), [idx_bytes, scales, q]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
-        return topk.spread(*self._kept(numel, params, payload), numel)
+        return topk.spread(*self._kept(numel, params, payload, indices.decode_masks), numel)
 
     def _add_decoded(self, numel: int, params: tuple, payload: memoryview, out: np.ndarray,
                      weight: np.float32) -> None:
@@ -38,12 +38,14 @@ class Int8Sparse(Codec):
         values *= weight
         topk.scatter_add(idx, values, out)
 
-    def _kept(self, numel: int, params: tuple, payload: memoryview) -> tuple[np.ndarray, np.ndarray]:
-        """The validated positions and float32 values of the kept entries."""
+    def _kept(self, numel: int, params: tuple, payload: memoryview,
+              decode=indices.decode) -> tuple[np.ndarray, np.ndarray]:
+        """The validated positions (as ``decode`` gives them: topk.split_sparse) and float32 values
+        of the kept entries."""
         k, mode, index_len, chunk = params
         if chunk == 0:
             raise CodecError(f"{self.name}: chunk size 0 in frame")
-        idx, rest = topk.split_sparse(payload, numel, k, mode, index_len, self.name)
+        idx, rest = topk.split_sparse(payload, numel, k, mode, index_len, self.name, decode)
         return idx, int8.dequantize(*int8.read_quantized(rest, k, chunk, self.name), chunk)
 
     def payload_size(self, numel: int) -> int:

@@ -182,20 +182,11 @@ def select(vec: np.ndarray, ratio: float) -> tuple[np.ndarray, np.ndarray]:
     return positions[:k], kept[:k]
 
 
-@kernel
-def _mark(idx: np.ndarray, masks: np.ndarray) -> None:
-    """The lane of each position in its block's mask (``masks`` zeroed, one per 16 values)."""
-    for i in idx:
-        masks[i >> 4] |= np.uint16(1) << np.uint16(i & 15)
-
-
-def spread(idx: np.ndarray, values: np.ndarray, numel: int) -> np.ndarray:
-    """The vector of ``numel`` float32 values with ``values`` at the validated increasing positions
-    ``idx``, zero elsewhere: the positions marked in one mask per block of 16, then every value
-    written once, 16 at a time (lanes.spread_blocks; zeroing the vector and storing the values
-    at their positions took twice as long)."""
-    masks = np.zeros(-(-numel // LANES), np.uint16)
-    _mark(idx, masks)
+def spread(masks: np.ndarray, values: np.ndarray, numel: int) -> np.ndarray:
+    """The vector of ``numel`` float32 values with ``values`` at the positions of ``masks``
+    (indices.decode_masks), zero elsewhere: every value written once, 16 at a time
+    (lanes.spread_blocks; zeroing the vector and storing the values at their positions took
+    twice as long)."""
     out = np.empty(numel, np.float32)
     lanes.spread_blocks(masks, values, out)
     return out
@@ -215,15 +206,15 @@ def reference_select(vec: np.ndarray, ratio: float) -> np.ndarray:
 
 
 def split_sparse(
-    payload: memoryview, numel: int, k: int, mode: int, index_len: int, what: str
+    payload: memoryview, numel: int, k: int, mode: int, index_len: int, what: str, decode=indices.decode
 ) -> tuple[np.ndarray, memoryview]:
-    """Decode the index section at the start of a sparse payload; return (indices, rest of payload)."""
+    """Decode the index section at the start of a sparse payload; return (indices, rest of
+    payload). ``decode``: indices.decode (the positions) or indices.decode_masks (their masks)."""
     if k > numel:
         raise CodecError(f"{what}: {k} kept values for only {numel} elements")
     if index_len > len(payload):
         raise CodecError(f"{what}: {index_len}-byte index section overruns the {len(payload)}-byte payload")
-    idx = indices.decode(mode, np.frombuffer(payload, np.uint8, index_len), numel, k)
-    return idx, payload[index_len:]
+    return decode(mode, np.frombuffer(payload, np.uint8, index_len), numel, k), payload[index_len:]
 
 
 @register
@@ -245,10 +236,10 @@ class TopK(Codec):
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         k, mode, index_len = params
-        idx, rest = split_sparse(payload, numel, k, mode, index_len, self.name)
+        masks, rest = split_sparse(payload, numel, k, mode, index_len, self.name, indices.decode_masks)
         if len(rest) != 4 * k:
             raise CodecError(f"{self.name}: {len(rest)} value bytes for {k} float32 values")
-        return spread(idx, np.frombuffer(rest, "<f4"), numel)
+        return spread(masks, np.frombuffer(rest, "<f4"), numel)
 
     def payload_size(self, numel: int) -> int:
         k = num_kept(numel, self.ratio)
