@@ -28,6 +28,11 @@ def _masks_64(keys, cut):
 
 
 @numba.njit
+def _magnitude_at_least(words, start, mark):
+    return lanes.magnitude_at_least(words, start, mark)
+
+
+@numba.njit
 def _compress(src, start, mask, dst, at):
     lanes.compress(src, start, mask, dst, at)
 
@@ -56,6 +61,16 @@ def test_64_byte_masks_match_numpy(keys, cut):
     assert np.array_equal(bits_of(below, lanes.BYTE_LANES), keys < cut)
     assert np.array_equal(bits_of(equal, lanes.BYTE_LANES), keys == cut)
     assert count == np.count_nonzero(keys == cut)
+
+
+@given(arrays(np.uint32, lanes.LANES + 3), st.integers(0, 3),
+       st.one_of(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 2**31 - 1, 2**31, 2**32 - 1])))
+@quick
+def test_magnitude_masks_compare_the_low_31_bits(words, start, mark):
+    """Float32 bits with their sign cleared (topk.magnitudes) against a mark, any 32-bit one."""
+    at_least = _magnitude_at_least(words, start, mark)
+    block = words[start: start + lanes.LANES]
+    assert np.array_equal(bits_of(at_least), (block & np.uint32(0x7FFFFFFF)) >= mark)
 
 
 @given(values, masks, st.integers(0, 3))

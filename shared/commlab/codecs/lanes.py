@@ -70,9 +70,10 @@ def _store_compressed(context, builder, values: ir.Value, mask_type, mask: ir.Va
     builder.store(packed, target, align=4)
 
 
-def _compare(predicate: str, width: int):
+def _compare(predicate: str, width: int, low_bits: int | None = None):
     """An intrinsic (array of unsigned integers, start, value) -> the mask of ``array[start + j]
-    <predicate> value`` for j < ``width`` (uint32 for up to 32 lanes, else uint64)."""
+    <predicate> value`` for j < ``width`` (uint32 for up to 32 lanes, else uint64); with
+    ``low_bits``, of the keys' low ``low_bits`` bits only (the key and'ed in the register)."""
     result = types.uint32 if width <= 32 else types.uint64
 
     @intrinsic
@@ -83,7 +84,10 @@ def _compare(predicate: str, width: int):
         def codegen(context, builder, sig, args):
             pointer, vector = _vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1], width)
             scalar = builder.trunc(context.cast(builder, args[2], sig.args[2], types.uint64), vector.element)
-            hits = builder.icmp_unsigned(predicate, builder.load(pointer, align=1), _splat(builder, scalar, vector))
+            loaded = builder.load(pointer, align=1)
+            if low_bits is not None:
+                loaded = builder.and_(loaded, ir.Constant(vector, (1 << low_bits) - 1))
+            hits = builder.icmp_unsigned(predicate, loaded, _splat(builder, scalar, vector))
             return builder.zext(builder.bitcast(hits, ir.IntType(width)), context.get_value_type(result))
         return result(keys, start, value), codegen
     return compare
@@ -93,6 +97,9 @@ def _compare(predicate: str, width: int):
 below, equal, at_least, above = (_compare(predicate, LANES) for predicate in ("<", "==", ">=", ">"))
 # The 64 bytes below or equal to the value.
 below_64, equal_64 = (_compare(predicate, BYTE_LANES) for predicate in ("<", "=="))
+# The 16 lanes whose key without its top bit is at least the value: of float32 bits, the
+# magnitudes (top-k's keys) at least a mark, with no pass that writes the magnitudes out.
+magnitude_at_least = _compare(">=", LANES, low_bits=31)
 
 
 def _popcount(context, builder, mask_type, mask: ir.Value) -> ir.Value:

@@ -37,31 +37,24 @@ def magnitudes(vec: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 _SAMPLE = 1 << 15
 _MARGIN_SIGMAS = 6.0
 _MAGNITUDE = np.uint32(0x7FFFFFFF)
-_CHUNK = 1024  # values whose magnitude keys are formed at a time, in a work array that stays in cache
 
 
 @kernel
-def _flagged(vec: np.ndarray, low: np.uint32, magnitude: np.ndarray, positions: np.ndarray, keys: np.ndarray,
-             values: np.ndarray) -> int:
-    """The positions whose magnitude key is >= low, in order, into ``positions``, their keys into
-    ``keys`` and their values into ``values`` (each 16 longer than their count); returns the
-    count. A chunk's keys are formed into ``magnitude`` (a loop that vectorises), then packed 16
-    at a time (lanes.py); the values past the chunk's whole blocks of 16 one at a time."""
+def _flagged(vec: np.ndarray, low: np.uint32, positions: np.ndarray, values: np.ndarray) -> int:
+    """The positions whose magnitude key is >= low, in order, into ``positions`` and their values
+    into ``values`` (each 16 longer than their count); returns the count. 16 at a time, each
+    block's mask from its bits (lanes.magnitude_at_least: no array of magnitudes written and read
+    back); the values past the last whole block one at a time."""
     bits, count = vec.view(np.uint32), 0
-    for first in range(0, bits.size, magnitude.size):
-        chunk = bits[first: first + magnitude.size]
-        for i in range(chunk.size):
-            magnitude[i] = chunk[i] & _MAGNITUDE
-        whole = chunk.size // LANES * LANES
-        for start in range(0, whole, LANES):
-            mask = lanes.at_least(magnitude, start, low)
-            lanes.compress_positions(first + start, mask, positions, count)
-            lanes.compress(magnitude, start, mask, keys, count)
-            lanes.compress(vec, first + start, mask, values, count)
-            count += lanes.popcount(mask)
-        for i in range(whole, chunk.size):
-            positions[count], keys[count], values[count] = first + i, magnitude[i], vec[first + i]
-            count += magnitude[i] >= low
+    whole = bits.size // LANES * LANES
+    for start in range(0, whole, LANES):
+        mask = lanes.magnitude_at_least(bits, start, low)
+        lanes.compress_positions(start, mask, positions, count)
+        lanes.compress(vec, start, mask, values, count)
+        count += lanes.popcount(mask)
+    for i in range(whole, bits.size):
+        positions[count], values[count] = i, vec[i]
+        count += (bits[i] & _MAGNITUDE) >= low
     return count
 
 
@@ -131,13 +124,15 @@ def _kth_smallest(keys: np.ndarray, rank: int) -> np.uint32:
 def _candidates(vec: np.ndarray, low: np.uint32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(positions, keys, values): the positions whose magnitude key is >= low, in order (int32),
     their keys and their values, views of work arrays. The work arrays, sized for the worst case,
-    are touched (made resident) only as far as they fill."""
+    are touched (made resident) only as far as they fill. The keys from the candidates' values
+    afterwards: packing them in the pass over the vector cost more than this pass over a few
+    more than k values."""
     n = vec.size
     found = scratch.buffer("topk.candidates", n + LANES, np.int32)
-    keys = scratch.buffer("topk.keys", n + LANES, np.uint32)
     values = scratch.buffer("topk.values", n + LANES, np.float32)
-    count = _flagged(vec, low, scratch.buffer("topk.magnitude", _CHUNK, np.uint32), found, keys, values)
-    return found[:count], keys[:count], values[:count]
+    count = _flagged(vec, low, found, values)
+    keys = magnitudes(values[:count], scratch.buffer("topk.keys", count, np.uint32))
+    return found[:count], keys, values[:count]
 
 
 def select(vec: np.ndarray, ratio: float) -> tuple[np.ndarray, np.ndarray]:
