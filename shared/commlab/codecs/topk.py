@@ -103,15 +103,18 @@ _DIGITS = ((21, 11), (10, 11), (0, 10))  # (shift, bits) of the keys' digits, hi
 @kernel
 def _kth_smallest(keys: np.ndarray, rank: int) -> np.uint32:
     """The key at ``rank`` (from 0) in sorted order, as np.partition places it: a radix select,
-    one digit a pass from the highest, each pass counting the keys that agree with the digits
-    found so far (no branch: the others add 0)."""
+    one digit a pass from the highest, each pass counting the digits of the keys that agree with
+    those found so far. Those keys are copied out after each pass (a small share of them after
+    the first), so that the later passes count only them instead of passing over every key again."""
     counts = np.zeros(1 << 11, np.int64)
-    value, known = np.uint32(0), np.uint32(0)
+    value, known, agreeing, digit = np.uint32(0), np.uint32(0), keys, 0
     for shift, bits in _DIGITS:
+        if known:
+            agreeing = _agreeing(agreeing, known, value, counts[digit])
         counts[:] = 0
         digits = np.uint32((1 << bits) - 1)
-        for key in keys:
-            counts[(key >> np.uint32(shift)) & digits] += (key & known) == value
+        for key in agreeing:
+            counts[(key >> np.uint32(shift)) & digits] += 1
         digit = 0
         while rank >= counts[digit]:
             rank -= counts[digit]
@@ -119,6 +122,17 @@ def _kth_smallest(keys: np.ndarray, rank: int) -> np.uint32:
         value |= np.uint32(digit) << np.uint32(shift)
         known |= digits << np.uint32(shift)
     return value
+
+
+@kernel(inline="always")
+def _agreeing(keys: np.ndarray, known: np.uint32, value: np.uint32, count: int) -> np.ndarray:
+    """The ``count`` keys whose bits ``known`` are ``value``'s, in a new array (one slot longer:
+    every key is written, and the next one overwrites those that do not agree)."""
+    out, kept = np.empty(count + 1, np.uint32), 0
+    for key in keys:
+        out[kept] = key
+        kept += (key & known) == value
+    return out[:count]
 
 
 def _candidates(vec: np.ndarray, low: np.uint32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
