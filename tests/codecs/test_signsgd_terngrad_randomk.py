@@ -138,6 +138,15 @@ def test_randomk_positions_are_k_distinct_sorted_indices(seed, numel, data):
     assert np.all(np.diff(idx) > 0) and (k == 0 or (idx[0] >= 0 and idx[-1] < numel))
 
 
+@given(arrays(np.uint8, st.integers(1, 600)), st.data())
+@quick
+def test_randomk_cut_holds_the_m_th_smallest_byte(keys, data):
+    m = data.draw(st.integers(0, keys.size))
+    cut, below, tied = randomk._below(keys, m)
+    assert below == np.count_nonzero(keys < cut) and tied == np.count_nonzero(keys == cut)
+    assert below <= m <= below + tied
+
+
 @given(st.integers(0, 2**64 - 1), st.integers(1, 200), st.data())
 @quick
 def test_randomk_frames_carry_the_values_at_the_positions_in_order(seed, numel, data):

@@ -52,9 +52,11 @@ def _tally(keys: np.ndarray, cut: int) -> tuple[int, int]:
     return below, equal
 
 
+@kernel
 def _below(keys: np.ndarray, m: int) -> tuple[int, int, int]:
     """The byte value ``cut`` where the m-th smallest byte lies, how many bytes are below it and
-    how many equal it."""
+    how many equal it. Compiled, search and all: on the few bytes of the deeper levels the first
+    guess is off by several values, a tally each, and each call from Python cost more than its tally."""
     cut = min(255, m * 256 // keys.size)  # about where the m-th smallest byte lies
     below, tied = _tally(keys, cut)
     while below > m:
