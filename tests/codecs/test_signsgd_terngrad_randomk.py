@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from commlab.codecs import CodecError, decode_any, draws, get_codec, lanes, randomk, wire
+from commlab.codecs import CodecError, decode_any, draws, get_codec, randomk, wire
 
 HEADER = wire.HEADER.size
 NEW = ["signsgd", "terngrad", "randomk"]
@@ -155,11 +155,11 @@ def test_randomk_frames_carry_the_values_at_the_positions_in_order(seed, numel, 
     k = data.draw(st.integers(1, numel))
     x = rand(numel, seed % 1000) + 10
     values = np.empty(k + 16, np.float32)
-    lanes.pack_blocks(randomk._selection(seed, numel, k), x, values)
+    randomk._pack(*randomk._selection(seed, numel, k), x, values)
     idx = randomk.positions(seed, numel, k)
     assert np.array_equal(values[:k], x[idx])
     out = np.empty(numel, np.float32)
-    lanes.spread_blocks(randomk._selection(seed, numel, k), values[:k], out)
+    randomk._spread(*randomk._selection(seed, numel, k), values[:k], out)
     assert np.array_equal(out[idx], x[idx]) and np.count_nonzero(np.delete(out, idx)) == 0
 
 

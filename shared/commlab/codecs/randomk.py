@@ -32,7 +32,7 @@ import struct
 
 import numpy as np
 
-from commlab.codecs import draws, lanes, scratch, topk
+from commlab.codecs import draws, lanes, topk
 from commlab.codecs.base import RandomCodec, register
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
@@ -73,7 +73,7 @@ def positions(seed: int, numel: int, k: int) -> np.ndarray:
     random subset of m = min(k, D - k) positions (its complement when k > D / 2), see ``_subset``.
     Built from the AES-128-CTR keystream of (seed, level) alone (draws.py), so sender and receiver
     agree whatever their numpy. The codec itself selects 16 positions at a time from the bytes
-    (``_block_masks``) without listing them."""
+    (``_block_mask``) without listing them."""
     m = min(k, numel - k)
     chosen = _subset(seed, 0, numel, m)
     return np.flatnonzero(chosen if m == k else ~chosen)
@@ -115,30 +115,54 @@ def _block_mask(keys: np.ndarray, start: int, cut: int, tied: np.ndarray, tie: i
     return (mask ^ flip) & valid, tie
 
 
+@kernel(inline="always")
+def _last_mask(keys: np.ndarray, cut: int, tied: np.ndarray, tie: int, flip: np.uint32) -> np.ndarray:
+    """The kept lanes of the partial last block (``_block_mask``), as an array of that one mask,
+    from a copy of its bytes padded to 16."""
+    whole = keys.size // LANES * LANES
+    last, mask = np.zeros(LANES, np.uint8), np.zeros(1, np.uint16)
+    last[: keys.size - whole] = keys[whole:]
+    mask[0] = _block_mask(last, 0, cut, tied, tie, flip, np.uint32((1 << (keys.size - whole)) - 1))[0]
+    return mask
+
+
 @kernel
-def _block_masks(keys: np.ndarray, cut: int, tied: np.ndarray, flip: np.uint32, masks: np.ndarray) -> None:
-    """masks[b] = the kept lanes of positions 16 b to 16 b + 15 (``_block_mask``); the last block,
-    when partial, through a copy of its bytes padded to 16."""
-    whole, tie = keys.size // LANES, 0
+def _pack(keys: np.ndarray, cut: int, tied: np.ndarray, flip: np.uint32, vec: np.ndarray, out: np.ndarray) -> None:
+    """The kept values of ``vec`` (``_block_mask``), in order, into ``out`` (16 longer than their
+    count): each block's mask used as it is found, no array of masks written and read back; a
+    partial last block through lanes.pack_blocks."""
+    whole, tie, count = keys.size // LANES, 0, 0
     for b in range(whole):
-        masks[b], tie = _block_mask(keys, b * LANES, cut, tied, tie, flip, _ALL_LANES)
-    if whole < masks.size:
-        rest = keys.size - whole * LANES
-        last = np.zeros(LANES, np.uint8)
-        last[:rest] = keys[whole * LANES:]
-        masks[whole] = _block_mask(last, 0, cut, tied, tie, flip, np.uint32((1 << rest) - 1))[0]
+        mask, tie = _block_mask(keys, b * LANES, cut, tied, tie, flip, _ALL_LANES)
+        lanes.compress(vec, b * LANES, mask, out, count)
+        count += lanes.popcount(mask)
+    if whole * LANES < keys.size:
+        lanes.pack_blocks(_last_mask(keys, cut, tied, tie, flip), vec[whole * LANES:], out[count:])
 
 
-def _selection(seed: int, numel: int, k: int) -> np.ndarray:
-    """A frame's positions (``positions``), 0 < k <= numel, as the kept lanes of each block of 16
-    (uint16, a scratch array): the top level of ``_subset`` from the keystream's bytes, flipped
-    where the frame keeps the complement of the subset (k > D / 2)."""
+@kernel
+def _spread(keys: np.ndarray, cut: int, tied: np.ndarray, flip: np.uint32, values: np.ndarray,
+            out: np.ndarray) -> None:
+    """The whole of ``out``: the next of ``values`` at each kept position (``_block_mask``), zero
+    elsewhere, as ``_pack`` finds the masks; a partial last block through lanes.spread_blocks."""
+    whole, tie, count = keys.size // LANES, 0, 0
+    for b in range(whole):
+        mask, tie = _block_mask(keys, b * LANES, cut, tied, tie, flip, _ALL_LANES)
+        lanes.expand(values, count, mask, out, b * LANES)
+        count += lanes.popcount(mask)
+    if whole * LANES < keys.size:
+        lanes.spread_blocks(_last_mask(keys, cut, tied, tie, flip), values[count:], out[whole * LANES:])
+
+
+def _selection(seed: int, numel: int, k: int) -> tuple[np.ndarray, int, np.ndarray, np.uint32]:
+    """A frame's positions (``positions``), 0 < k <= numel, as what ``_block_mask`` takes (keys,
+    cut, tied, flip; ``_pack`` and ``_spread`` take them as they are): the top level of
+    ``_subset`` from the keystream's bytes, flipped where the frame keeps the complement of the
+    subset (k > D / 2)."""
     m = min(k, numel - k)
     keys = draws.keystream(struct.pack("<QQ", seed, 0), numel)
     cut, below, tied = _below(keys, m)
-    masks = scratch.buffer("randomk.masks", -(-numel // LANES), np.uint16)
-    _block_masks(keys, cut, _subset(seed, 1, tied, m - below), np.uint32(0 if m == k else _ALL_LANES), masks)
-    return masks
+    return keys, cut, _subset(seed, 1, tied, m - below), np.uint32(0 if m == k else _ALL_LANES)
 
 
 @register
@@ -158,7 +182,7 @@ class RandomK(RandomCodec):
         seed = int(self.rng.integers(2**64, dtype=np.uint64))
         out = np.empty(k + LANES, np.float32)
         if k:
-            lanes.pack_blocks(_selection(seed, vec.size, k), vec, out)
+            _pack(*_selection(seed, vec.size, k), vec, out)
         return (seed, k), [out[:k]]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
@@ -170,7 +194,7 @@ class RandomK(RandomCodec):
         if k == 0:
             return np.zeros(numel, np.float32)
         out = np.empty(numel, np.float32)
-        lanes.spread_blocks(_selection(seed, numel, k), np.frombuffer(payload, "<f4"), out)
+        _spread(*_selection(seed, numel, k), np.frombuffer(payload, "<f4"), out)
         return out
 
     def payload_size(self, numel: int) -> int:
