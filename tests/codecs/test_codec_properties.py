@@ -283,6 +283,22 @@ def test_varint_byte_count_of_any_deltas(chosen, dtype):
     assert np.array_equal(indices.decode(mode, coded, 2**31, idx.size), idx)
 
 
+@given(st.lists(st.one_of(st.integers(1, 12), st.integers(1, 2**22)), max_size=300), st.sampled_from([np.int32, np.int64]))
+@PROPERTY
+def test_varints_are_the_leb128_of_the_deltas(deltas, dtype):
+    # Runs of 16 one-byte deltas (written 16 at a time) between longer ones.
+    idx = (np.cumsum(np.array(deltas, np.int64)) - 1).astype(dtype)
+    expected = bytearray()
+    for delta in np.diff(idx.astype(np.int64), prepend=0).tolist():
+        while delta >= 0x80:
+            expected.append((delta & 0x7F) | 0x80)
+            delta >>= 7
+        expected.append(delta)
+    out = np.empty(indices._varint_bytes(idx), np.uint8)
+    indices._write_varints(idx, out)
+    assert out.tobytes() == bytes(expected)
+
+
 def bucket_norms(vec: np.ndarray, bucket: int) -> np.ndarray:
     """Per-element norm of the element's bucket, float64."""
     x = vec.astype(np.float64)

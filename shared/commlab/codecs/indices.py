@@ -43,16 +43,23 @@ def _varint_bytes(idx: np.ndarray) -> int:
 
 @kernel
 def _write_varints(idx: np.ndarray, out: np.ndarray) -> None:
-    """LEB128 of each delta: 7 bits a byte, low groups first, the high bit set on all but the last."""
-    at, prev = 0, 0
-    for i in idx:
-        delta, prev = i - prev, i
+    """LEB128 of each delta: 7 bits a byte, low groups first, the high bit set on all but the last.
+    16 deltas at a time where the 16 indices lie less than 128 past the one before them (every
+    delta one byte: a loop that vectorises; most of top-k's), the others one by one."""
+    at, j = 0, 0
+    while j < idx.size:
+        if 0 < j <= idx.size - LANES and idx[j + LANES - 1] - idx[j - 1] < 0x80:
+            for i in range(LANES):
+                out[at + i] = idx[j + i] - idx[j + i - 1]
+            at, j = at + LANES, j + LANES
+            continue
+        delta = idx[j] - idx[j - 1] if j else idx[0]
         while delta >= 0x80:
             out[at] = (delta & 0x7F) | 0x80
             delta >>= 7
             at += 1
         out[at] = delta
-        at += 1
+        at, j = at + 1, j + 1
 
 
 # What _read_varints found wrong (bits of its result), in the order the errors are reported.
