@@ -186,8 +186,10 @@ def select(vec: np.ndarray, ratio: float) -> tuple[np.ndarray, np.ndarray]:
     if need <= 0:
         band, need = chosen, k
     kth = _kth_smallest(band, band.size - need)
+    # The candidates above the k-th: those of the band, and all outside it (at least the high mark).
+    above = chosen.size - band.size + np.count_nonzero(band > kth)
     positions, kept = np.empty(k + LANES, np.int32), np.empty(k + LANES, np.float32)
-    _keep(candidates, chosen, values, kth, k - np.count_nonzero(chosen > kth), positions, kept)
+    _keep(candidates, chosen, values, kth, k - above, positions, kept)
     return positions[:k], kept[:k]
 
 
