@@ -73,6 +73,11 @@ def test_magnitude_masks_compare_the_low_31_bits(words, start, mark):
     assert np.array_equal(bits_of(at_least), (block & np.uint32(0x7FFFFFFF)) >= mark)
 
 
+def test_magnitude_masks_refuse_keys_of_31_bits_or_fewer():
+    with pytest.raises(numba.core.errors.TypingError, match="low 31 bits"):
+        _magnitude_at_least(np.zeros(16, np.uint16), 0, 1)
+
+
 @given(values, masks, st.integers(0, 3))
 @quick
 def test_compress_packs_the_selected_lanes_in_order(src, mask, at):

@@ -80,6 +80,8 @@ def _compare(predicate: str, width: int, low_bits: int | None = None):
     def compare(typingctx, keys, start, value):
         if not (isinstance(keys.dtype, types.Integer) and not keys.dtype.signed):
             raise TypingError(f"lanes: compares unsigned integers, not {keys.dtype}")
+        if low_bits is not None and keys.dtype.bitwidth <= low_bits:
+            raise TypingError(f"lanes: the low {low_bits} bits of keys wider than that, not {keys.dtype}")
 
         def codegen(context, builder, sig, args):
             pointer, vector = _vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1], width)
