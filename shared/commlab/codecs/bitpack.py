@@ -7,8 +7,7 @@ fields; 8 such words, 64 levels, to b whole 64-bit words), and back the same way
 each group's bytes from its float32 levels took twice as long). Levels come in as float32 or
 bytes (what the encoders round to) and go out as float32 (what minmax multiplies next) or as
 bytes (qsgd's dequantizing loop converts them itself, one pass fewer); the largest level, which
-the decoders check, comes from the pass that writes floats. The sign decoders' passes over
-bitmaps (signsgd, terngrad, qsgd) are here too. (A BLAS dot of groups of levels with the powers
+the decoders check, comes from the pass that writes floats. (A BLAS dot of groups of levels with the powers
 of two of their bit positions packed some widths faster on an idle machine, but BLAS's threads
 slowed it tenfold while other processes ran.)
 
@@ -234,118 +233,6 @@ def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | No
     if find_top and top > max_level:
         raise CodecError(f"level {top} exceeds the {max_level} levels in the header")
     return levels[:count]
-
-
-# One bit per value (signs, masks): np.packbits's layout, which is pack(values, 1)'s.
-
-def bitmap(mask: np.ndarray) -> np.ndarray:
-    """Boolean vector -> ceil(D/8) bytes, bit i of the stream is mask[i]."""
-    return np.packbits(mask, bitorder="little")
-
-
-def bitmap_size(numel: int) -> int:
-    return -(-numel // 8)
-
-
-def read_bitmap(payload: memoryview, offset: int, numel: int, what: str) -> np.ndarray:
-    """The bytes of the bitmap at ``offset``, checked for bits past the end of the vector; the
-    caller checked the payload length."""
-    data = np.frombuffer(payload, np.uint8, bitmap_size(numel), offset)
-    if numel % 8 and data[-1] >> (numel % 8):
-        raise CodecError(f"{what}: bitmap has bits set past the end of the vector")
-    return data
-
-
-_SIGN, _ONE = np.uint32(31), np.uint64(1)
-_WORD = 64  # values whose bits one 64-bit word of a bitmap holds
-
-
-@kernel(inline="always")
-def _bitmap_word(bitmap: np.ndarray, j: int) -> np.uint64:
-    """Bytes 8j..8j+7 of a bitmap as one little-endian word: the bits of values 64j..64j+63."""
-    word = np.uint64(0)
-    for b in range(8):
-        word |= np.uint64(bitmap[8 * j + b]) << np.uint64(8 * b)
-    return word
-
-
-@kernel(inline="always")
-def _bit(bitmap: np.ndarray, i: int) -> np.uint32:
-    return np.uint32((bitmap[i >> 3] >> (i & 7)) & 1)
-
-
-# The sign decoders read their bitmaps a 64-bit word at a time, 64 values a loop of constant length
-# that LLVM vectorises (numpy's unpacking to a byte a value, then a loop over those bytes, took half
-# as long again; reading bit i of byte i // 8, two to three times as long). A word within one block
-# takes its scale; one across a block boundary, and the values past whole words, each value's own.
-
-@kernel
-def _signed_scales(negative: np.ndarray, nonzero: np.ndarray, masked: bool, scales: np.ndarray, block: int,
-                   out: np.ndarray) -> None:
-    """out (as uint32 words): the bits of the value's block's scale, cleared where its ``nonzero``
-    bit is clear (when ``masked``), with its ``negative`` bit as the sign bit."""
-    words, scale_bits = out.view(np.uint32), scales.view(np.uint32)
-    for j in range(out.size // _WORD):
-        start = _WORD * j
-        y, neg = words[start : start + _WORD], _bitmap_word(negative, j)
-        keep = _bitmap_word(nonzero, j) if masked else ~np.uint64(0)
-        if start // block == (start + _WORD - 1) // block:
-            s = scale_bits[start // block]
-            if masked:
-                for t in range(_WORD):
-                    y[t] = (s & (np.uint32(0) - np.uint32((keep >> np.uint64(t)) & _ONE))) | (
-                        np.uint32((neg >> np.uint64(t)) & _ONE) << _SIGN)
-            else:
-                for t in range(_WORD):
-                    y[t] = s | (np.uint32((neg >> np.uint64(t)) & _ONE) << _SIGN)
-        else:
-            for t in range(_WORD):
-                kept = np.uint32((keep >> np.uint64(t)) & _ONE)
-                y[t] = (scale_bits[(start + t) // block] & (np.uint32(0) - kept)) | (
-                    np.uint32((neg >> np.uint64(t)) & _ONE) << _SIGN)
-    for i in range(out.size // _WORD * _WORD, out.size):
-        kept = _bit(nonzero, i) if masked else np.uint32(1)
-        words[i] = (scale_bits[i // block] & (np.uint32(0) - kept)) | (_bit(negative, i) << _SIGN)
-
-
-@kernel(inline="always")
-def _sign(bit: np.uint32) -> np.float32:
-    return np.float32(1) - np.float32(2) * np.float32(bit)
-
-
-@kernel
-def _scale_signs(levels: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int, out: np.ndarray) -> None:
-    """``levels`` times their block's scale, then times -1 where their ``negative`` bit is set."""
-    for j in range(out.size // _WORD):
-        start = _WORD * j
-        x, y, neg = levels[start : start + _WORD], out[start : start + _WORD], _bitmap_word(negative, j)
-        if start // block == (start + _WORD - 1) // block:
-            s = scales[start // block]
-            for t in range(_WORD):
-                y[t] = np.float32(x[t]) * s * _sign(np.uint32((neg >> np.uint64(t)) & _ONE))
-        else:
-            for t in range(_WORD):
-                y[t] = np.float32(x[t]) * scales[(start + t) // block] * _sign(np.uint32((neg >> np.uint64(t)) & _ONE))
-    for i in range(out.size // _WORD * _WORD, out.size):
-        out[i] = np.float32(levels[i]) * scales[i // block] * _sign(_bit(negative, i))
-
-
-def signed_scales(negative: np.ndarray, scales: np.ndarray, block: int, numel: int,
-                  nonzero: np.ndarray | None = None) -> np.ndarray:
-    """float32 vector of ``numel`` values from bitmaps of ceil(numel / 8) bytes: value i is
-    scales[i // block], negative where its ``negative`` bit is set, and +0 where its ``nonzero``
-    bit (when given) is clear (a clear ``nonzero`` bit has a clear ``negative`` one)."""
-    out = np.empty(numel, np.float32)
-    _signed_scales(negative, negative if nonzero is None else nonzero, nonzero is not None, scales, block, out)
-    return out
-
-
-def scale_signs(levels: np.ndarray, negative: np.ndarray, scales: np.ndarray, block: int) -> np.ndarray:
-    """float32 vector of the non-negative ``levels`` (bytes) times scales[i // block], negated
-    where bit i of the ``negative`` bitmap is set."""
-    out = np.empty(levels.size, np.float32)
-    _scale_signs(levels, negative, scales, block, out)
-    return out
 
 
 def reference_pack(values: np.ndarray, bits: int) -> np.ndarray:

@@ -19,7 +19,7 @@ import struct
 import numpy as np
 import zstandard
 
-from commlab.codecs import bitpack, chunks, draws, scratch, sparsebits
+from commlab.codecs import bitmaps, bitpack, chunks, draws, scratch, sparsebits
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
 from commlab.codecs.errors import CodecError, chunk_size, integer_in
 from commlab.codecs.jit import kernel
@@ -100,7 +100,7 @@ class QSGD(RandomCodec):
                 f"qsgd: payload {len(payload)} bytes, {numel} values at {levels} levels in buckets of {bucket} need {expected}"
             )
         norms = _norms(type(self).name, payload, norm_len)
-        signs = bitpack.read_bitmap(payload, norm_len, numel, "qsgd: sign")
+        signs = bitmaps.read_bitmap(payload, norm_len, numel, "qsgd: sign")
         packed = np.frombuffer(payload, np.uint8, offset=norm_len + sign_len)
         q = _levels(type(self).name, packed, numel, levels)
         return _dequantize(q, signs, norms, levels, bucket)
@@ -167,7 +167,7 @@ def _steps(norms: np.ndarray, levels: int) -> np.ndarray:
 def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int, bucket: int) -> np.ndarray:
     """norm * sign * level / s per value from the byte levels ``q``; ``signs`` is the packed bitmap
     of one bit per value (set: negative)."""
-    return bitpack.scale_signs(q, signs, _steps(norms, levels), bucket)
+    return bitmaps.scale_signs(q, signs, _steps(norms, levels), bucket)
 
 
 _LENGTH = struct.Struct("<I")
@@ -200,7 +200,7 @@ class QSGDZ(QSGD):
         norms, q, negative = self._quantize(vec)
         packed = bitpack.pack(q, _bits(self.levels), vec.size)
         stream = zstandard.ZstdCompressor(compression_params=_ZSTD).compress(packed)
-        signs = sparsebits.extract(bitpack.bitmap(q[: vec.size] > 0), bitpack.bitmap(negative))
+        signs = sparsebits.extract(bitmaps.bitmap(q[: vec.size] > 0), bitmaps.bitmap(negative))
         return (self.levels, self.bucket), [norms, _LENGTH.pack(len(stream)), stream, signs]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
@@ -221,7 +221,7 @@ class QSGDZ(QSGD):
         signs = np.frombuffer(payload, np.uint8, offset=start + stream_len)
         # The signs spread over the non-zero levels (one bit per value) and their count, checked
         # before anything returns.
-        kept = bitpack.bitmap(out > 0)
+        kept = bitmaps.bitmap(out > 0)
         negative = np.empty(kept.size, np.uint8)
         nonzero = sparsebits.deposit(kept, signs if signs.size else _NO_SIGNS, negative)
         if signs.size != -(-nonzero // 8):

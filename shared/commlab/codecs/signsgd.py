@@ -17,7 +17,7 @@ maps to +1. The codec is stateless: the error feedback of EF-signSGD is the sepa
 ``ErrorFeedback`` memory (memory.py) around it.
 
 The 1-bit stream has the layout of ``bitpack.pack(values, 1)``, built with np.packbits
-(``bitpack.bitmap``). The block-scale helpers are shared with terngrad.py.
+(``bitmaps.bitmap``). The block-scale helpers are shared with terngrad.py.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import numpy as np
 
 from commlab.codecs import chunks, scratch, wire
 from commlab.codecs.base import MAX_MAGNITUDE, Codec, register
-from commlab.codecs.bitpack import bitmap, bitmap_size, read_bitmap, signed_scales
+from commlab.codecs.bitmaps import bitmap, bitmap_size, read_bitmap, signed_scales
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
 

@@ -1,5 +1,5 @@
 """Sparse bit streams (qsgdz's signs): the bits of one bitmap at the set bits of a mask bitmap, in
-order, packed (bitmaps as bitpack.bitmap makes them).
+order, packed (bitmaps as bitmaps.bitmap makes them).
 
 Byte tables of x86's pext and pdep (which numba cannot emit): _EXTRACT[m, x] is the bits of x at
 the set bits of m, packed low; _DEPOSIT[m, b] the low bits of b spread over the set bits of m;
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commlab.codecs.bitpack import bitmap_size
+from commlab.codecs.bitmaps import bitmap_size
 from commlab.codecs.jit import kernel
 
 

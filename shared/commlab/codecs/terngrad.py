@@ -29,7 +29,7 @@ import numpy as np
 
 from commlab.codecs import draws, scratch
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
-from commlab.codecs.bitpack import bitmap, bitmap_size, read_bitmap, signed_scales
+from commlab.codecs.bitmaps import bitmap, bitmap_size, read_bitmap, signed_scales
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
 from commlab.codecs.signsgd import BLOCK, check_block, num_blocks, read_scales
