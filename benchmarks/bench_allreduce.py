@@ -92,13 +92,17 @@ def loopback(s: BenchRun, spec: dict, domain: int) -> list[dict]:
 def shaped(s: BenchRun, spec: dict, profile: str, net: int, transport: dict) -> list[dict]:
     from commlab.links.netns import NetnsLab
     from commlab.links.profiles import link_for
+    from commlab.testbed.compose_file import node_send_window_bytes
     names = [f"worker-{r}" for r in range(spec["world"])]
     with NetnsLab(names, net=net) as lab:
         for n in names:
             lab.shape(n, link_for(profile, n))
-        settings = [{"domain_id": 0, "interface": "eth0", "loopback_tuned": False, "write_timeout_s": 120.0,
-                     **transport,
-                     "peers": [a for m, a in lab.addresses.items() if m != n]} for n in names]
+        settings = []
+        for n in names:
+            window = node_send_window_bytes(profile, n)  # None: a trace, the smallest window
+            settings.append({"domain_id": 0, "interface": "eth0", "loopback_tuned": False, "write_timeout_s": 120.0,
+                             **({"send_window_bytes": window} if window else {}), **transport,
+                             "peers": [a for m, a in lab.addresses.items() if m != n]})
         return run_ranks(s, "shaped", spec, [lab.prefix(n) for n in names], settings)
 
 
@@ -139,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--multicast", choices=("off", "discovery", "data"),
                    help="dds.multicast on the shaped links (default off: unicast peers)")
     p.add_argument("--datagram-frames", type=int, help="dds.datagram_frames on the shaped links (default 6)")
-    p.add_argument("--send-window", type=int, help="dds.send_window_bytes on the shaped links (default 32 KiB)")
+    p.add_argument("--send-window", type=int, help="dds.send_window_bytes on the shaped links (default: a run's "
+                   "on the profile, commlab.testbed.compose_file.node_send_window_bytes)")
     p.add_argument("--codecs", type=codec_list, default=[RAW], metavar="NAMES",
                    help=f"comma-separated: {RAW} (float32 without a frame) or codec names, e.g. raw,fp32,fp16,bf16")
     p.add_argument("--worker", help=argparse.SUPPRESS)

@@ -92,6 +92,14 @@ def test_a_shaped_links_chunk_takes_it_about_two_ms_from_64_up_to_256_kib():
         link_chunk_bytes(0)
 
 
+def test_a_shaped_links_send_window_takes_it_about_four_ms_from_32_kib_up_to_16_mib():
+    from commlab.dds.settings import link_send_window_bytes
+    rates = {1e6: 32, 10e6: 32, 100e6: 64, 300e6: 256, 1e9: 512, 10e9: 8192, 100e9: 16384}
+    assert {rate: link_send_window_bytes(rate) // 1024 for rate in rates} == rates
+    with pytest.raises(ValueError, match="link rate must be positive"):
+        link_send_window_bytes(-1)
+
+
 def test_a_shaped_links_ring_block_takes_it_about_eight_ms_from_its_chunk_up_to_1_mib():
     from commlab.dds.settings import link_ring_block_bytes
     rates = {1e6: 64, 10e6: 64, 100e6: 128, 300e6: 512, 1e9: 1024, 10e9: 1024}

@@ -466,7 +466,7 @@ def test_allocated_rate_holds_for_the_upload_only(monkeypatch):
     link, so the next broadcast's acknowledgements do not queue behind an upload's share of B."""
     import commlab.links.profiles
     applied = []
-    monkeypatch.setattr(commlab.links.profiles, "set_rate", lambda bps: applied.append(bps))
+    monkeypatch.setattr(commlab.links.profiles, "set_rate", lambda bps, queue_floor: applied.append(bps))
     side = ClientSide("client-0", "hetero4", "lo", log=lambda s: None)
     side.can_shape, side.rate_bps = True, side.link_bps                  # as in its own namespace
 

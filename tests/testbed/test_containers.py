@@ -45,7 +45,7 @@ def test_container_config_rewrites_only_transport_paths_and_profile(tmp_path):
     out = container_config(cfg, "client-0", addrs, "10mbit", tmp_path)
     assert out["dds"] == {"domain_id": 7, "interface": "eth0", "loopback_tuned": False, "multicast": "data",
                           "peers": ["198.19.200.10", "198.19.200.12"], "chunk_bytes": 64 * 1024,
-                          "ring_block_bytes": 64 * 1024}
+                          "ring_block_bytes": 64 * 1024, "send_window_bytes": 32 * 1024}
     keyed = container_config({**cfg, "dds": {**cfg["dds"], "key_file": "/tmp/commlab-keys-x/client-0.key"}},
                              "client-0", addrs, "10mbit", tmp_path)
     assert keyed["dds"]["key_file"] == "/run/secrets/commlab-key"  # the compose secret, not the host path
@@ -73,6 +73,18 @@ def test_every_node_of_a_run_gets_the_chunk_and_ring_block_of_the_slowest_link_u
     chosen = {**cfg, "dds": {**cfg["dds"], "chunk_bytes": 4096, "ring_block_bytes": 8192}}
     assert {k: container_config(chosen, "client-0", addrs, "1000mbit", tmp_path)["dds"][k]
             for k in ("chunk_bytes", "ring_block_bytes")} == {"chunk_bytes": 4096, "ring_block_bytes": 8192}
+
+
+def test_every_node_gets_the_send_window_of_its_own_uplink_unless_the_run_chose_one(tmp_path):
+    addrs = addresses(fl_roster(3), 200)
+    cfg = fl_cfg(tmp_path)
+    windows = {profile: {node: container_config(cfg, node, addrs, profile, tmp_path)["dds"].get("send_window_bytes")
+                         for node in addrs} for profile in ("1000mbit", "hetero4")}
+    assert windows == {"1000mbit": dict.fromkeys(addrs, 512 * 1024),
+                       "hetero4": {"controller": 64 * 1024, "client-0": 32 * 1024, "client-1": 32 * 1024,
+                                   "client-2": 32 * 1024}}
+    chosen = {**cfg, "dds": {**cfg["dds"], "send_window_bytes": 8192}}
+    assert container_config(chosen, "client-0", addrs, "1000mbit", tmp_path)["dds"]["send_window_bytes"] == 8192
 
 
 def test_container_config_refuses_paths_a_container_cannot_see(tmp_path):

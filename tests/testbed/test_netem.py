@@ -69,6 +69,11 @@ def test_tc_arguments():
     from commlab.dds.settings import SEND_WINDOW
     assert tbf_args(LinkSpec("10mbit"))[5:] == ["limit", str(500_000)]
     assert int(tbf_args(LinkSpec("600kbit"))[6]) >= 4 * SEND_WINDOW
+    # A fast link's larger window keeps its room when an allocation lowers the rate.
+    from commlab.dds.settings import link_send_window_bytes
+    from commlab.links.profiles import queue_floor_for
+    window = link_send_window_bytes(1e9)
+    assert int(tbf_args(LinkSpec("600kbit"), queue_floor_for(window))[6]) >= 4 * window > 4 * SEND_WINDOW
     assert netem_args(LinkSpec("1mbit", delay_ms=20, loss_pct=0.5)) == ["netem", "delay", "20ms", "loss", "0.5%"]
     assert not LinkSpec("1mbit").needs_netem
 

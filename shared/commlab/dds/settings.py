@@ -30,7 +30,15 @@ MTU = 1500  # of a shaped link; dds.link_mtu says when it is smaller (a swarm ov
 # A datagram of k frames: an RTPS message of k * (MTU - 20 IP) - 8 UDP - 16 spare (a piggybacked
 # heartbeat) bytes, carrying a fragment 112 bytes smaller; k = 1 on MTU 1500: 1456 and 1344.
 DATAGRAM_FRAMES = 6
-SEND_WINDOW = 32 * 1024  # bytes a writer runs ahead of acknowledgements on a shaped link
+SEND_WINDOW = 32 * 1024  # bytes a writer runs ahead of acknowledgements on a shaped link, at least
+# A fast link's window (link_send_window_bytes): what it carries in about LINK_WINDOW_S. A writer
+# stops at its window until the reader's acknowledgement of a heartbeat comes back through both
+# nodes' receive threads, which takes a fraction of a millisecond on an idle machine and more on a
+# busy one; 32 KiB is 0.26 ms of a 1 Gbit/s link, so a window that small held a writer there to
+# a fraction of the rate (an FL broadcast of 6.65 MB took 88 ms where the link carries it in 53 ms).
+# LINK_WINDOW_S stays far below the tbf queue's 400 ms (links.profiles.tbf_args) at every rate.
+LINK_WINDOW_S = 0.004
+MAX_SEND_WINDOW = 1 << 24
 IP_HEADER, UDP_SPARE, FRAGMENT_HEADERS = 20, 8 + 16, 112
 # Default chunk sizes. Shaped links: <= 256 KB chunks avoid drop storms, 64 KiB is safe. Loopback:
 # 1 MiB chunks cut the per-chunk Python work on both ends (1.7 MB and 10 MB messages measured
@@ -95,25 +103,34 @@ def _sysctl(name: str) -> int | None:
         return None
 
 
+def _link_bytes(rate_bps: float, seconds: float, smallest: int, largest: int) -> int:
+    """The smallest power of two from `smallest` up that a link of `rate_bps` bit/s takes
+    `seconds` to carry, at most `largest`."""
+    if not rate_bps > 0:
+        raise ValueError(f"a link rate must be positive, got {rate_bps!r} bit/s")
+    size = smallest
+    while size < rate_bps / 8 * seconds and size < largest:
+        size *= 2
+    return size
+
+
 def link_chunk_bytes(rate_bps: float) -> int:
     """dds.chunk_bytes for a shaped link of `rate_bps` bit/s: the smallest power of two from
     MTU_CHUNK up that the link takes LINK_CHUNK_S to carry, at most FAST_LINK_CHUNK."""
-    if not rate_bps > 0:
-        raise ValueError(f"a link rate must be positive, got {rate_bps!r} bit/s")
-    chunk = MTU_CHUNK
-    while chunk < rate_bps / 8 * LINK_CHUNK_S and chunk < FAST_LINK_CHUNK:
-        chunk *= 2
-    return chunk
+    return _link_bytes(rate_bps, LINK_CHUNK_S, MTU_CHUNK, FAST_LINK_CHUNK)
+
+
+def link_send_window_bytes(rate_bps: float) -> int:
+    """dds.send_window_bytes for a writer on a shaped uplink of `rate_bps` bit/s: the smallest power
+    of two from SEND_WINDOW up that the link takes LINK_WINDOW_S to carry, at most MAX_SEND_WINDOW."""
+    return _link_bytes(rate_bps, LINK_WINDOW_S, SEND_WINDOW, MAX_SEND_WINDOW)
 
 
 def link_ring_block_bytes(rate_bps: float) -> int:
     """dds.ring_block_bytes for a shaped link of `rate_bps` bit/s: the smallest power of two from
     its chunk (link_chunk_bytes) up that the link takes LINK_RING_BLOCK_S to carry, at most
     FAST_LINK_RING_BLOCK."""
-    block = link_chunk_bytes(rate_bps)
-    while block < rate_bps / 8 * LINK_RING_BLOCK_S and block < FAST_LINK_RING_BLOCK:
-        block *= 2
-    return block
+    return _link_bytes(rate_bps, LINK_RING_BLOCK_S, link_chunk_bytes(rate_bps), FAST_LINK_RING_BLOCK)
 
 
 def socket_buffer_bytes(which: str = "rmem_max") -> int:
@@ -199,8 +216,8 @@ class DdsSettings:
             object.__setattr__(self, "ring_block_bytes", LOOPBACK_RING_BLOCK if self.loopback_tuned else self.chunk_bytes)
         if self.ring_block_bytes < 4:
             raise ValueError(f"dds.ring_block_bytes must be at least 4 (one float), got {self.ring_block_bytes}")
-        if not 4096 <= self.send_window_bytes <= 1 << 24:
-            raise ValueError(f"dds.send_window_bytes must be in 4096..16777216, got {self.send_window_bytes}")
+        if not 4096 <= self.send_window_bytes <= MAX_SEND_WINDOW:
+            raise ValueError(f"dds.send_window_bytes must be in 4096..{MAX_SEND_WINDOW}, got {self.send_window_bytes}")
         if self.keyring is not None:
             if self.discovery_tag not in (None, self.keyring.discovery_tag):
                 raise ValueError("dds: a discovery tag other than the keyring's would hide this node from its run")

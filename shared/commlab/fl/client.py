@@ -79,7 +79,8 @@ class Client:
         self.memory = ClientMemory(None if cfg.procs is None else run_dir / "client-memory" / cfg.name)
         self._row_start = node.stats.snapshot()
         # Per-client bits and uplink rate (docs/adaptive.md), and the emulated compute speed.
-        self.adaptive = ClientSide(cfg.name, cfg.link_profile, cfg.dds.interface, cfg.speed_factor, log)
+        self.adaptive = ClientSide(cfg.name, cfg.link_profile, cfg.dds.interface, cfg.speed_factor, log,
+                                   cfg.dds.send_window_bytes)
         # The updates of the last round this process uploaded, by client: a command for that round
         # again (the controller lost them, or a restarted one asks) gets the same bytes, not a new
         # training run whose compression memory has moved on.

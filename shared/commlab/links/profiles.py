@@ -32,6 +32,13 @@ PROFILES_ENV = "COMMLAB_NETEM_PROFILES"  # set in the images, where the repo is 
 # The smallest tbf queue (bytes): a node's two DDS writers' 32 KiB send windows
 # (commlab.dds.settings.SEND_WINDOW), their datagrams and acknowledgements, with room to spare.
 QUEUE_FLOOR = 128 * 1024
+
+
+def queue_floor_for(send_window_bytes: int) -> int:
+    """The smallest tbf queue for a node whose DDS writers run `send_window_bytes` ahead: QUEUE_FLOOR,
+    or four windows for a fast link's larger window, so that a rate lowered during a run (an
+    allocated uplink) does not drop from the windows the node started with."""
+    return max(QUEUE_FLOOR, 4 * send_window_bytes)
 _NO_NETEM = ("Specified qdisc kind is unknown", "Specified qdisc not found", "Unknown qdisc")
 _LOSS_SUFFIX = re.compile(r"(?P<base>.+)-loss(?P<pct>\d+(?:\.\d+)?)")
 TRACE_PREFIX = "trace:"
@@ -120,14 +127,14 @@ def _base_link(profile: str, node: str) -> LinkSpec:
     return _spec(prof["default"], f"profile {profile} default")
 
 
-def tbf_args(spec: LinkSpec) -> list[str]:
+def tbf_args(spec: LinkSpec, queue_floor: int = QUEUE_FLOOR) -> list[str]:
     # burst: 10 ms worth of rate but at least 16 KiB, so one 1500-byte packet train fits at
     # low rates and the token bucket does not cap throughput at high rates (HZ granularity).
     burst = max(int(spec.rate_bps / 8 * 0.01), 16384)
     # The queue: 400 ms of rate before drops (DDS retransmits drops slowly), but never less than
-    # QUEUE_FLOOR, so that a node's writers' send windows fit at any rate: a 400 ms queue of a
+    # queue_floor, so that a node's writers' send windows fit at any rate: a 400 ms queue of a
     # 0.62 Mbit/s uplink (31 KB) dropped from one 32 KiB window, and its goodput fell to 76 %.
-    limit = max(int(spec.rate_bps / 8 * 0.4), QUEUE_FLOOR)
+    limit = max(int(spec.rate_bps / 8 * 0.4), queue_floor)
     return ["tbf", "rate", spec.rate, "burst", str(burst), "limit", str(limit)]
 
 
@@ -211,14 +218,15 @@ def apply_link(spec: LinkSpec, dev: str = "eth0", prefix: Sequence[str] = ()) ->
     return record
 
 
-def set_rate(rate_bps: float, dev: str = "eth0", prefix: Sequence[str] = ()) -> str:
+def set_rate(rate_bps: float, dev: str = "eth0", prefix: Sequence[str] = (), queue_floor: int = QUEUE_FLOOR) -> str:
     """Change only the rate of the tbf `apply_link` put on `dev` (tc replace: the same qdisc, its
-    handle kept, no delete; under a netem root it is the child 10:). Returns the tc command;
-    LinkError if refused (commlab.fl.adaptive.shaping: a client's allocated uplink rate)."""
+    handle kept, no delete; under a netem root it is the child 10:); its queue at least
+    `queue_floor` bytes (queue_floor_for: what the node's send window needs). Returns the tc
+    command; LinkError if refused (commlab.fl.adaptive.shaping: a client's allocated uplink rate)."""
     spec = LinkSpec(rate=f"{max(int(rate_bps), 8000)}bit")
     shown = subprocess.run([*prefix, "tc", "qdisc", "show", "dev", dev], capture_output=True, text=True).stdout
     parent = ["parent", "1:1", "handle", "10:"] if "netem" in shown else ["root"]
-    cmd = ["qdisc", "replace", "dev", dev, *parent, *tbf_args(spec)]
+    cmd = ["qdisc", "replace", "dev", dev, *parent, *tbf_args(spec, queue_floor)]
     out = subprocess.run([*prefix, "tc", *cmd], capture_output=True, text=True)
     if out.returncode != 0:
         raise LinkError(f"tc {' '.join(cmd)} failed: {out.stderr.strip()} (does the process have NET_ADMIN?)")

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..dds.settings import link_chunk_bytes, link_ring_block_bytes
+from ..dds.settings import link_chunk_bytes, link_ring_block_bytes, link_send_window_bytes
 from ..links.profiles import TRACE_PREFIX, link_for, split_loss
 from ..runs.roster import Node
 from .images import node_image
@@ -35,9 +35,11 @@ def networked_dds(dds: dict[str, Any], node: str, addrs: dict[str, str], link_pr
     """The `dds` section for a node on a shaped private network (container or namespace eth0):
     data multicast unless the run chose otherwise, unicast peers for discovery all the same,
     repair timing for loss when any node's link of the profile loses packets, and the run's chunk
-    and ring block sizes (profile_chunk_bytes, profile_ring_block_bytes) unless it chose them."""
+    and ring block sizes (profile_chunk_bytes, profile_ring_block_bytes) and the node's send window
+    (node_send_window_bytes) unless it chose them."""
     sizes = {"chunk_bytes": profile_chunk_bytes(link_profile, list(addrs)),
-             "ring_block_bytes": profile_ring_block_bytes(link_profile, list(addrs))}
+             "ring_block_bytes": profile_ring_block_bytes(link_profile, list(addrs)),
+             "send_window_bytes": node_send_window_bytes(link_profile, node)}
     lossy = any(link_for(link_profile, name).loss_pct > 0 for name in addrs)
     return {**dds, "interface": "eth0", "loopback_tuned": False, "multicast": dds.get("multicast") or "data",
             "peers": [a for name, a in addrs.items() if name != node],
@@ -51,6 +53,15 @@ def slowest_rate_bps(link_profile: str, nodes: list[str]) -> float | None:
     if split_loss(link_profile)[0].startswith(TRACE_PREFIX):
         return None
     return min(link_for(link_profile, name).rate_bps for name in nodes)
+
+
+def node_send_window_bytes(link_profile: str, node: str) -> int | None:
+    """dds.send_window_bytes of `node` on `link_profile`: its own uplink's
+    (commlab.dds.settings.link_send_window_bytes), since a writer's window fills its own link's
+    queue; None (the default, the smallest window) for a trace, whose rates change during the run."""
+    if split_loss(link_profile)[0].startswith(TRACE_PREFIX):
+        return None
+    return link_send_window_bytes(link_for(link_profile, node).rate_bps)
 
 
 def profile_chunk_bytes(link_profile: str, nodes: list[str]) -> int | None:

@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from commlab.codecs import Codec
+from commlab.dds.settings import SEND_WINDOW
 
 from .bits import BITS, frame_size_estimates, levels
 
@@ -18,10 +19,13 @@ class ClientSide:
     (tc on its own interface, inside its namespace or container), and what it measures for its
     reports (payload goodput of each upload, until every reader acknowledged it)."""
 
-    def __init__(self, name: str, link_profile: str, interface: str, speed_factor: float = 1.0, log=print):
-        from commlab.links.profiles import link_for
+    def __init__(self, name: str, link_profile: str, interface: str, speed_factor: float = 1.0, log=print,
+                 send_window_bytes: int | None = None):
+        from commlab.links.profiles import link_for, queue_floor_for
         from commlab.links.spec import LinkError
         self.name, self.speed_factor, self.log = name, speed_factor, log
+        # The uplink's queue at any allocated rate: room for the node's DDS send window (None: the default).
+        self.queue_floor = queue_floor_for(send_window_bytes or SEND_WINDOW)
         try:
             self.link_bps = link_for(link_profile, name).rate_bps
         except (LinkError, KeyError):
@@ -77,7 +81,7 @@ class ClientSide:
             from commlab.links.profiles import set_rate
             from commlab.links.spec import LinkError
             try:
-                set_rate(target_bps)
+                set_rate(target_bps, queue_floor=self.queue_floor)
                 self.rate_bps = target_bps
             except LinkError as e:  # the round goes on at the rate that is set; the csv says which
                 self.log(f"round {cmd.round}: uplink rate NOT changed to {target_bps / 1e6:.2f} Mbit/s: {e}")
