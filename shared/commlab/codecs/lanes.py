@@ -24,10 +24,10 @@ from commlab.codecs.jit import kernel
 LANES = 16
 BYTE_LANES = 64  # the byte masks that only count: one AVX-512 compare of 64 bytes
 _I32, _I64 = ir.IntType(32), ir.IntType(64)
-_MASK = ir.VectorType(ir.IntType(1), LANES)
+MASK = ir.VectorType(ir.IntType(1), LANES)
 
 
-def _vector_at(context, builder, array_type, array: ir.Value, start_type, start: ir.Value, width: int = LANES,
+def vector_at(context, builder, array_type, array: ir.Value, start_type, start: ir.Value, width: int = LANES,
                span: ir.Value | None = None) -> tuple[ir.Value, ir.VectorType]:
     """``array[start:start + width]`` as a pointer to one vector, and the vector's type; IndexError
     unless ``array[start:start + span]`` (span: ``width`` unless given) lies within the array."""
@@ -45,10 +45,10 @@ def _vector_at(context, builder, array_type, array: ir.Value, start_type, start:
 def _lane_mask(context, builder, mask_type, mask: ir.Value) -> ir.Value:
     """A mask (any integer type numba inferred) as LLVM's vector of 16 booleans, from its low 16 bits."""
     word = context.cast(builder, mask, mask_type, types.uint32)
-    return builder.bitcast(builder.trunc(word, ir.IntType(LANES)), _MASK)
+    return builder.bitcast(builder.trunc(word, ir.IntType(LANES)), MASK)
 
 
-def _splat(builder, scalar: ir.Value, vector: ir.VectorType) -> ir.Value:
+def splat(builder, scalar: ir.Value, vector: ir.VectorType) -> ir.Value:
     """``scalar`` in every lane of a ``vector``."""
     one = builder.insert_element(ir.Constant(vector, None), scalar, ir.Constant(_I32, 0))
     return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(_I32, vector.count), None))
@@ -64,7 +64,7 @@ def _intrinsic_function(builder, name: str, vector: ir.VectorType, arguments: li
 def _store_compressed(context, builder, values: ir.Value, mask_type, mask: ir.Value, target: ir.Value) -> None:
     """The lanes of ``values`` set in the mask, packed to the front of the 16 stored at ``target``."""
     fn = _intrinsic_function(builder, "llvm.experimental.vector.compress", values.type,
-                             [values.type, _MASK, values.type])
+                             [values.type, MASK, values.type])
     lanes = _lane_mask(context, builder, mask_type, mask)
     packed = builder.call(fn, [values, lanes, ir.Constant(values.type, None)])
     builder.store(packed, target, align=4)
@@ -84,12 +84,12 @@ def _compare(predicate: str, width: int, low_bits: int | None = None):
             raise TypingError(f"lanes: the low {low_bits} bits of keys wider than that, not {keys.dtype}")
 
         def codegen(context, builder, sig, args):
-            pointer, vector = _vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1], width)
+            pointer, vector = vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1], width)
             scalar = builder.trunc(context.cast(builder, args[2], sig.args[2], types.uint64), vector.element)
             loaded = builder.load(pointer, align=1)
             if low_bits is not None:
                 loaded = builder.and_(loaded, ir.Constant(vector, (1 << low_bits) - 1))
-            hits = builder.icmp_unsigned(predicate, loaded, _splat(builder, scalar, vector))
+            hits = builder.icmp_unsigned(predicate, loaded, splat(builder, scalar, vector))
             return builder.zext(builder.bitcast(hits, ir.IntType(width)), context.get_value_type(result))
         return result(keys, start, value), codegen
     return compare
@@ -133,8 +133,8 @@ def compress(typingctx, src, start, mask, dst, at):
     _four_byte(src, dst)
 
     def codegen(context, builder, sig, args):
-        source, _ = _vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-        target, _ = _vector_at(context, builder, sig.args[3], args[3], sig.args[4], args[4])
+        source, _ = vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        target, _ = vector_at(context, builder, sig.args[3], args[3], sig.args[4], args[4])
         _store_compressed(context, builder, builder.load(source, align=4), sig.args[2], args[2], target)
         return context.get_dummy_value()
     return types.void(src, start, mask, dst, at), codegen
@@ -146,9 +146,9 @@ def compress_positions(typingctx, start, mask, dst, at):
     _four_byte(dst)
 
     def codegen(context, builder, sig, args):
-        target, vector = _vector_at(context, builder, sig.args[2], args[2], sig.args[3], args[3])
+        target, vector = vector_at(context, builder, sig.args[2], args[2], sig.args[3], args[3])
         first = builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), vector.element)
-        ramp = builder.add(_splat(builder, first, vector), ir.Constant(vector, list(range(LANES))))
+        ramp = builder.add(splat(builder, first, vector), ir.Constant(vector, list(range(LANES))))
         _store_compressed(context, builder, ramp, sig.args[1], args[1], target)
         return context.get_dummy_value()
     return types.void(start, mask, dst, at), codegen
@@ -163,9 +163,9 @@ def expand(typingctx, src, at, mask, dst, start):
 
     def codegen(context, builder, sig, args):
         count = _popcount(context, builder, sig.args[2], args[2])
-        source, vector = _vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1], span=count)
-        target, _ = _vector_at(context, builder, sig.args[3], args[3], sig.args[4], args[4])
-        fn = _intrinsic_function(builder, "llvm.masked.expandload", vector, [source.type, _MASK, vector])
+        source, vector = vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1], span=count)
+        target, _ = vector_at(context, builder, sig.args[3], args[3], sig.args[4], args[4])
+        fn = _intrinsic_function(builder, "llvm.masked.expandload", vector, [source.type, MASK, vector])
         lanes = _lane_mask(context, builder, sig.args[2], args[2])
         spread = builder.call(fn, [source, lanes, ir.Constant(vector, None)])
         builder.store(spread, target, align=4)

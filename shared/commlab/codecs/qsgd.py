@@ -10,8 +10,11 @@ codes: at few levels most levels are 0 (3 levels in buckets of 512: a value sits
 levels only; the size depends on the data, so `wire_size` is only a bound (zstd's worst case).
 
 The uniforms u come from draws.py (a counter-based generator under a key drawn from the codec's
-Generator per frame), on the 24-bit grid of numpy's float32 draws. Bucket norms are float32 sums of squares,
-redone in float64 for the buckets where float32 overflows or loses the small values."""
+Generator per frame), on the 24-bit grid of numpy's float32 draws. Bucket norms are the square roots of
+float32 sums of squares added in a fixed order of 16 lanes (squares.py; before, numpy's einsum
+added them in an order of its own, so a norm's last bits may differ from frames of then), redone
+in float64 (the same order) for the buckets where float32 overflows or loses the small values. One
+compiled pass per bucket takes its norm, levels and sign bits while the bucket is in L1."""
 from __future__ import annotations
 
 import struct
@@ -19,7 +22,7 @@ import struct
 import numpy as np
 import zstandard
 
-from commlab.codecs import bitmaps, bitpack, chunks, draws, scratch, sparsebits
+from commlab.codecs import bitmaps, bitpack, chunks, draws, lanes, scratch, sparsebits, squares
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
 from commlab.codecs.errors import CodecError, chunk_size, integer_in
 from commlab.codecs.jit import kernel
@@ -29,24 +32,67 @@ def _bits(levels: int) -> int:
     return int(levels).bit_length()
 
 
+@kernel(inline="always")
+def _bucket_norm(vec: np.ndarray, start: int, count: int) -> np.float32:
+    """float32 L2 norm of vec[start:start + count]: its float32 sum of squares in 16 lanes
+    (squares.py), redone in float64 where that overflows, is not finite or falls to where float32
+    drops the small squares."""
+    total = squares.sum_squares(vec, start, count)
+    if total >= _SQUARES_EXACT_ABOVE and total != np.inf:
+        return np.sqrt(total)
+    return np.float32(np.sqrt(squares.sum_squares_wide(vec, start, count)))
+
+
+# Below this a float32 sum of squares may have lost subnormal squares: redo it in float64.
+_SQUARES_EXACT_ABOVE = np.float32(2.0**-100)
+_WORD = 64  # values of one 64-bit word of the sign bitmap
+_MAGNITUDE = np.uint32(0x7FFFFFFF)  # above it, a float32's bits have the sign bit set
+
+
+@kernel(inline="always")
+def _sign_word(bits: np.ndarray, levels: np.ndarray, start: int) -> np.uint64:
+    """The sign bitmap's word of values start..start + 63: a bit where the value's sign bit is set
+    and its level is not 0 (-0.0 takes level 0); four 16-lane compares and one of 64 bytes."""
+    word = np.uint64(0)
+    for q in range(4):
+        word |= np.uint64(lanes.above(bits, start + 16 * q, _MAGNITUDE)) << np.uint64(16 * q)
+    return word & ~lanes.equal_64(levels, start, 0)
+
+
 @kernel
-def _quantize(vec: np.ndarray, bucket: int, norms: np.ndarray, factor: np.ndarray, top: np.float32,
-              key: np.ndarray, levels: np.ndarray, negative: np.ndarray) -> None:
-    """levels (bytes) = min(floor(|w| * factor + u), s) per bucket, u the frame's uniform of the value
-    (draws.uniform under ``key``); buckets whose factor overflowed take |w| / norm * s; negative =
-    w < 0 where the level is > 0. One loop over each bucket's own views."""
+def _quantize(vec: np.ndarray, bucket: int, top: np.float32, key: np.ndarray, norms: np.ndarray,
+              levels: np.ndarray, negative: np.ndarray) -> int:
+    """Per bucket, read from memory once: its norm, then levels (bytes) = min(floor(|w| * factor
+    + u), s) with factor = float32(s / norm) (0 for an all-zero bucket), u the frame's uniform of
+    the value (draws.uniform under ``key``), or |w| / norm * s where the factor overflows; then the
+    words of the sign bitmap ``negative`` (uint64) that the bucket completes. Returns the number
+    of buckets done: fewer than norms.size when a bucket's norm is not finite or above MAX_MAGNITUDE.
+    ``levels`` is zero past vec.size up to a multiple of 64."""
+    n, bits, done = vec.size, vec.view(np.uint32), 0
     for c in range(norms.size):
         start = c * bucket
-        span = slice(start, start + bucket)
-        x, t, neg, f = vec[span], levels[span], negative[span], factor[c]
+        stop = min(start + bucket, n)
+        norm = _bucket_norm(vec, start, stop - start)
+        if not norm <= MAX_MAGNITUDE:
+            return c
+        norms[c] = norm
+        x, t = vec[start:stop], levels[start:stop]
+        f = np.float32(top / np.float64(norm)) if norm > 0 else np.float32(0)
         if f == np.inf:
             for i in range(x.size):
-                t[i] = np.uint8(np.int32(min(np.floor(abs(x[i]) / norms[c] * top + draws.uniform(key, start + i)), top)))
+                t[i] = np.uint8(np.int32(min(np.floor(abs(x[i]) / norm * top + draws.uniform(key, start + i)), top)))
         else:
             for i in range(x.size):  # int32 then uint8: conversions that vectorise
                 t[i] = np.uint8(np.int32(min(np.floor(abs(x[i]) * f + draws.uniform(key, start + i)), top)))
-        for i in range(x.size):
-            neg[i] = (x[i] < 0) & (t[i] > 0)
+        while _WORD * (done + 1) <= stop:
+            negative[done] = _sign_word(bits, levels, _WORD * done)
+            done += 1
+    if _WORD * done < n:  # the last, partial word: one value at a time
+        word = np.uint64(0)
+        for i in range(_WORD * done, n):
+            word |= np.uint64((vec[i] < 0) & (levels[i] > 0)) << np.uint64(i - _WORD * done)
+        negative[done] = word
+    return norms.size
 
 
 @register
@@ -69,26 +115,22 @@ class QSGD(RandomCodec):
 
     def _quantize(self, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(float32 bucket norms, uint8 levels in 0..s zero-padded to a multiple of bitpack.PAD,
-        the signs of the non-zero levels as bools); the two arrays are scratch arrays."""
-        n, bucket = vec.size, self.bucket
-        norms = bucket_norms(vec, bucket)
-        if not (norms <= MAX_MAGNITUDE).all():
-            raise CodecError(f"{self.name}: values must be finite with bucket norms <= {MAX_MAGNITUDE:g}")
+        the sign bitmap: ceil(D/8) bytes, a bit set for a negative value of non-zero level); the
+        last two are scratch arrays."""
+        n = vec.size
+        norms = np.empty(chunks.count(n, self.bucket), np.float32)
         t = scratch.buffer("qsgd.levels", -(-n // bitpack.PAD) * bitpack.PAD, np.uint8)
         t[n:] = 0
-        # s / norm per bucket, rounded once; all-zero buckets keep 0. Where s / norm overflows
-        # float32 (tiny norms) the bucket takes |w| / norm first, then times s.
-        with np.errstate(divide="ignore", over="ignore"):
-            factor = (self.levels / norms.astype(np.float64)).astype(np.float32)
-        factor[norms == 0] = 0
-        negative = scratch.buffer("qsgd.negative", n, np.bool_)
-        _quantize(vec, bucket, norms, factor, np.float32(self.levels), draws.frame_key(self.rng), t[:n], negative)
-        return norms, t, negative
+        negative = scratch.buffer("qsgd.negative", -(-n // _WORD), np.uint64)
+        done = _quantize(vec, self.bucket, np.float32(self.levels), draws.frame_key(self.rng), norms, t, negative)
+        if done < norms.size:
+            raise CodecError(f"{self.name}: values must be finite with bucket norms <= {MAX_MAGNITUDE:g}")
+        return norms, t, negative.view(np.uint8)[: bitmaps.bitmap_size(n)]
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         norms, levels, negative = self._quantize(vec)
         packed = bitpack.pack(levels, _bits(self.levels), vec.size)
-        return (self.levels, self.bucket), [norms, np.packbits(negative, bitorder="little"), packed]
+        return (self.levels, self.bucket), [norms, negative, packed]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         levels, bucket = _check_params(type(self).name, params)
@@ -131,25 +173,6 @@ def _levels(name: str, packed: np.ndarray, numel: int, levels: int) -> np.ndarra
         return bitpack.unpack_levels(packed, numel, _bits(levels), max_level=levels, dtype=np.uint8)
     except CodecError as e:
         raise CodecError(f"{name}: {e}") from None
-
-
-def bucket_norms(vec: np.ndarray, bucket: int) -> np.ndarray:
-    """float32 L2 norm of each bucket: float32 sums of squares, redone in float64 where they
-    overflow, are not finite or fall to where float32 drops the small squares."""
-    norms = np.empty(chunks.count(vec.size, bucket), np.float32)
-    for span, x in chunks.rows(vec, bucket):
-        rows = norms[span]
-        np.einsum("ij,ij->i", x, x, out=rows)
-        redo = np.flatnonzero(~(rows >= _SQUARES_EXACT_ABOVE) | np.isinf(rows))
-        np.sqrt(rows, out=rows)
-        if redo.size:
-            # float64 accumulation (buffered by einsum, no float64 copy): squares overflow float32.
-            rows[redo] = np.sqrt(np.einsum("ij,ij->i", x[redo], x[redo], dtype=np.float64))
-    return norms
-
-
-# Below this a float32 sum of squares may have lost subnormal squares: redo it in float64.
-_SQUARES_EXACT_ABOVE = np.float32(2.0**-100)
 
 
 def reference_dequantize(levels: np.ndarray, signs: np.ndarray, norms: np.ndarray, s: int, bucket: int) -> np.ndarray:
@@ -200,7 +223,7 @@ class QSGDZ(QSGD):
         norms, q, negative = self._quantize(vec)
         packed = bitpack.pack(q, _bits(self.levels), vec.size)
         stream = zstandard.ZstdCompressor(compression_params=_ZSTD).compress(packed)
-        signs = sparsebits.extract(bitmaps.bitmap(q[: vec.size] > 0), bitmaps.bitmap(negative))
+        signs = sparsebits.extract(bitmaps.bitmap(q[: vec.size] > 0), negative)
         return (self.levels, self.bucket), [norms, _LENGTH.pack(len(stream)), stream, signs]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
