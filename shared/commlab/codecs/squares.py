@@ -82,10 +82,11 @@ def reference_sum_squares(values: np.ndarray, dtype: type = np.float32) -> np.fl
     then the lanes in halves."""
     rows = np.zeros(-(-values.size // LANES) * LANES, dtype)
     rows[: values.size] = values
-    squares = (rows * rows).reshape(-1, LANES)
-    acc = np.zeros(LANES, dtype)
-    for row in squares:
-        acc = acc + row
-    while acc.size > 1:
-        acc = acc[: acc.size // 2] + acc[acc.size // 2 :]
+    with np.errstate(over="ignore"):  # float32 squares and sums may overflow to inf, as in the loop
+        squares = (rows * rows).reshape(-1, LANES)
+        acc = np.zeros(LANES, dtype)
+        for row in squares:
+            acc = acc + row
+        while acc.size > 1:
+            acc = acc[: acc.size // 2] + acc[acc.size // 2 :]
     return acc[0]

@@ -1,0 +1,119 @@
+"""qsgd's compiled quantizer (norm, levels and sign bits of a bucket in one pass) against numpy:
+the 16-lane sums of squares bit for bit against their definition, the norms within float32
+rounding of the float64 norm (equal to it, rounded once, where the float32 sum is redone in
+float64), and the levels and signs the reference quantizer gives from the frame's norms and
+draws. Edge cases: all-zero buckets, values near 2**-50 whose squares fall near 2**-100, squares
+that overflow float32, a short last bucket, buckets of 1..17 and 512 values."""
+from __future__ import annotations
+
+import re
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from commlab.codecs import CodecError, draws, get_codec, squares, wire
+from commlab.codecs.base import MAX_MAGNITUDE
+from commlab.codecs.bitpack import reference_unpack
+
+pytestmark = pytest.mark.filterwarnings("error")
+PROPERTY = settings(max_examples=60, deadline=None)
+EXACT_ABOVE = np.float32(2.0**-100)  # the float32 sums at or above it are kept
+
+
+@numba.njit
+def _sums(values: np.ndarray, start: int, count: int) -> tuple[np.float32, np.float64]:
+    return squares.sum_squares(values, start, count), squares.sum_squares_wide(values, start, count)
+
+
+# Magnitudes from subnormal to 2**100 (squares overflow float32 from 2**64), a sign, and zeros.
+scales = st.sampled_from([0.0, 2.0**-140, 2.0**-60, 2.0**-52, 2.0**-48, 2.0**-20, 1.0, 2.0**20, 2.0**63, 2.0**70, 2.0**100])
+mantissas = st.floats(-2, 2, width=32)
+
+
+@st.composite
+def bucketed(draw) -> tuple[np.ndarray, int]:
+    """A vector of whole buckets and maybe a short last one, each bucket of one magnitude."""
+    bucket = draw(st.one_of(st.integers(1, 17), st.just(512)))
+    count = draw(st.integers(1, 4))
+    tail = draw(st.integers(0, bucket - 1))
+    parts = [np.array(draw(st.lists(mantissas, min_size=size, max_size=size)), np.float32) * np.float32(draw(scales))
+             for size in [bucket] * count + ([tail] if tail else [])]
+    return np.concatenate(parts).astype(np.float32), bucket
+
+
+@given(arrays(np.float32, st.integers(0, 600), elements=st.floats(-2.0**100, 2.0**100, width=32)),
+       st.integers(0, 20))
+@example(np.zeros(17, np.float32), 0)
+@example(np.full(512, 2.0**70, np.float32), 0)  # every float32 square overflows
+@PROPERTY
+def test_sums_of_squares_are_their_16_lane_definition(values, start):
+    start = min(start, values.size)
+    total, wide = _sums(values, start, values.size - start)
+    assert np.float32(total).tobytes() == squares.reference_sum_squares(values[start:]).tobytes()
+    assert np.float64(wide).tobytes() == squares.reference_sum_squares(values[start:], np.float64).tobytes()
+
+
+def test_sums_of_squares_stay_within_their_array():
+    with pytest.raises(IndexError):
+        _sums(np.ones(20, np.float32), 10, 11)
+
+
+def frame_sections(frame: bytes, numel: int, bucket: int, levels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(norms, negative bits, levels) of a qsgd frame."""
+    payload = np.frombuffer(frame, np.uint8, offset=wire.HEADER.size + frame[7])
+    nb, sign_len = -(-numel // bucket), -(-numel // 8)
+    norms = payload[: 4 * nb].view("<f4")
+    signs = np.unpackbits(payload[4 * nb : 4 * nb + sign_len], bitorder="little")[:numel]
+    return norms, signs, reference_unpack(payload[4 * nb + sign_len :], numel, levels.bit_length())
+
+
+def reference_norms(vec: np.ndarray, bucket: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per bucket: the float32 norm from the 16-lane sums (float32, or float64 where float32 is
+    redone), and whether float32 was redone."""
+    norms, redone = [], []
+    for a in range(0, vec.size, bucket):
+        total = squares.reference_sum_squares(vec[a : a + bucket])
+        redo = not (total >= EXACT_ABOVE) or np.isinf(total)
+        wide = squares.reference_sum_squares(vec[a : a + bucket], np.float64)
+        norms.append(np.float32(np.sqrt(wide)) if redo else np.sqrt(total))
+        redone.append(redo)
+    return np.array(norms, np.float32), np.array(redone)
+
+
+@given(bucketed(), st.sampled_from([1, 3, 4, 16, 255]))
+@example((np.zeros(1000, np.float32), 512), 16)
+@example((np.full(513, 2.0**-50, np.float32), 512), 4)  # float32 squares near 2**-100
+@example((np.full(20, 2.0**100, np.float32), 7), 16)  # squares overflow float32
+@example((np.array([9.890723e-39, -1e-45], np.float32), 2), 255)  # s / norm overflows float32
+@PROPERTY
+def test_quantizer_matches_numpy_from_the_frames_norms_and_draws(case, levels):
+    vec, bucket = case
+    frame = get_codec(f"qsgd{levels}", bucket=bucket, seed=5).encode(vec)
+    norms, negative, got = frame_sections(frame, vec.size, bucket, levels)
+    expected, redone = reference_norms(vec, bucket)
+    assert norms.tobytes() == expected.tobytes()
+    exact = np.array([np.linalg.norm(vec[a : a + bucket].astype(np.float64)) for a in range(0, vec.size, bucket)])
+    # float32 rounding: each square and sum, one lane's adds and the four halvings, the square root
+    # (and the subnormal grid of tiny norms).
+    slack = (min(bucket, vec.size) // 16 + 8) * 2.0**-24
+    assert np.all(np.abs(norms - exact) <= slack * exact + 2.0**-149)
+    assert np.all(norms[redone] == exact[redone].astype(np.float32))
+    per_value = np.repeat(norms, bucket)[: vec.size]
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # 0 / 0 where a bucket is all zero
+        factor = np.where(per_value > 0, (levels / per_value.astype(np.float64)).astype(np.float32), np.float32(0))
+        u = draws.uniforms(np.random.default_rng(5), vec.size)
+        scaled = np.where(factor == np.inf, np.abs(vec) / per_value * np.float32(levels), np.abs(vec) * factor)
+    assert np.array_equal(got, np.minimum(np.floor(scaled + u), levels))
+    assert np.array_equal(negative.astype(bool), (vec < 0) & (got > 0))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 2.0**127])
+def test_quantizer_refuses_norms_beyond_the_largest_magnitude(bad):
+    vec = np.ones(1100, np.float32)
+    vec[700] = bad
+    with pytest.raises(CodecError, match=re.escape(f"qsgd16: values must be finite with bucket norms <= {MAX_MAGNITUDE:g}")):
+        get_codec("qsgd16", seed=0).encode(vec)
