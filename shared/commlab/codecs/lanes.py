@@ -4,7 +4,8 @@ select them. A scalar loop that packs values advances its count one value at a t
 cycle a value; these emit LLVM's target-independent vector operations
 (``llvm.experimental.vector.compress``, ``llvm.masked.expandload``, ``llvm.ctpop``, a vector
 compare), which an AVX-512 machine runs as a few instructions per 16 values and any other target
-as equivalent scalar code. No arithmetic rounds: values are compared and moved, not computed.
+as equivalent scalar code. No arithmetic rounds (values are compared and moved, not computed)
+but ``scale_signed``'s one float32 product, rounded as numpy's.
 
 A mask is an integer whose bit j stands for lane j, the value at ``start + j``. Each operation
 checks that its block lies within its arrays (IndexError otherwise: a branch that never goes the
@@ -171,6 +172,27 @@ def expand(typingctx, src, at, mask, dst, start):
         builder.store(spread, target, align=4)
         return context.get_dummy_value()
     return types.void(src, at, mask, dst, start), codegen
+
+
+@intrinsic
+def scale_signed(typingctx, levels, start, scale, mask, out):
+    """out[start:start + 16] = float32(levels[start:start + 16]) * scale, negated (the sign bit
+    flipped) in the lanes set in ``mask``: qsgd's decoded values from its byte levels, one
+    product each. levels: uint8; out: float32."""
+    if levels.dtype != types.uint8 or out.dtype != types.float32:
+        raise TypingError(f"lanes: scales uint8 levels into float32, not {levels.dtype} into {out.dtype}")
+
+    def codegen(context, builder, sig, args):
+        source, _ = vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        target, floats = vector_at(context, builder, sig.args[4], args[4], sig.args[1], args[1])
+        words = ir.VectorType(_I32, LANES)
+        factor = splat(builder, context.cast(builder, args[2], sig.args[2], types.float32), floats)
+        product = builder.bitcast(builder.fmul(builder.uitofp(builder.load(source, align=1), floats), factor), words)
+        flipped = builder.xor(product, ir.Constant(words, [1 << 31] * LANES))
+        signed = builder.select(_lane_mask(context, builder, sig.args[3], args[3]), flipped, product)
+        builder.store(builder.bitcast(signed, floats), target, align=4)
+        return context.get_dummy_value()
+    return types.void(levels, start, scale, mask, out), codegen
 
 
 # Whole vectors through per-block masks (uint16, one per 16 values; a partial last block in the
