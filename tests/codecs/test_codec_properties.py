@@ -227,6 +227,20 @@ def test_sparse_bit_streams_are_the_bits_at_the_mask_in_order(count, density, da
     assert np.array_equal(spread, bitmaps.bitmap(bits & mask))
 
 
+@given(st.integers(1, 8), st.integers(0, 300), st.integers(0, 7), st.data())
+@PROPERTY
+def test_bitpack_unpacks_streams_at_any_byte_offset(bits, count, offset, data):
+    # Frames put the packed levels at any byte offset: the stream's words are read where they lie.
+    values = np.array(data.draw(st.lists(st.integers(0, 2**bits - 1), min_size=count, max_size=count)), np.uint8)
+    packed = bitpack.reference_pack(values, bits)
+    buffer = np.zeros(offset + packed.size + 8, np.uint8)
+    buffer[offset : offset + packed.size] = packed
+    stream = buffer[offset : offset + packed.size]
+    levels = bitpack.unpack_levels(stream, count, bits, max_level=2**bits - 1, dtype=np.uint8)
+    assert np.array_equal(levels, bitpack.reference_unpack(packed, count, bits))
+    assert np.array_equal(bitpack.unpack_levels(stream, count, bits), values.astype(np.float32))
+
+
 @pytest.mark.parametrize("bits", range(1, 9))
 def test_bitpack_rejects_padding_bits_and_levels_above_the_maximum(bits):
     stream = bitpack.pack(np.array([1, 0, 1], np.uint8), bits)

@@ -196,10 +196,10 @@ def _unpack_runs(stream: np.ndarray, bits: int, out: np.ndarray, find_top: bool)
     if bits not in _WORD_WIDTHS:
         _unpack(stream, bits, out)
         return int(out.max(initial=0)) if find_top else 0
-    aligned = scratch.buffer("bitpack.stream", stream.size, np.uint8)  # 64-bit words: aligned
-    aligned[:] = stream
     groups = scratch.buffer("bitpack.groups", out.size // 8, np.uint64)
-    _split(aligned, bits, groups)
+    # The stream's words where they lie in the frame, mostly not 8-byte aligned: unaligned loads
+    # cost x86 nothing, where copying the stream to an aligned buffer took a tenth of qsgd's decoding.
+    _split(stream.view(np.uint64), bits, groups)
     if out.dtype == np.uint8:
         _bytes_of_fields(groups, bits, out.view(np.uint64))
         return int(out.max(initial=0)) if find_top else 0
