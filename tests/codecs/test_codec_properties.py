@@ -186,7 +186,7 @@ def test_minmax_chunks_keep_the_error_relative_to_the_chunk():
 @PROPERTY
 def test_bitpack_fields_are_the_levels_at_bits_times_their_place(bits, data):
     # _fields joins each word's 8 byte levels in pairs, pairs of pairs, then halves; the reference
-    # shifts each level to bit bits * t.
+    # shifts each level to bit bits * t. _bytes_of_fields undoes it and flags a level above the limit.
     levels = data.draw(arrays(np.uint8, 8 * data.draw(st.integers(1, 20)), elements=st.integers(0, 2**bits - 1)))
     groups = np.empty(levels.size // 8, np.uint64)
     bitpack._fields(levels.view(np.uint64), bits, groups)
@@ -194,8 +194,23 @@ def test_bitpack_fields_are_the_levels_at_bits_times_their_place(bits, data):
     expected = np.bitwise_or.reduce(levels.reshape(-1, 8).astype(np.uint64) << places, axis=1)
     assert np.array_equal(groups, expected)
     back = np.empty(groups.size, np.uint64)
-    bitpack._bytes_of_fields(groups, bits, back)
+    limit = data.draw(st.integers(0, 2**bits - 1))
+    assert bitpack._bytes_of_fields(groups, bits, back, limit) == (levels > limit).any()
     assert np.array_equal(back.view(np.uint8), levels)
+
+
+@given(st.sampled_from(bitpack._WORD_WIDTHS + (2, 4, 8)), st.integers(1, 300), st.data())
+@PROPERTY
+def test_bitpack_rejects_the_largest_level_above_the_maximum(bits, count, data):
+    values = np.array(data.draw(st.lists(st.integers(0, 2**bits - 1), min_size=count, max_size=count)), np.uint8)
+    max_level = data.draw(st.integers(0, 2**bits - 1))
+    stream = bitpack.reference_pack(values, bits)
+    for dtype in (np.uint8, np.float32):
+        if values.max() > max_level:
+            with pytest.raises(CodecError, match=f"level {values.max()} exceeds the {max_level} levels"):
+                bitpack.unpack_levels(stream, count, bits, max_level=max_level, dtype=dtype)
+        else:
+            assert np.array_equal(bitpack.unpack_levels(stream, count, bits, max_level=max_level, dtype=dtype), values)
 
 
 @given(st.integers(1, 8), st.integers(0, 100), st.data())

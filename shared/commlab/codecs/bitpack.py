@@ -6,8 +6,8 @@ widths in three passes that vectorise (levels to bytes; 8 bytes of levels to one
 fields; 8 such words, 64 levels, to b whole 64-bit words), and back the same way (a loop building
 each group's bytes from its float32 levels took twice as long). Levels come in as float32 or
 bytes (what the encoders round to) and go out as float32 (what minmax multiplies next) or as
-bytes (qsgd's dequantizing loop converts them itself, one pass fewer); the largest level, which
-the decoders check, comes from the pass that writes floats. (A BLAS dot of groups of levels with the powers
+bytes (qsgd's dequantizing loop converts them itself, one pass fewer); the decoders' check of
+the largest level comes from the pass that writes floats, or (bytes) the one that writes them. (A BLAS dot of groups of levels with the powers
 of two of their bit positions packed some widths faster on an idle machine, but BLAS's threads
 slowed it tenfold while other processes ran.)
 
@@ -160,16 +160,25 @@ def _split(stream: np.ndarray, bits: int, groups: np.ndarray) -> None:
             _split_words(stream, width, groups)
 
 
+_BYTES = np.uint64(0x0101010101010101)  # 1 in every byte of a word
+
+
 @kernel
-def _bytes_of_fields(groups: np.ndarray, bits: int, lanes: np.ndarray) -> None:
+def _bytes_of_fields(groups: np.ndarray, bits: int, lanes: np.ndarray, limit: int) -> bool:
     """The inverse of _fields: each word of 8 ``bits``-bit fields -> a word of 8 byte levels, its
-    steps undone in reverse order."""
+    steps undone in reverse order; and whether a level exceeds ``limit`` (0..127), in the same
+    pass: a byte x < 128 plus 127 - limit carries into its top bit exactly when x > limit, with
+    no carry into the next byte (a pass of its own over the levels took a sixth of unpacking)."""
     pair, quad, half = _pairings(bits)
+    add, over = np.uint64(127 - limit) * _BYTES, np.uint64(0)
     for g in range(groups.size):
         x = groups[g]
         x = (x & half) | ((x << np.uint64(32 - 4 * bits)) & (half << np.uint64(32)))
         x = (x & quad) | ((x << np.uint64(16 - 2 * bits)) & (quad << np.uint64(16)))
-        lanes[g] = (x & pair) | ((x << np.uint64(8 - bits)) & (pair << np.uint64(8)))
+        x = (x & pair) | ((x << np.uint64(8 - bits)) & (pair << np.uint64(8)))
+        over |= x + add
+        lanes[g] = x
+    return over & (np.uint64(0x80) * _BYTES) != 0
 
 
 @kernel
@@ -190,21 +199,21 @@ def _unpack(stream: np.ndarray, bits: int, out: np.ndarray) -> None:
             out[4 * j + 3] = stream[j] >> 6
 
 
-def _unpack_runs(stream: np.ndarray, bits: int, out: np.ndarray, find_top: bool) -> int:
+def _unpack_runs(stream: np.ndarray, bits: int, out: np.ndarray, limit: int) -> int:
     """Levels (float32 or bytes, as ``out``) of whole runs (out.size a multiple of _RUN) from
-    bits * out.size / 8 bytes, and (with ``find_top``, else 0) the largest level."""
+    bits * out.size / 8 bytes, and the largest level where one exceeds ``limit`` (else at most
+    ``limit``)."""
     if bits not in _WORD_WIDTHS:
         _unpack(stream, bits, out)
-        return int(out.max(initial=0)) if find_top else 0
+        return int(out.max(initial=0)) if limit < (1 << bits) - 1 else 0
     groups = scratch.buffer("bitpack.groups", out.size // 8, np.uint64)
     # The stream's words where they lie in the frame, mostly not 8-byte aligned: unaligned loads
     # cost x86 nothing, where copying the stream to an aligned buffer took a tenth of qsgd's decoding.
     _split(stream.view(np.uint64), bits, groups)
     if out.dtype == np.uint8:
-        _bytes_of_fields(groups, bits, out.view(np.uint64))
-        return int(out.max(initial=0)) if find_top else 0
+        return int(out.max()) if _bytes_of_fields(groups, bits, out.view(np.uint64), limit) else 0
     levels = scratch.buffer("bitpack.levels", out.size, np.uint8)
-    _bytes_of_fields(groups, bits, levels.view(np.uint64))
+    _bytes_of_fields(groups, bits, levels.view(np.uint64), (1 << bits) - 1)
     return _to_floats(levels, out)
 
 
@@ -224,13 +233,13 @@ def unpack_levels(stream: np.ndarray, count: int, bits: int, max_level: int | No
     levels = np.empty(-(-count // _RUN) * _RUN, dtype)
     runs = count // _RUN
     whole = runs * _RUN * bits // 8  # bytes of the whole runs; the last run's, zero-padded, on its own
-    find_top = max_level is not None and max_level < (1 << bits) - 1
-    top = _unpack_runs(stream[:whole], bits, levels[: runs * _RUN], find_top)
+    limit = (1 << bits) - 1 if max_level is None else min(max_level, (1 << bits) - 1)
+    top = _unpack_runs(stream[:whole], bits, levels[: runs * _RUN], limit)
     if whole < stream.size:
         tail = np.zeros(_RUN * bits // 8, np.uint8)
         tail[: stream.size - whole] = stream[whole:]
-        top = max(top, _unpack_runs(tail, bits, levels[runs * _RUN :], find_top))
-    if find_top and top > max_level:
+        top = max(top, _unpack_runs(tail, bits, levels[runs * _RUN :], limit))
+    if top > limit:
         raise CodecError(f"level {top} exceeds the {max_level} levels in the header")
     return levels[:count]
 
