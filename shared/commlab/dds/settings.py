@@ -34,8 +34,11 @@ SEND_WINDOW = 32 * 1024  # bytes a writer runs ahead of acknowledgements on a sh
 # A fast link's window (link_send_window_bytes): what it carries in about LINK_WINDOW_S. A writer
 # stops at its window until the reader's acknowledgement of a heartbeat comes back through both
 # nodes' receive threads, which takes a fraction of a millisecond on an idle machine and more on a
-# busy one; 32 KiB is 0.26 ms of a 1 Gbit/s link, so a window that small held a writer there to
-# a fraction of the rate (an FL broadcast of 6.65 MB took 88 ms where the link carries it in 53 ms).
+# busy one; 32 KiB is 0.26 ms of a 1 Gbit/s link, so a window that small held a ring allreduce's
+# writers there below the rate. Measured at 1 Gbit/s, WORLD=3 (benchmarks/bench_allreduce.py
+# --profile 1000mbit --multicast data, with and without --send-window 32768, three interleaved
+# pairs): 512 KiB windows about 4 % faster per ring allreduce in every pair; the naive allreduce's
+# multicast sends, one writer a node, no steadily faster.
 # LINK_WINDOW_S stays far below the tbf queue's 400 ms (links.profiles.tbf_args) at every rate.
 LINK_WINDOW_S = 0.004
 MAX_SEND_WINDOW = 1 << 24
