@@ -47,21 +47,26 @@ def networked_dds(dds: dict[str, Any], node: str, addrs: dict[str, str], link_pr
             **({"lossy_link": True} if lossy else {})}
 
 
-def slowest_rate_bps(link_profile: str, nodes: list[str]) -> float | None:
-    """The rate of the slowest node's link on `link_profile`; None for a trace, whose rates change
-    during the run."""
+def node_rate_bps(link_profile: str, node: str) -> float | None:
+    """The rate of `node`'s link on `link_profile`; None for a trace, whose rates change during
+    the run."""
     if split_loss(link_profile)[0].startswith(TRACE_PREFIX):
         return None
-    return min(link_for(link_profile, name).rate_bps for name in nodes)
+    return link_for(link_profile, node).rate_bps
+
+
+def slowest_rate_bps(link_profile: str, nodes: list[str]) -> float | None:
+    """The rate of the slowest node's link on `link_profile`; None for a trace."""
+    rates = [node_rate_bps(link_profile, name) for name in nodes]
+    return None if None in rates else min(rates)
 
 
 def node_send_window_bytes(link_profile: str, node: str) -> int | None:
     """dds.send_window_bytes of `node` on `link_profile`: its own uplink's
     (commlab.dds.settings.link_send_window_bytes), since a writer's window fills its own link's
-    queue; None (the default, the smallest window) for a trace, whose rates change during the run."""
-    if split_loss(link_profile)[0].startswith(TRACE_PREFIX):
-        return None
-    return link_send_window_bytes(link_for(link_profile, node).rate_bps)
+    queue; None (the default, the smallest window) for a trace."""
+    rate = node_rate_bps(link_profile, node)
+    return None if rate is None else link_send_window_bytes(rate)
 
 
 def profile_chunk_bytes(link_profile: str, nodes: list[str]) -> int | None:
