@@ -10,7 +10,9 @@ on every node's uplink, in network namespaces (root; without root they run unsha
 says so). Below --slow-below a dense exchange takes tens of seconds, so runs there are shorter: FL
 --slow-rounds rounds, DDP --slow-train-subset samples with --slow-skip warm-up steps. From --fast-from
 up a step or round takes milliseconds and one run's median needs more of them (a loaded 2-core machine
-moves single steps by tens of percent): FL --fast-rounds rounds, DDP --fast-train-subset samples. The
+moves single steps by tens of percent): FL --fast-rounds rounds of --fast-samples samples a client (a
+shorter local training, so that the time a compressor saves on the wire is not lost in the training
+time's noise), DDP --fast-train-subset samples. The
 --loss-cases also run at --loss-rate (a rate with a share of packets lost), beside their lossless rows.
 Per row: the FL round time (median over rounds) or DDP step time (median over steps after the warm-up),
 the bytes a client uploads per round or a rank sends per step, and both as x of the reference (DDS
@@ -69,7 +71,7 @@ def at_rate(rate: str, a: argparse.Namespace) -> argparse.Namespace:
     if slow(rate, a):
         tier = {"rounds": a.slow_rounds, "ddp_train_subset": a.slow_train_subset, "skip": a.slow_skip}
     elif fast(rate, a):
-        tier = {"rounds": a.fast_rounds, "ddp_train_subset": a.fast_train_subset}
+        tier = {"rounds": a.fast_rounds, "samples": a.fast_samples, "ddp_train_subset": a.fast_train_subset}
     return argparse.Namespace(**{**vars(a), **tier, "profile": rate})
 
 
@@ -201,7 +203,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--slow-train-subset", type=int, default=256, help="DDP samples below --slow-below")
     p.add_argument("--slow-skip", type=int, default=2, help="DDP warm-up steps below --slow-below")
     p.add_argument("--fast-from", default="1gbit", help="this rate and faster ones (lan) run the longer settings")
-    p.add_argument("--fast-rounds", type=int, default=6, help="FL rounds a run from --fast-from")
+    p.add_argument("--fast-rounds", type=int, default=16, help="FL rounds a run from --fast-from")
+    p.add_argument("--fast-samples", type=int, default=128, help="FL samples a client trains a round from --fast-from")
     p.add_argument("--fast-train-subset", type=int, default=4096, help="DDP samples from --fast-from")
     a = p.parse_args(argv)
     for rate in [*a.rates.split(","), a.slow_below, a.fast_from, a.loss_rate]:
@@ -224,8 +227,8 @@ def plan(a: argparse.Namespace) -> list[tuple[str, str, str]]:
 
 
 def notes(a: argparse.Namespace, shaped: bool) -> list[str]:
-    return [f"FL: {a.clients} clients, {a.rounds} round(s) of {a.samples} samples a client ({a.fast_rounds} from "
-            f"{a.fast_from}, {a.slow_rounds} below {a.slow_below}) from {a.train_subset} training samples, median "
+    return [f"FL: {a.clients} clients, {a.rounds} round(s) of {a.samples} samples a client ({a.fast_rounds} of "
+            f"{a.fast_samples} from {a.fast_from}, {a.slow_rounds} below {a.slow_below}) from {a.train_subset} training samples, median "
             f"round time, bytes a client uploads a round ('bytes from' says whose counters: loopback's lo counters are "
             f"shared, an upper bound). DDP: world {a.world}, {a.epochs} epoch of {a.ddp_train_subset} samples "
             f"({a.fast_train_subset} from {a.fast_from}, {a.slow_train_subset} below {a.slow_below}), median step time and bytes a rank sends a step over the steps after the first "

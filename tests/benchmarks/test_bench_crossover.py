@@ -56,14 +56,14 @@ def test_every_compressor_runs_once_at_its_default():
 def test_rates_below_the_slow_one_run_the_shorter_settings_from_the_fast_one_the_longer():
     a = bench.parse(["--results-dir", "/tmp/r"])
     middle, slow = bench.at_rate("10mbit", a), bench.at_rate("1mbit", a)
-    assert (middle.rounds, middle.ddp_train_subset, middle.skip) == (a.rounds, a.ddp_train_subset, a.skip)
+    assert (middle.rounds, middle.samples, middle.ddp_train_subset, middle.skip) == (a.rounds, a.samples, a.ddp_train_subset, a.skip)
     assert (slow.rounds, slow.ddp_train_subset, slow.skip) == (a.slow_rounds, a.slow_train_subset, a.slow_skip)
     assert slow.profile == "1mbit"
     for rate in ("1gbit", "lan"):
         fast = bench.at_rate(rate, a)
-        assert (fast.rounds, fast.ddp_train_subset, fast.skip) == (a.fast_rounds, a.fast_train_subset, a.skip)
+        assert (fast.rounds, fast.samples, fast.ddp_train_subset, fast.skip) == (a.fast_rounds, a.fast_samples, a.fast_train_subset, a.skip)
     assert bench.at_rate("100mbit", a).ddp_train_subset == a.ddp_train_subset
-    assert a.fast_train_subset > a.ddp_train_subset and a.fast_rounds > a.rounds
+    assert a.fast_train_subset > a.ddp_train_subset and a.fast_rounds > a.rounds and a.fast_samples < a.samples
 
 
 def test_the_plan_runs_every_case_at_every_rate_then_the_loss_cases_at_the_lossy_rate():

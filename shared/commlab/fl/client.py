@@ -28,7 +28,7 @@ from commlab.fl.local_training import local_update, round_subset
 from commlab.fl.messages import ClientUpdate, ModelBlob, ModelRequest, Stop, TrainCmd
 from commlab.fl.secagg_client import SecAggAborted, SecAggSender
 from commlab.fl.strategy import FitIns
-from commlab.models import layout_of, weights_digest
+from commlab.models import layout_of
 from commlab.models.storage import share_storage
 from commlab.models.train_step import load_train_step
 from commlab.output.memory_watch import MemoryWatch
@@ -281,7 +281,7 @@ class Client:
         who = "" if self.cfg.procs is None else f"{client.name} "
         seeds = self.seeds.local(client.index, rnd)
         indices = round_subset(client.part, fit, seeds)
-        self.log(f"{who}round {rnd}: training on {len(indices)} samples from model {weights_digest(self.replica.weights)} "
+        self.log(f"{who}round {rnd}: training on {len(indices)} samples from model {self.replica.digest} "
                  f"(round {self.replica.round})")
         start = time.perf_counter()
         with self.watch.phase("train"):
