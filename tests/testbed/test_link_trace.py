@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from commlab.links.trace import RATES_FILE, LinkRates, append_rates, load_trace
-from commlab.links.profiles import link_for
+from commlab.links.profiles import link_for, trace_path
 from commlab.links.spec import LinkError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,6 +51,12 @@ def test_bad_trace_files_are_one_line_naming_the_line(tmp_path, text, problem):
 def test_a_node_without_a_rate_at_zero_is_named(tmp_path):
     with pytest.raises(LinkError, match="no rate for client-0 at 0 s"):
         link_for(f"trace:{write(tmp_path, 'time_s,node,rate' + chr(10) + '0,client-1,1mbit' + chr(10))}", "client-0")
+
+
+def test_a_trace_profile_names_its_file_with_or_without_loss_and_fixed_rates_none():
+    assert trace_path("trace:experiments/traces/cellular.csv") == Path("experiments/traces/cellular.csv")
+    assert trace_path("trace:/tmp/t.csv-loss5") == Path("/tmp/t.csv")
+    assert trace_path("10mbit-loss5") is None and trace_path("lan") is None and trace_path("hetero4") is None
 
 
 def test_missing_trace_file_is_named(tmp_path):

@@ -97,6 +97,13 @@ def split_loss(profile: str) -> tuple[str, float | None]:
     return m.group("base"), pct
 
 
+def trace_path(profile: str) -> Path | None:
+    """The trace file `profile` follows ("trace:<file>", with or without a loss suffix); None for
+    a profile of fixed rates."""
+    base = split_loss(profile)[0]
+    return Path(base[len(TRACE_PREFIX):]) if base.startswith(TRACE_PREFIX) else None
+
+
 def link_for(profile: str, node: str) -> LinkSpec:
     """The uplink of `node` ("controller", "client-2", "worker-0", ...) under `profile` (at the
     start of the run, for a trace).
@@ -109,9 +116,9 @@ def link_for(profile: str, node: str) -> LinkSpec:
 
 
 def _base_link(profile: str, node: str) -> LinkSpec:
-    if profile.startswith(TRACE_PREFIX):
+    if (trace := trace_path(profile)) is not None:
         from .trace import load_trace
-        return LinkSpec(rate=f"{int(load_trace(Path(profile[len(TRACE_PREFIX):])).rate_at(node, 0.0))}bit")
+        return LinkSpec(rate=f"{int(load_trace(trace).rate_at(node, 0.0))}bit")
     profiles = load_profiles()
     if profile not in profiles:
         if re.fullmatch(RATE, profile.strip().lower()):

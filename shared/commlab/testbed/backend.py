@@ -64,9 +64,9 @@ def run_nodes(prog: str, backend: str, profile: str, run_dir: Path, nodes: list[
 def _run_on_backend(prog: str, backend: str, profile: str, run_dir: Path, nodes: list[str], *,
                     local: Callable[[], int], netns: Callable[[], Path], docker: Callable[[], Path]) -> int:
     from ..links.netns import NetnsError
-    from ..links.profiles import TRACE_PREFIX, split_loss
+    from ..links.profiles import trace_path
     from ..links.spec import LinkError
-    if backend in ("docker", "swarm") and split_loss(profile)[0].startswith(TRACE_PREFIX):
+    if backend in ("docker", "swarm") and trace_path(profile) is not None:
         print(f"{prog}: trace profiles are followed in network namespaces only: use --backend local (root)",
               file=sys.stderr, flush=True)
         return 2

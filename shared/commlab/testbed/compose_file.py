@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..dds.settings import link_chunk_bytes, link_ring_block_bytes, link_send_window_bytes
-from ..links.profiles import TRACE_PREFIX, link_for, split_loss
+from ..links.profiles import link_for, trace_path
 from ..runs.roster import Node
 from .images import node_image
 
@@ -50,7 +50,7 @@ def networked_dds(dds: dict[str, Any], node: str, addrs: dict[str, str], link_pr
 def node_rate_bps(link_profile: str, node: str) -> float | None:
     """The rate of `node`'s link on `link_profile`; None for a trace, whose rates change during
     the run."""
-    if split_loss(link_profile)[0].startswith(TRACE_PREFIX):
+    if trace_path(link_profile) is not None:
         return None
     return link_for(link_profile, node).rate_bps
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..links.netns import NetnsLab
-from ..links.profiles import TRACE_PREFIX, link_for, split_loss
+from ..links.profiles import link_for, trace_path
 from ..links.trace import RATES_FILE, append_rates, load_trace
 from ..links.trace_follower import TraceFollower
 from ..output.progress import echo
@@ -57,8 +57,7 @@ def run_in_namespaces(nodes: list[Node], run_dir: Path, link_profile: str, net: 
     recorded with the results (every rate set: link-rates.csv); RunFailed names the nodes that
     failed (NetnsError / LinkError only before any node started)."""
     names = [n.name for n in nodes]
-    base = split_loss(link_profile)[0]
-    trace = load_trace(Path(base[len(TRACE_PREFIX):])) if base.startswith(TRACE_PREFIX) else None
+    trace = load_trace(path) if (path := trace_path(link_profile)) is not None else None
     with NetnsLab(names, net=net) as lab:
         links = {n: {"profile": link_profile, **lab.shape(n, link_for(link_profile, n))} for n in names}
         run_dir.mkdir(parents=True, exist_ok=True)
