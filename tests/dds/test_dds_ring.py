@@ -1,5 +1,5 @@
-"""Ring allreduce (commlab.dds.ring) across processes on loopback: results, bytes sent, a killed
-rank. Spawn start method; each test on a domain id claimed for it."""
+"""Ring allreduce (commlab.dds.ring) across processes on loopback: results, bytes sent (through
+shared memory or over UDP), a killed rank. Spawn start method; each test on a domain id claimed for it."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -32,10 +32,10 @@ def _settings(domain: int, directions: int, **kw) -> DdsSettings:
                           "ring_directions": directions, **kw})
 
 
-def _ring_rank(domain: int, rank: int, world: int, directions: int, q) -> None:
+def _ring_rank(domain: int, rank: int, world: int, directions: int, shm: bool, q) -> None:
     # World 4: as on a shaped link, MTU-sized datagrams and blocks of several chunks.
     link = {"loopback_tuned": False, "ring_block_bytes": 3 * CHUNK} if world == 4 else {}
-    with DdsNode(f"worker-{rank}", _settings(domain, directions, **link)) as node:
+    with DdsNode(f"worker-{rank}", _settings(domain, directions, shared_memory=shm, **link)) as node:
         g = Group(node, "ddp", rank, world, timeout_s=30.0)
         g.barrier(60)
         sums, sent = {}, {}
@@ -43,18 +43,23 @@ def _ring_rank(domain: int, rank: int, world: int, directions: int, q) -> None:
             for collective in ("ring", "naive"):
                 before = node.stats.snapshot()
                 sums[n, collective] = g.allreduce(f"{n}/{collective}", _vector(rank, n), "sum", collective).tobytes()
-                sent[n, collective] = node.stats.since(before)["bytes_sent"]
+                delta = node.stats.since(before)
+                sent[n, collective], sent["shm", n, collective] = delta["bytes_sent"], delta["shm_bytes_sent"]
         before, t = node.stats.snapshot(), time.perf_counter()
         mean = g.allreduce("mean", _vector(rank, BIG), "mean").tobytes()
         sent["wait_s"], sent["wall_s"] = node.stats.since(before)["wait_s"], time.perf_counter() - t
         g.barrier(60)  # nobody leaves while a peer may still need its last block
+        sent["shm_received"] = node.stats.snapshot()["shm_bytes_received"]
         q.put((rank, sums, sent, mean))
 
 
-@pytest.mark.parametrize("world, directions", [(2, 1), (3, 1), (3, 2), (4, 2)])
-def test_ring_sum_is_exact_identical_on_every_rank_and_sends_2_w_minus_1_over_w(world, directions, domain):
+# Loopback: blocks through shared memory (the default) or over UDP; world 4 as on a shaped link,
+# where shared memory is never used.
+@pytest.mark.parametrize("world, directions, shm", [(2, 1, True), (3, 1, True), (3, 2, True), (3, 1, False),
+                                                    (4, 2, True)])
+def test_ring_sum_is_exact_identical_on_every_rank_and_sends_2_w_minus_1_over_w(world, directions, shm, domain):
     q = CTX.Queue()
-    procs = [CTX.Process(target=_ring_rank, args=(domain, r, world, directions, q), name=f"rank{r}")
+    procs = [CTX.Process(target=_ring_rank, args=(domain, r, world, directions, shm, q), name=f"rank{r}")
              for r in range(world)]
     for p in procs:
         p.start()
@@ -77,6 +82,12 @@ def test_ring_sum_is_exact_identical_on_every_rank_and_sends_2_w_minus_1_over_w(
         assert sent[BIG, "naive"] >= (world - 1) * payload
         assert mean == got[0][3]
         assert 0 < sent["wait_s"] <= sent["wall_s"]  # two rings' threads wait at once: counted once
+        ring_shm, naive_shm = sent["shm", BIG, "ring"], sent["shm", BIG, "naive"]
+        if shm and world < 4:  # the ring's blocks (inline when no slot is free), none of the naive allgather's
+            assert (world - 1) / world * payload <= ring_shm <= sent[BIG, "ring"], (rank, ring_shm)
+            assert naive_shm == 0 and sent["shm_received"] >= ring_shm
+        else:
+            assert ring_shm == naive_shm == sent["shm_received"] == 0
     expected_mean = np.frombuffer(got[0][1][BIG, "ring"], np.float32) / np.float32(world)
     assert np.frombuffer(got[0][3], np.float32).tobytes() == expected_mean.tobytes()
 

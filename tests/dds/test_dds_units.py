@@ -84,6 +84,27 @@ def test_the_ring_runs_one_direction_of_whole_segments_on_loopback_and_two_of_ch
         DdsSection(domain_id=1, ring_directions=0).check("dds.")
 
 
+@pytest.mark.slow
+def test_shared_memory_is_on_by_default_and_a_node_announces_its_probe_on_unshaped_loopback_only(domain):
+    from commlab.config.builders import dds_settings
+    from commlab.config.schema import ConfigError, DdsSection, from_dict
+    from commlab.dds import DdsNode
+    from commlab.dds.shm import shares_memory
+    assert DdsSettings(domain_id=1).shared_memory is True
+    assert dds_settings(from_dict(DdsSection, {"domain_id": 1, "shared_memory": False}, "dds.")).shared_memory is False
+    with pytest.raises(ValueError, match="dds.shared_memory must be true or false"):
+        DdsSettings(domain_id=1, shared_memory="yes")
+    with pytest.raises(ConfigError, match="shared_memory: expected bool"):
+        from_dict(DdsSection, {"domain_id": 1, "shared_memory": "yes"}, "dds.")
+    for settings, announced in ((DdsSettings(domain_id=domain), True),
+                                (DdsSettings(domain_id=domain, shared_memory=False), False),
+                                (DdsSettings(domain_id=domain, loopback_tuned=False), False)):
+        with DdsNode("worker-0", settings) as node:
+            info = node.announcer.info.get("shm")
+            assert (info is not None) == announced and (not announced or shares_memory(info))
+        assert info is None or not shares_memory(info)  # its probe went with the node
+
+
 def test_a_shaped_links_chunk_takes_it_about_two_ms_from_64_up_to_256_kib():
     from commlab.dds.settings import link_chunk_bytes
     rates = {1e6: 64, 100e6: 64, 300e6: 128, 1e9: 256, 10e9: 256}

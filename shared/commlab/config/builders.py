@@ -57,7 +57,7 @@ def dds_settings(section: DdsSection, model_numel: int | None = None, senders: i
     from commlab.dds.auth import KeyFileError, read_keyring
     from commlab.dds.settings import reassembly_caps
     extras = {k: getattr(section, k) for k in ("chunk_bytes", "write_timeout_s", "lease_s", "loopback_tuned", "multicast",
-                                                        "link_mtu", "datagram_frames", "send_window_bytes", "encrypt",
+                                                        "link_mtu", "datagram_frames", "send_window_bytes", "encrypt", "shared_memory",
                                                         "lossy_link", "ring_directions", "ring_block_bytes")
               if getattr(section, k) is not None}
     try:

@@ -193,6 +193,8 @@ class DdsSection:
     key_file: str | None = None
     # With key_file: payloads encrypted too (AEGIS-128X4), as by default; false: authenticated, in clear.
     encrypt: bool | None = None
+    # Loopback: ring blocks between processes of one host through shared memory (commlab.dds.shm); false: over UDP.
+    shared_memory: bool | None = None
     # The ring allreduce's directions (1 or 2) and largest block; None: commlab.dds.settings' defaults.
     ring_directions: int | None = None
     ring_block_bytes: int | None = None

@@ -18,6 +18,7 @@ from .opener import Opener
 from .seal import Sealer
 from .memory import keep_freed_blocks
 from .settings import DdsSettings
+from .shm import Probe, SlotReader, shares_memory
 from .stats import CommStats
 
 class Writer(Protocol):
@@ -49,6 +50,12 @@ class EndpointHost:
         self.opener = None if ring is None else Opener(ring, lambda: self.stats.add(auth_windows_replaced=1))
         self.announcer = Announcer(self.participant, name, self.incarnation, settings.write_timeout_s,
                                    self.sealer, self.opener, self.stats)
+        # Unshaped loopback only: on a shaped link the bytes must cross it (shm.py).
+        self.probe = Probe() if settings.shared_memory and settings.loopback_tuned else None
+        if self.probe is not None:
+            self.announcer.info["shm"] = self.probe.info()
+        self.slot_reader = SlotReader()
+        self._sharing: dict[tuple[str, int], bool] = {}  # (peer, incarnation) -> shares /dev/shm with us
 
     def topic(self, name: str, data_type: type, qos) -> Topic:
         if name not in self._topics:
@@ -65,10 +72,24 @@ class EndpointHost:
         others = participants - {self.participant_id}
         return sorted(by_id[p] for p in others if p in by_id), sorted(p for p in others if p not in by_id)
 
+    def shares_memory_with(self, name: str) -> tuple[bool, int]:
+        """(whether this node and the live peer `name` share /dev/shm and may use it, that
+        incarnation of the peer); checked once per incarnation."""
+        peer = self.announcer.directory.alive().get(name)
+        if peer is None or self.probe is None:
+            return False, -1
+        key = (name, peer.incarnation)
+        if key not in self._sharing:
+            self._sharing[key] = shares_memory(peer.info.get("shm"))
+        return self._sharing[key], peer.incarnation
+
     def close(self) -> None:
         for thing in reversed(self._closables):
             thing.close()
         self._closables.clear()
+        self.slot_reader.close()
+        if self.probe is not None:
+            self.probe.close()
         self.announcer.leave()
         self.announcer.close()
         if self.sealer is not None:

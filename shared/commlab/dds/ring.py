@@ -47,6 +47,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Callable
 
@@ -57,6 +58,7 @@ from .errors import DdsError, DdsWriteTimeout, PeerLost
 from .reassembly import Assembled
 from .reading import wait_for_acks
 from .resend import Ask, SentLog
+from .shm import SharedBlock, ShmError, SlotWriter
 
 if TYPE_CHECKING:
     from .collectives import FrameCodec, Group
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 Ready = Callable[[int, int], bool]  # ready(lo, hi): vec[lo:hi] holds this rank's final values
 POLL_S = 0.05
+SLOT_SLACK = 4096  # a shared-memory slot holds a block's frame: its floats plus a codec's header
 ABORT_ACK_S = 1.0
 REMEMBERED_KEYS = 4096
 GONE = "its node is gone (lease expired or left)"
@@ -82,17 +85,21 @@ class Ring:
         self.next, self.prev = (g.rank + direction) % g.world, (g.rank - direction) % g.world
         self.position = g.rank if direction == 1 else (g.world - g.rank) % g.world  # next is position + 1
         self._cond = g.node.announcer.directory.changed  # one condition for arrivals and peer changes
-        self._blocks: dict[tuple[str, int, int], tuple[int, bytes]] = {}  # (key, step, block) -> (numel, payload)
+        # (key, step, block) -> (numel, payload: inline bytes, or lent from the previous rank's shared memory)
+        self._blocks: dict[tuple[str, int, int], tuple[int, bytes | SharedBlock]] = {}
         self._active: dict[str, RingHandle] = {}  # told of each block that arrives for its key
         self._finished: OrderedDict[str, None] = OrderedDict()  # late blocks for these keys are dropped
         self._aborts: dict[str, tuple[list[int], str]] = {}  # key -> (lost ranks, reason) from the previous rank
         self._next_joined = False
         self.sent = SentLog()  # blocks written to the next rank, written again when it asks
+        self._slots: tuple[tuple[str, int], SlotWriter] | None = None  # ((next node, incarnation), its slots)
+        self._slots_lock = threading.Lock()  # the allreduces of several keys may send at once
         self.tag = tag = RING_TAGS[0] if direction == 1 else RING_TAGS[1]
         self.writer = ChunkWriter(g.node, f"coll_{g.name}_{tag}{self.next}", self._next_node,
                                   chunk_bytes=g.node.settings.ring_chunk_bytes)
         self.reader = ChunkReader(g.node, f"coll_{g.name}_{tag}{g.rank}", self._on_message)
         g.node.add_closable(self.reader)
+        g.node.add_closable(self)  # closed before the reader: its shared memory goes first
 
     def _next_node(self) -> tuple[str, ...]:
         """The node of the next rank, the one reader of this ring's topic (none before it joined)."""
@@ -108,22 +115,57 @@ class Ring:
                 abort = ([int(r) for r in meta["abort"]], str(meta["reason"]))
             else:
                 step, block, numel = int(meta["step"]), int(meta["block"]), int(meta["numel"])
-        except (ValueError, KeyError, TypeError) as e:
+                payload = msg.payload if "shm" not in meta else self._take_shared(meta["shm"])
+        except (ValueError, KeyError, TypeError) as e:  # ShmError is a ValueError
             self.group.node.stats.add(malformed_chunks=1)
             log.warning("group %s: ring block from %s dropped: %s", self.group.name, msg.sender, e)
             return
         with self._cond:
             self.group.heard(msg.sender)
             if key in self._finished:
+                _release(payload if "abort" not in meta else None)
                 return
             if "abort" in meta:
                 self._aborts.setdefault(key, abort)
             else:
-                self._blocks[(key, step, block)] = (numel, msg.payload)
+                _release(self._blocks.get((key, step, block), (0, None))[1])  # a copy written again
+                self._blocks[(key, step, block)] = (numel, payload)
                 handle = self._active.get(key)
                 if handle is not None:
                     handle.arrived(step, block)
             self._cond.notify_all()
+
+    def _take_shared(self, place: object) -> SharedBlock:
+        """The block the previous rank left in its shared memory at `place` (ShmError if unusable)."""
+        block = self.group.node.slot_reader.take(place)
+        n = block.view.nbytes
+        self.group.node.stats.add(bytes_received=n, payload_received=n, shm_bytes_received=n)
+        return block
+
+    def put_shared(self, frame: bytes | memoryview) -> list | None:
+        """The place of a copy of `frame` in this ring's shared memory when the next rank's process
+        shares it (None: the block travels inline)."""
+        node = self.group.node
+        peer = self._next_node()
+        shares, incarnation = node.shares_memory_with(peer[0]) if peer else (False, -1)
+        if not shares:
+            return None
+        with self._slots_lock:
+            if self._slots is None or self._slots[0] != (peer[0], incarnation):
+                if self._slots is not None:  # blocks the next rank's earlier incarnation never freed
+                    self._slots[1].close()
+                self._slots = ((peer[0], incarnation), SlotWriter(node.settings.ring_chunk_bytes + SLOT_SLACK))
+            place = self._slots[1].put(frame)
+        if place is not None:
+            n = place[2]
+            node.stats.add(bytes_sent=n, payload_sent=n, shm_bytes_sent=n)
+        return None if place is None else list(place)
+
+    def close(self) -> None:
+        with self._slots_lock:
+            if self._slots is not None:
+                self._slots[1].close()
+                self._slots = None
 
     def note_abort(self, key: str, error: PeerLost) -> None:
         """The other ring of this rank gave up on `key`: fail the same way at the next wait."""
@@ -172,7 +214,7 @@ class Ring:
         with self._cond:
             self._active.pop(key, None)
             for k in [k for k in self._blocks if k[0] == key]:
-                del self._blocks[k]
+                _release(self._blocks.pop(k)[1])
             self._aborts.pop(key, None)
             self._finished[key] = None
             while len(self._finished) > REMEMBERED_KEYS:
@@ -180,6 +222,12 @@ class Ring:
 
 
 Item = tuple[int, int, int, int]  # (step, block, lo, hi): block `block` of step `step` holds vec[lo:hi]
+
+
+def _release(payload: object) -> None:
+    """Free the slot of a block lent from shared memory (inline bytes: nothing to do)."""
+    if isinstance(payload, SharedBlock):
+        payload.release()
 
 
 class RingHandle:
@@ -249,16 +297,24 @@ class RingHandle:
         None if none can (under the ring's lock)."""
         return heapq.heappop(self._runnable) if self.can_go() else None
 
-    def send(self, step: int, block: int, frame: bytes | memoryview) -> None:
+    def send(self, step: int, block: int, frame: bytes | memoryview, lent: bool = False) -> None:
+        """Write a block to the next rank: its place in shared memory when the next rank shares
+        this host's, else the bytes. `lent`: `frame` is a view of a block lent from the previous
+        rank's shared memory, freed once this returns."""
         g = self.ring.group
         self.ring.wait_for_next()
-        meta = json.dumps({"key": self.key, "step": step, "block": block, "numel": self.vec.size})
-        # Kept for a resend; step 0's raw frame is a view of the caller's vector, which may be
-        # reused once this allreduce returns.
-        payload = bytes(frame) if step == 0 and not isinstance(frame, bytes) else frame
+        fields = {"key": self.key, "step": step, "block": block, "numel": self.vec.size}
+        meta = json.dumps(fields)
+        # Kept for a resend (which always travels inline); step 0's raw frame is a view of the
+        # caller's vector, which may be reused once this allreduce returns.
+        payload = bytes(frame) if (step == 0 or lent) and not isinstance(frame, bytes) else frame
         self.ring.sent.add(self.key, meta, payload)
+        place = self.ring.put_shared(frame)
         try:
-            self.ring.writer.write(meta, payload)
+            if place is None:
+                self.ring.writer.write(meta, payload)
+            else:
+                self.ring.writer.write(json.dumps({**fields, "shm": place}), b"")
         except DdsWriteTimeout as e:
             if self.ring.next not in self.ring.gone():
                 raise
@@ -269,18 +325,22 @@ class RingHandle:
         have not arrived (under the ring's lock); the previous rank writes again those it wrote."""
         return Ask(self.key, self.ring.tag, blocks=tuple((step - 1, b) for step, b in sorted(self._awaiting)))
 
-    def receive(self, step: int, block: int, length: int) -> tuple[bytes, np.ndarray]:
-        """(the frame of block `block` of step `step`, which has arrived, and its `length` decoded values)."""
+    def receive(self, step: int, block: int) -> bytes | SharedBlock:
+        """The block `block` of step `step`, which has arrived: inline bytes or lent from shared memory."""
         ring = self.ring
         with ring._cond:
             numel, payload = ring._blocks.pop((self.key, step, block))
         if numel != self.vec.size:
+            _release(payload)
             raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a block of a {numel}-float vector, "
                            f"this one has {self.vec.size}")
+        return payload
+
+    def decode(self, frame: bytes | memoryview, length: int) -> np.ndarray:
         try:
-            return payload, self.codec.decode(payload, length)
+            return self.codec.decode(frame, length)
         except ValueError as e:
-            raise DdsError(f"allreduce {self.key!r}: rank {ring.prev} sent a bad block of {length} values: {e}") from None
+            raise DdsError(f"allreduce {self.key!r}: rank {self.ring.prev} sent a bad block of {length} values: {e}") from None
 
     def run(self, step: int, block: int, lo: int, hi: int) -> None:
         """Step 0 sends this rank's values; a later step receives step-1's block, adds this rank's
@@ -289,15 +349,20 @@ class RingHandle:
         if step == 0:
             self.send(0, block, self.codec.encode(self.vec[lo:hi]))
             return
-        frame, got = self.receive(step - 1, block, hi - lo)
-        if step <= world - 1:  # reduce-scatter: add this rank's values, in ring order
-            frame = self.codec.encode(got + self.vec[lo:hi])
-        if step == world - 1:  # the complete sum as every other rank will decode it
-            got = self.codec.decode(frame, hi - lo)
-        if step >= world - 1:  # complete: this rank's own sum, then the allgather's
-            out[lo:hi] = got
-        if step < 2 * world - 2:
-            self.send(step, block, frame)
+        received = self.receive(step - 1, block)
+        try:
+            frame = received.view if isinstance(received, SharedBlock) else received
+            got = self.decode(frame, hi - lo)
+            if step <= world - 1:  # reduce-scatter: add this rank's values, in ring order
+                frame = self.codec.encode(got + self.vec[lo:hi])
+            if step == world - 1:  # the complete sum as every other rank will decode it
+                got = self.codec.decode(frame, hi - lo)
+            if step >= world - 1:  # complete: this rank's own sum, then the allgather's
+                out[lo:hi] = got
+            if step < 2 * world - 2:
+                self.send(step, block, frame, lent=step >= world and isinstance(received, SharedBlock))
+        finally:
+            _release(received)
 
     def wait(self) -> np.ndarray:
         """Runs every block of every step, each as soon as it can go (earlier steps first); the

@@ -178,6 +178,9 @@ class DdsSettings:
     # each chunk straight into the sample Cyclone sends and reads it straight into the message, in the
     # passes plain messages make anyway; payloads in clear take a MAC pass of their own on each side.
     encrypt: bool = True
+    # Unshaped loopback: ring blocks to a rank whose process shares this one's /dev/shm go through
+    # shared memory (shm.py), their place on the DDS topic; never on a shaped link.
+    shared_memory: bool = True
     ring_directions: int | None = None  # None: 1 on loopback, 2 on shaped links
     ring_block_bytes: int | None = None  # None: LOOPBACK_RING_BLOCK on loopback, chunk_bytes on shaped links
     # (a networked run's nodes get link_ring_block_bytes of the slowest link: testbed.compose_file)
@@ -209,8 +212,9 @@ class DdsSettings:
             raise ValueError(f"dds.link_mtu must be in 1280..9000, got {self.link_mtu}")
         if not 1 <= self.datagram_frames <= 44:  # 44 frames of 1480 bytes: a UDP datagram's 64 KiB
             raise ValueError(f"dds.datagram_frames must be in 1..44, got {self.datagram_frames}")
-        if not isinstance(self.encrypt, bool):
-            raise ValueError(f"dds.encrypt must be true or false, got {self.encrypt!r}")
+        for name in ("encrypt", "shared_memory"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"dds.{name} must be true or false, got {getattr(self, name)!r}")
         if self.ring_directions is None:
             object.__setattr__(self, "ring_directions", 1 if self.loopback_tuned else 2)
         if self.ring_directions not in RING_DIRECTIONS:

@@ -53,7 +53,9 @@ def _extra_frames(submessage: int, mtu: int | None) -> int:
 class CommStats:
     bytes_sent: int = 0          # wire bytes, payload plus headers
     multicast_bytes_sent: int = 0  # the part of bytes_sent that went to a multicast group
+    shm_bytes_sent: int = 0      # the part of bytes_sent that went through shared memory (dds.shm)
     bytes_received: int = 0
+    shm_bytes_received: int = 0  # the part of bytes_received read from shared memory
     payload_sent: int = 0        # application payload bytes only
     payload_received: int = 0
     messages_sent: int = 0
