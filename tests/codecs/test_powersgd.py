@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from commlab.codecs import CodecError, ErrorFeedback, decode_any, get_codec
 from commlab.codecs.compression import Compression, build_compression
-from commlab.codecs.powersgd import orthogonalize, plan
+from commlab.codecs.powersgd import expand, orthogonalize, plan, power_iterations, product, transposed_product
 from commlab.ddp.config import TrainingSection
 from commlab.ddp.lowrank import LowRankAllreduce
 from commlab.runs.seeds import SeedTree
@@ -76,6 +76,94 @@ def test_one_frame_is_close_to_the_best_rank_r_approximation():
     one = get_codec("powersgd2", layout=[("w", (60, 40))], seed=2, power_iters=1)
     out1 = decode_any(one.encode(m.ravel()), m.size).reshape(m.shape)
     assert (s ** 2).sum() - np.linalg.norm(m - out1) ** 2 < captured
+
+
+def householder_iterations(m: np.ndarray, q: np.ndarray, iters: int) -> tuple[np.ndarray, np.ndarray]:
+    """The iteration as DDP runs it: P = M Q, Householder QR, Q = M^T P (two reads of M)."""
+    for _ in range(iters):
+        p = orthogonalize(product(m, q))
+        q = transposed_product(m, p)
+    return p, q
+
+
+def spectrum_matrix(rng, n: int, m: int, singular: list[float]) -> np.ndarray:
+    u, _ = np.linalg.qr(rng.standard_normal((n, len(singular))))
+    v, _ = np.linalg.qr(rng.standard_normal((m, len(singular))))
+    return ((u * singular) @ v.T).astype(np.float32)
+
+
+MATRICES = {  # shapes past a row block, rows not a multiple of four, a spectrum from flat to one direction
+    "random": lambda rng: rng.standard_normal((203, 70)).astype(np.float32),
+    "wide": lambda rng: rng.standard_normal((37, 1100)).astype(np.float32),
+    "tall": lambda rng: rng.standard_normal((2000, 9)).astype(np.float32),
+    "low_rank": lambda rng: spectrum_matrix(rng, 90, 60, [3.0, 2.0, 1.0]),
+    "decaying": lambda rng: spectrum_matrix(rng, 90, 60, [1.0, 0.9, 0.55, 0.5, 0.3, 0.1]),
+    "one_direction": lambda rng: spectrum_matrix(rng, 90, 60, [1.0, 1e-4, 1e-5]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MATRICES))
+@pytest.mark.parametrize("rank", [1, 2, 3])
+@pytest.mark.parametrize("iters", [1, 4])
+def test_power_iterations_match_the_float64_maths(name, rank, iters):
+    """One read of M per iteration (P = M Q and S = M^T P together, Q = S R^-1 with R from
+    Cholesky of P^T P) against the paper's iteration in float64: the same P Q^T, P orthonormal,
+    Q = M^T P; and its reconstruction no worse than the Householder iteration's."""
+    rng = np.random.default_rng(rank * 10 + iters)
+    m = MATRICES[name](rng)
+    q0 = rng.standard_normal((m.shape[1], rank)).astype(np.float32)
+    p, q = power_iterations(m, q0, iters)
+    assert p.dtype == q.dtype == np.float32 and p.shape == (m.shape[0], rank) and q.shape == q0.shape
+    want, q_want = q0.astype(np.float64), None
+    for _ in range(iters):
+        want, q_want = reference_step(m, q_want if q_want is not None else q0)
+    scale = np.linalg.norm(m)
+    assert np.linalg.norm(p @ q.T - want) <= 1e-5 * scale
+    assert np.abs(p.T @ p - np.eye(rank)).max() < 1e-5
+    assert np.abs(m.T.astype(np.float64) @ p - q).max() <= 1e-5 * scale
+    p_old, q_old = householder_iterations(m, q0, iters)
+    assert np.linalg.norm(m - p @ q.T) <= np.linalg.norm(m - p_old @ q_old.T) + 1e-5 * scale
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_power_iterations_on_rank_deficient_and_zero_matrices(rank):
+    """P with dependent or zero columns takes the Householder QR (Cholesky would divide by
+    nothing): P stays orthonormal, P Q^T recovers a rank-1 matrix, and a zero matrix gives Q = 0."""
+    rng = np.random.default_rng(rank)
+    one = (rng.standard_normal((50, 1)) @ rng.standard_normal((1, 30))).astype(np.float32)
+    for m in (one, np.zeros((50, 30), np.float32)):
+        for q0 in (rng.standard_normal((30, rank)).astype(np.float32), np.zeros((30, rank), np.float32)):
+            p, q = power_iterations(m, q0, 4)
+            assert np.allclose(p.T @ p, np.eye(rank), atol=1e-5) and np.isfinite(q).all()
+            assert np.allclose(p @ q.T, m, atol=1e-5 * max(1.0, float(np.abs(m).max())))
+            p_old, q_old = householder_iterations(m, q0, 4)
+            assert np.allclose(p @ q.T, p_old @ q_old.T, atol=1e-4)
+    assert not power_iterations(np.zeros((50, 30), np.float32), q0, 4)[1].any()
+
+
+def test_power_iterations_are_deterministic_and_warm_start_continues_them():
+    """Same input, same bits (FL runs compare model hashes); two frames of two iterations, the
+    second from the first's Q, are one frame of four."""
+    rng = np.random.default_rng(5)
+    m = MATRICES["decaying"](rng)
+    q0 = rng.standard_normal((60, 2)).astype(np.float32)
+    p4, q4 = power_iterations(m, q0, 4)
+    again = power_iterations(m.copy(), q0.copy(), 4)
+    assert np.array_equal(p4, again[0]) and np.array_equal(q4, again[1])
+    p2, q2 = power_iterations(m, *power_iterations(m, q0, 2)[1:], 2)
+    assert np.array_equal(p2, p4) and np.array_equal(q2, q4)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3, 4])
+def test_expand_writes_p_q_transposed_and_flags_what_is_not_finite(rank):
+    rng = np.random.default_rng(rank)
+    p, q = rng.standard_normal((7, rank)).astype(np.float32), rng.standard_normal((5, rank)).astype(np.float32)
+    out = np.full((7, 5), np.nan, np.float32)
+    assert expand(p, q, out)
+    assert np.allclose(out, p.astype(np.float64) @ q.T, atol=1e-6)
+    p[3, rank - 1] = np.float32(3e38)
+    with np.errstate(all="ignore"):
+        assert not expand(p, q * np.float32(1e3), out)
 
 
 def test_power_iters_is_checked():
