@@ -122,3 +122,17 @@ def test_files_of_a_process_that_died_are_swept_and_a_live_ones_kept():
         live.close()
         for path in stale:
             path.unlink(missing_ok=True)
+
+
+def test_a_slot_whose_pages_dev_shm_cannot_give_is_no_slot(slots, monkeypatch):
+    """Writing through the mapping to a page a full /dev/shm cannot give would kill the process:
+    the pages are taken first, and a slot that gets none leaves its block inline."""
+    writer, reader = slots
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr("commlab.dds.shm.os.posix_fallocate", full)
+    assert writer.put(b"block") is None
+    monkeypatch.undo()
+    place = writer.put(b"block")
+    assert place is not None and bytes(reader.take(list(place)).view) == b"block"

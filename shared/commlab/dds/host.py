@@ -6,6 +6,7 @@ DdsNode (node.py) builds on it with publishers, subscribers and the barrier; the
 """
 from __future__ import annotations
 
+import logging
 import random
 import time
 from typing import Any, Protocol
@@ -18,8 +19,11 @@ from .opener import Opener
 from .seal import Sealer
 from .memory import keep_freed_blocks
 from .settings import DdsSettings
-from .shm import Probe, SlotReader, shares_memory
+from .shm import SHM_DIR, Probe, SlotReader, shares_memory
 from .stats import CommStats
+
+log = logging.getLogger(__name__)
+
 
 class Writer(Protocol):
     """What the barrier asks of each writer (endpoints.ChunkWriter registers itself in `writers`)."""
@@ -51,7 +55,7 @@ class EndpointHost:
         self.announcer = Announcer(self.participant, name, self.incarnation, settings.write_timeout_s,
                                    self.sealer, self.opener, self.stats)
         # Unshaped loopback only: on a shaped link the bytes must cross it (shm.py).
-        self.probe = Probe() if settings.shared_memory and settings.loopback_tuned else None
+        self.probe = self._probe() if settings.shared_memory and settings.loopback_tuned else None
         if self.probe is not None:
             self.announcer.info["shm"] = self.probe.info()
         self.slot_reader = SlotReader()
@@ -71,6 +75,13 @@ class EndpointHost:
         by_id = {p.participant: n for n, p in self.announcer.directory.peers.items()}
         others = participants - {self.participant_id}
         return sorted(by_id[p] for p in others if p in by_id), sorted(p for p in others if p not in by_id)
+
+    def _probe(self) -> Probe | None:
+        try:
+            return Probe()
+        except OSError as e:  # no /dev/shm, or not writable: ring blocks go over UDP
+            log.warning("%s: no shared memory for ring blocks (%s: %s)", self.name, SHM_DIR, e.strerror)
+            return None
 
     def shares_memory_with(self, name: str) -> tuple[bool, int]:
         """(whether this node and the live peer `name` share /dev/shm and may use it, that

@@ -117,6 +117,7 @@ class SlotWriter:
         os.pwrite(self._fd, HEADER.pack(MAGIC, slots, slot_bytes), 0)
         self._map = mmap.mmap(self._fd, size)
         self._view = memoryview(self._map)
+        self._reserved: set[int] = set()  # slots whose pages tmpfs has given
 
     def put(self, data: bytes | memoryview) -> tuple[str, int, int] | None:
         """Copy `data` into the lowest free slot: (file, slot, length), or None (no slot free, or
@@ -129,6 +130,14 @@ class SlotWriter:
         if slot < 0:
             return None
         start = DATA_OFFSET + slot * self.slot_bytes
+        if slot not in self._reserved:
+            # Pages taken first: writing through the mapping to a page a full /dev/shm cannot give
+            # would kill the process (SIGBUS); a slot it cannot give is no slot, the block goes inline.
+            try:
+                os.posix_fallocate(self._fd, start, self.slot_bytes)
+            except OSError:
+                return None
+            self._reserved.add(slot)
         self._view[start:start + block.nbytes] = block
         os.pwrite(self._fd, FULL, HEADER.size + slot)
         return self.name, slot, block.nbytes
