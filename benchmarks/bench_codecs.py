@@ -55,7 +55,7 @@ def layout(name: str) -> Layout:
 
 def best_times(fns: dict, reps: int, budget_s: float) -> dict[str, float]:
     """Round-robin repetitions, minimum per function of the thread's CPU time (user and system:
-    page faults count). Every function runs on this one thread (the compiled loops, zstd and
+    page faults count). Every function runs on this one thread (the compiled loops and
     PowerSGD's one BLAS thread), and on a shared machine wall time counts the waits for a core:
     with more runnable processes than cores, a call longer than a time slice was never measured
     undisturbed. Interleaving gives memcpy and the codec the same cache and memory contention.

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from commlab.codecs import CodecError, decode_any, get_codec, wire
-from commlab.codecs import bitmaps, bitpack, indices, sparsebits, topk
+from commlab.codecs import bitpack, indices, topk
 
 HEADER = wire.HEADER.size
 F32_EPS = float(np.finfo(np.float32).eps)
@@ -227,19 +227,6 @@ def test_bitpack_round_trip_matches_the_reference(bits, count, data):
     levels = bitpack.unpack_levels(stream, count, bits)
     assert levels.dtype == np.float32 and np.array_equal(levels, bitpack.reference_unpack(stream, count, bits))
     assert np.array_equal(levels, values)
-
-
-@given(st.integers(1, 300), st.floats(0, 1), st.data())
-@PROPERTY
-def test_sparse_bit_streams_are_the_bits_at_the_mask_in_order(count, density, data):
-    """sparsebits.extract (pext over whole bitmaps) against boolean indexing, and deposit its inverse."""
-    mask = np.array(data.draw(st.lists(st.booleans(), min_size=count, max_size=count))) & (np.arange(count) < density * count)
-    bits = np.array(data.draw(st.lists(st.booleans(), min_size=count, max_size=count)))
-    stream = sparsebits.extract(bitmaps.bitmap(mask), bitmaps.bitmap(bits))
-    assert np.array_equal(stream, bitmaps.bitmap(bits[mask]))
-    spread = np.empty(bitmaps.bitmap_size(count), np.uint8)
-    assert sparsebits.deposit(bitmaps.bitmap(mask), stream if stream.size else np.zeros(1, np.uint8), spread) == mask.sum()
-    assert np.array_equal(spread, bitmaps.bitmap(bits & mask))
 
 
 @given(st.integers(1, 8), st.integers(0, 300), st.integers(0, 7), st.data())

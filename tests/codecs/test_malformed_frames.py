@@ -8,7 +8,6 @@ import struct
 
 import numpy as np
 import pytest
-import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -185,33 +184,44 @@ def test_qsgd_decodes_a_hand_built_frame_per_bucket():
     assert out.tolist() == [1.0, 1.0, 3.0, 3.0]
 
 
-def qsgdz_frame(levels_stream: bytes, signs: bytes = b"", numel: int = 4, norms=(1.0, 1.0), length: int | None = None) -> bytes:
-    """A qsgdz frame (levels 1, buckets of 2) around a given level stream and sign bytes."""
-    head = struct.pack("<I", len(levels_stream) if length is None else length)
-    return wire.build(12, numel, struct.pack("<BI", 1, 2), [np.asarray(norms, "<f4"), head, levels_stream, signs])
+def qsgdz_frame(code: str, nonzero: int = 1, levels: int = 1, k: tuple = (0, 0, 0), numel: int = 4,
+                norms=(1.0, 1.0), tail: bytes = b"") -> bytes:
+    """A qsgdz frame (buckets of 2) around a level stream given as its bits, first bit first
+    (spaces between codes), then ``tail``."""
+    bits = np.array([int(b) for b in code.replace(" ", "")], np.uint8)
+    stream = np.packbits(bits, bitorder="little").tobytes() + tail
+    params = struct.pack("<BIIBBB", levels, 2, nonzero, *k)
+    return wire.build(12, numel, params, [np.asarray(norms, "<f4"), stream])
 
 
-ONE_LEVEL = bitpack.pack(np.array([1, 0, 0, 0], np.uint8), 1).tobytes()
-zstd = zstandard.ZstdCompressor().compress
+# Rice codes with k = 0: n zeros then a one. Levels [1, 0, 0, 0], the level negative: one level 1
+# before any level above 1 ("01"), then the level: no zeros before it ("1"), its sign ("1").
+ONE_LEVEL = "01 1 1"
 
 
 @pytest.mark.parametrize(
     ("frame", "message"),
     [
-        (qsgdz_frame(zstd(bytes(10**6))), "declares 1000000 bytes, 4 levels of 1 bits take 1"),  # a bomb
-        (qsgdz_frame(zstandard.ZstdCompressor(write_content_size=False).compress(ONE_LEVEL), b"\x01"),
-         "does not declare its size"),
-        (qsgdz_frame(zstd(ONE_LEVEL)[:-2], b"\x01"), "not one valid zstd frame"),  # cut short
-        (qsgdz_frame(zstd(ONE_LEVEL) + b"\x00", b""), "not one valid zstd frame"),  # bytes after its end
-        (qsgdz_frame(zstd(ONE_LEVEL) * 2, b"\x01"), "not one valid zstd frame"),  # a second frame
-        (qsgdz_frame(b"not zstd", b"\x01"), "not one valid zstd frame"),
-        (qsgdz_frame(zstd(ONE_LEVEL), b"\x01", length=10**6), "overruns"),
-        (qsgdz_frame(zstd(ONE_LEVEL), b""), "0 sign bytes, 1 non-zero levels need 1"),
-        (qsgdz_frame(zstd(ONE_LEVEL), b"\x01\x00"), "2 sign bytes, 1 non-zero levels need 1"),
-        (qsgdz_frame(zstd(ONE_LEVEL), b"\x03"), "sign bits set past the last non-zero level"),
-        (qsgdz_frame(zstd(ONE_LEVEL), b"\x01", norms=(1.0, float("nan"))), "bucket norms must be finite"),
-        (qsgdz_frame(zstd(bytes([0x10])), b"\x01"), "non-zero padding bits"),
-        (wire.build(12, 4, struct.pack("<BI", 1, 2), [np.ones(2, "<f4")]), "shorter than"),
+        (qsgdz_frame(ONE_LEVEL, nonzero=2), "ends before its 2 non-zero levels"),
+        (qsgdz_frame("", nonzero=0), "ends before its 0 non-zero levels"),
+        # a code that never ends: zeros to the stream's end, fewer than the 10,000 values allow
+        (qsgdz_frame("01 " + "0" * 800, numel=10_000, norms=np.ones(5000)), "ends before its 1 non-zero levels"),
+        (qsgdz_frame("0" * 800), "a run of levels 1 overruns the 1 non-zero levels"),
+        (qsgdz_frame("01 00001 0"), "a run of zero levels overruns the 4 values"),
+        (qsgdz_frame("01 0001 0 1 0", nonzero=2), "a run of zero levels overruns the 4 values"),
+        # k_gap 31: 200 zeros would make a quotient of 200 * 2**31, refused before it is shifted.
+        (qsgdz_frame("01 " + "0" * 200 + "1" + "0" * 31 + "0", k=(31, 0, 0)), "a run of zero levels overruns"),
+        (qsgdz_frame("1 1 0 1"), "a level above the 1 levels"),  # level 2 in a 1-level frame
+        (qsgdz_frame("1 1 0 001 1", levels=3), "a level above the 3 levels"),  # level 4
+        (qsgdz_frame("001 1 0"), "a run of levels 1 overruns the 1 non-zero levels"),
+        (qsgdz_frame("1 1 0 1 01", levels=3), "a run of levels 1 overruns the 1 non-zero levels"),
+        (qsgdz_frame(ONE_LEVEL, tail=b"\x00"), "level stream of 2 bytes, its codes end in byte 1"),
+        (qsgdz_frame(ONE_LEVEL + " 0001"), "non-zero padding bits"),
+        (qsgdz_frame(ONE_LEVEL, nonzero=5), "5 non-zero levels for only 4 values"),
+        (qsgdz_frame(ONE_LEVEL, k=(0, 32, 0)), "Rice parameters"),
+        (qsgdz_frame(ONE_LEVEL, norms=(1.0, float("nan"))), "bucket norms must be finite"),
+        (wire.build(12, 4, struct.pack("<BIIBBB", 1, 2, 1, 0, 0, 0), [np.ones(1, "<f4")]), "shorter than"),
+        (wire.build(12, 4, struct.pack("<BIIBBB", 0, 2, 1, 0, 0, 0), [np.ones(2, "<f4")]), "0 levels"),
     ],
 )
 def test_qsgdz_frame_errors(frame, message):
@@ -219,10 +229,19 @@ def test_qsgdz_frame_errors(frame, message):
         decode_any(frame)
 
 
-def test_qsgdz_decodes_a_hand_built_frame():
-    # levels [1, 0, 0, 0] in buckets of 2 with norms 2 and 6, the one non-zero level negative
-    frame = qsgdz_frame(zstd(ONE_LEVEL), b"\x01", norms=(2.0, 6.0))
-    assert decode_any(frame).tolist() == [-2.0, 0.0, 0.0, 0.0]
+@pytest.mark.parametrize(
+    ("frame", "expected"),
+    [
+        # buckets of 2 with norms 2 and 6 at 1 level: steps 2 and 6
+        (qsgdz_frame(ONE_LEVEL, norms=(2.0, 6.0)), [-2.0, 0.0, 0.0, 0.0]),
+        # at 3 levels, steps 1: level 3 (no level 1 before it; 3 - 2 = 1; one level 1 after it), then
+        # two zeros and a negative level 1
+        (qsgdz_frame("1 1 0 01 01 001 1", nonzero=2, levels=3, norms=(3.0, 3.0)), [3.0, 0.0, 0.0, -1.0]),
+        (qsgdz_frame("1", nonzero=0), [0.0, 0.0, 0.0, 0.0]),
+    ],
+)
+def test_qsgdz_decodes_hand_built_frames(frame, expected):
+    assert decode_any(frame).tolist() == expected
 
 
 def minmax_frame(head, numel: int = 4, bits: int = 2, chunk: int = 2, q: int = 0, params: bytes | None = None) -> bytes:

@@ -3,10 +3,12 @@ the 16-lane sums of squares bit for bit against their definition, the norms with
 rounding of the float64 norm (equal to it, rounded once, where the float32 sum is redone in
 float64), and the levels and signs the reference quantizer gives from the frame's norms and
 draws. Edge cases: all-zero buckets, values near 2**-50 whose squares fall near 2**-100, squares
-that overflow float32, a short last bucket, buckets of 1..17 and 512 values."""
+that overflow float32, a short last bucket, buckets of 1..17 and 512 values. qsgdz's Rice-coded
+frames of the same levels against the reference dequantization of qsgd's."""
 from __future__ import annotations
 
 import re
+import struct
 
 import numba
 import numpy as np
@@ -15,7 +17,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from commlab.codecs import CodecError, draws, get_codec, squares, wire
+from commlab.codecs import CodecError, decode_any, draws, get_codec, qsgd, squares, wire
 from commlab.codecs.base import MAX_MAGNITUDE
 from commlab.codecs.bitpack import reference_unpack
 
@@ -117,3 +119,48 @@ def test_quantizer_refuses_norms_beyond_the_largest_magnitude(bad):
     vec[700] = bad
     with pytest.raises(CodecError, match=re.escape(f"qsgd16: values must be finite with bucket norms <= {MAX_MAGNITUDE:g}")):
         get_codec("qsgd16", seed=0).encode(vec)
+
+
+def qsgdz_decodes_qsgds_levels(vec: np.ndarray, bucket: int, levels: int) -> np.ndarray:
+    """Check that the qsgdz frame of ``vec`` decodes to the reference dequantization of the levels,
+    signs and norms of the qsgd frame of the same draws, and counts its non-zero levels; returns
+    the levels."""
+    norms, negative, got = frame_sections(get_codec(f"qsgd{levels}", bucket=bucket, seed=5).encode(vec),
+                                          vec.size, bucket, levels)
+    codec = get_codec(f"qsgdz{levels}", bucket=bucket, seed=5)
+    frame = codec.encode(vec)
+    expected = qsgd.reference_dequantize(got, negative, norms, levels, bucket)
+    assert decode_any(frame).tobytes() == expected.tobytes()
+    assert struct.unpack_from("<I", frame, wire.HEADER.size + 5)[0] == np.count_nonzero(got)
+    assert len(frame) <= codec.wire_size(vec.size)
+    return got
+
+
+@given(bucketed(), st.sampled_from([1, 2, 3, 4, 7, 16, 255]))
+@example((np.zeros(1000, np.float32), 512), 3)  # every level 0
+@example((np.ones(1, np.float32), 1), 3)  # one value, of level s
+@example((np.full(64, -1.0, np.float32), 1), 255)  # every level s, negative
+@example((np.full(20, 2.0**100, np.float32), 7), 16)
+@PROPERTY
+def test_qsgdz_decodes_to_the_reference_of_qsgds_levels(case, levels):
+    qsgdz_decodes_qsgds_levels(*case, levels)
+
+
+@pytest.mark.parametrize("levels", [3, 255])
+def test_qsgdz_codes_every_level(levels):
+    # Buckets of two values (1, x), x from 0 to 1: their levels run from 0 to s.
+    x = np.linspace(0, 1, 4000, dtype=np.float32)
+    vec = np.stack([np.ones_like(x), -x], axis=1).ravel()
+    assert set(qsgdz_decodes_qsgds_levels(vec, 2, levels).tolist()) == set(range(levels + 1))
+
+
+def test_qsgdz_codes_long_runs():
+    # Codes whose quotients take many words: a run of 100,000 zero levels among others about 10
+    # apart; at 4 levels in buckets of 16 ones (every level 1), a run of 200,000 levels 1 among
+    # others about 50 long, between the levels above 1 of the values 40.
+    rng = np.random.default_rng(1)
+    vec = np.concatenate([rng.standard_normal(5000), np.zeros(100_000), rng.standard_normal(5000)]).astype(np.float32)
+    qsgdz_decodes_qsgds_levels(vec, 512, 3)
+    ones = np.ones(220_000, np.float32)
+    ones[:20_000:50] = 40
+    qsgdz_decodes_qsgds_levels(ones, 16, 4)

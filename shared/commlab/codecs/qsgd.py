@@ -6,8 +6,9 @@ about 8 on the MNIST CNN, and FL diverges); per-bucket norms bound it by the buc
 qsgd<s> sends the float32 bucket norms, a sign bitmap and the levels bit-packed in ceil(log2(s+1))
 bits: a fixed size. qsgdz<s> sends the same levels entropy-coded, as the QSGD paper does with Elias
 codes: at few levels most levels are 0 (3 levels in buckets of 512: a value sits near 3/sqrt(512)
-= 0.13 of a level), so it zstd-compresses the packed levels and keeps signs for the non-zero
-levels only; the size depends on the data, so `wire_size` is only a bound (zstd's worst case).
+= 0.13 of a level) and most others 1, so it sends Rice codes (rice.py) of the runs of zero levels,
+a sign per non-zero level and the levels above 1 only (layout: QSGDZ); the size depends on the
+data, so `wire_size` is only a bound.
 
 The uniforms u come from draws.py (a counter-based generator under a key drawn from the codec's
 Generator per frame), on the 24-bit grid of numpy's float32 draws. Bucket norms are the square roots of
@@ -20,9 +21,9 @@ from __future__ import annotations
 import struct
 
 import numpy as np
-import zstandard
+from numba.cpython.unsafe.numbers import trailing_zeros
 
-from commlab.codecs import bitmaps, bitpack, chunks, draws, lanes, scratch, sparsebits, squares
+from commlab.codecs import bitmaps, bitpack, chunks, draws, lanes, rice, scratch, squares
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
 from commlab.codecs.errors import CodecError, chunk_size, integer_in
 from commlab.codecs.jit import kernel
@@ -193,27 +194,126 @@ def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int
     return bitmaps.scale_signs(q, signs, _steps(norms, levels), bucket)
 
 
-_LENGTH = struct.Struct("<I")
-_NO_SIGNS = np.zeros(1, np.uint8)  # what sparsebits.deposit reads when a frame has no sign bytes
-# Packed levels look like random bytes with a skewed histogram: long matches are rare and the
-# Huffman coding of the literals does the work, so a small match table (zstd's fast strategy with
-# 2**8 entries) loses nothing against zstd's level 1 and spends less time looking for matches.
-_ZSTD = zstandard.ZstdCompressionParameters(strategy=zstandard.STRATEGY_FAST, window_log=17, hash_log=8,
-                                            chain_log=8, search_log=1, min_match=7, target_length=0)
+@kernel
+def _level_counts(levels: np.ndarray) -> tuple[int, int, int]:
+    """(levels above 0, levels above 1, sum of the levels above 1) of byte levels (zero-padded
+    to a multiple of 64), what picks a frame's Rice parameters: 64 at a time, counting the
+    bits of two compares, and the sum only in the blocks that have levels above 1."""
+    nonzero, big, total = 0, 0, 0
+    for first in range(0, levels.size, _WORD):
+        nonzero += lanes.popcount(~lanes.equal_64(levels, first, 0))
+        above = lanes.popcount(~lanes.below_64(levels, first, 2))
+        if above:
+            big += above
+            for i in range(first, first + _WORD):
+                total += np.int64(levels[i]) if levels[i] > 1 else 0
+    return nonzero, big, total
 
 
-def _zstd_bound(n: int) -> int:
-    """ZSTD_compressBound: the most a zstd frame of n input bytes can take."""
-    return n + (n >> 8) + (((128 << 10) - n) >> 11 if n < (128 << 10) else 0)
+@kernel(inline="always")
+def _ones_before_big(levels: np.ndarray, start: int, n: int) -> int:
+    """The levels equal to 1 from ``start`` up to the next level above 1 (or to ``n``), 64 at a
+    time (``levels`` zero past n up to a multiple of 64)."""
+    count, block, low = 0, start // _WORD, np.uint64(start % _WORD)
+    while _WORD * block < n:
+        first = _WORD * block
+        nonzero = ~lanes.equal_64(levels, first, 0) >> low << low
+        big = ~lanes.below_64(levels, first, 2) >> low << low
+        if big:
+            return count + lanes.popcount(nonzero & ((big & (~big + np.uint64(1))) - np.uint64(1)))
+        count += lanes.popcount(nonzero)
+        block, low = block + 1, np.uint64(0)
+    return count
+
+
+@kernel
+def _code_levels(levels: np.ndarray, negative: np.ndarray, n: int, k_gap: int, k_run: int, k_level: int,
+                 out: np.ndarray) -> int:
+    """qsgdz's stream (see QSGDZ) of the first ``n`` byte levels (zero past n up to a multiple of
+    64) and the sign bitmap ``negative`` (bytes) into the words ``out``; returns its bits. The
+    non-zero levels are found 64 at a time (one compare of 64 bytes, then their set bits)."""
+    acc, used, at = rice.put_code(out, np.uint64(0), 0, 0, _ones_before_big(levels, 0, n), k_run)
+    after = 0  # the position after the last non-zero level
+    for block in range(-(-n // _WORD)):
+        first = _WORD * block
+        nonzero = ~lanes.equal_64(levels, first, 0)
+        while nonzero:
+            i = first + np.int64(trailing_zeros(nonzero))
+            nonzero &= nonzero - np.uint64(1)
+            sign = (negative[np.uint64(i) >> np.uint64(3)] >> np.uint64(i & 7)) & 1
+            acc, used, at = rice.put_code_and_bit(out, acc, used, at, i - after, k_gap, sign)
+            after = i + 1
+            if levels[np.uint64(i)] > 1:
+                acc, used, at = rice.put_code(out, acc, used, at, np.int64(levels[np.uint64(i)]) - 2, k_level)
+                acc, used, at = rice.put_code(out, acc, used, at, _ones_before_big(levels, after, n), k_run)
+    return rice.flush(out, acc, used, at)
+
+
+# What _decode_levels returns when a stream does not describe the frame's values.
+_PAST_END, _GAP_OVERRUNS, _LEVEL_ABOVE, _RUN_OVERRUNS = range(-4, 0)
+
+
+@kernel
+def _decode_levels(words: np.ndarray, end: int, nonzero: int, top: int, k_gap: int, k_run: int, k_level: int,
+                   steps: np.ndarray, bucket: int, out: np.ndarray) -> int:
+    """Scatter the non-zero values of qsgdz's stream (``end`` bits in ``words``, padded as
+    rice.py's reader reads them; see QSGDZ) into ``out`` (zeros): each level * steps[its
+    bucket], negated where its sign bit is set. (Writing the zeros between them here, 16 or 32
+    to a store, took longer than numpy's zeroing of the whole vector first.) Returns the bits read, or one of the
+    errors above. Every code is bounded by what is left (positions in ``out``, non-zero levels,
+    levels up to ``top``): a forged stream ends the loop at once."""
+    bits, held, at = rice.start(words, 0)
+    run, bits, held, at = rice.get_code(words, bits, held, at, end, k_run, nonzero)
+    if run < 0:
+        return _PAST_END if run == rice.PAST_END else _RUN_OVERRUNS
+    position, last, c, bucket_end = 0, out.size - 1, 0, bucket  # position: after the last value written
+    for j in range(nonzero):
+        gap, negative, bits, held, at = rice.get_code_and_bit(words, bits, held, at, end, k_gap, last - position)
+        if gap < 0:
+            return _PAST_END if gap == rice.PAST_END else _GAP_OVERRUNS
+        position += gap
+        level = 1
+        if run:
+            run -= 1
+        else:
+            level, bits, held, at = rice.get_code(words, bits, held, at, end, k_level, top - 2)
+            if level < 0:
+                return _PAST_END if level == rice.PAST_END else _LEVEL_ABOVE
+            level += 2
+            run, bits, held, at = rice.get_code(words, bits, held, at, end, k_run, nonzero - 1 - j)
+            if run < 0:
+                return _PAST_END if run == rice.PAST_END else _RUN_OVERRUNS
+        while position >= bucket_end:  # buckets passed since the last value: no division a value
+            c, bucket_end = c + 1, bucket_end + bucket
+        value = np.float32(level) * steps[c]
+        out[position] = -value if negative else value
+        position += 1
+    return at if at <= end else _PAST_END
+
+
+_DECODE_ERRORS = {_PAST_END: "level stream ends before its {nonzero} non-zero levels",
+                  _GAP_OVERRUNS: "a run of zero levels overruns the {numel} values",
+                  _LEVEL_ABOVE: "a level above the {levels} levels in the header",
+                  _RUN_OVERRUNS: "a run of levels 1 overruns the {nonzero} non-zero levels"}
 
 
 @register
 class QSGDZ(QSGD):
-    """qsgd<s>'s quantizer with entropy-coded frames: float32 bucket norms, the zstd frame's
-    length (uint32) and the zstd-compressed bit-packed levels, then one sign bit per non-zero level."""
+    """qsgd<s>'s quantizer with entropy-coded frames. Parameters: levels s, bucket, the count of
+    non-zero levels and three Rice parameters (rice.py), k_gap, k_run and k_level. Payload: the
+    float32 bucket norms, then one bit stream (rice.py's layout) to the payload's end, zero
+    padding bits in its last byte. The stream: the Rice code (k_run) of the count of levels 1
+    before the first level above 1; then per non-zero level, in order, the Rice code (k_gap) of
+    the zero levels before it (since the previous non-zero one), its sign bit (1: negative) and,
+    when the count of levels 1 still to come before one above 1 is spent, the Rice code (k_level)
+    of its level - 2 and of the count of levels 1 before the next level above 1 (or the end).
+    The zero levels after the last non-zero one are implied by numel. At 3 levels most levels
+    are 0 and most others 1: a non-zero level costs its run of zeros (k_gap + 1 bits or so), its
+    sign and about nothing for its level."""
     name = "qsgdz"
     codec_id = 12
     sized_by_content = True
+    params_struct = struct.Struct("<BIIBBB")  # levels, bucket, non-zero levels, k_gap, k_run, k_level
 
     def __init__(self, levels: int = 16, bucket: int = 512, seed: int | np.random.Generator | None = None, **kw) -> None:
         super().__init__(levels, bucket, seed, **kw)
@@ -221,54 +321,58 @@ class QSGDZ(QSGD):
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         norms, q, negative = self._quantize(vec)
-        packed = bitpack.pack(q, _bits(self.levels), vec.size)
-        stream = zstandard.ZstdCompressor(compression_params=_ZSTD).compress(packed)
-        signs = sparsebits.extract(bitmaps.bitmap(q[: vec.size] > 0), negative)
-        return (self.levels, self.bucket), [norms, _LENGTH.pack(len(stream)), stream, signs]
+        n = vec.size
+        nonzero, big, total = _level_counts(q)
+        k_gap, k_run = rice.parameter(n - nonzero, nonzero), rice.parameter(nonzero - big, big + 1)
+        k_level = rice.parameter(total - 2 * big, big)
+        out = scratch.buffer("qsgdz.stream", -(-_stream_bits_bound(n, self.levels) // 64) + 1, np.uint64)
+        end = _code_levels(q, negative, n, k_gap, k_run, k_level, out)
+        return (self.levels, self.bucket, nonzero, k_gap, k_run, k_level), [norms, out.view(np.uint8)[: -(-end // 8)]]
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         name = type(self).name
-        levels, bucket = _check_params(name, params)
+        levels, bucket = _check_params(name, params[:2])
+        nonzero, *parameters = params[2:]
         norm_len = 4 * chunks.count(numel, bucket)
-        packed_len = bitpack.packed_size(numel, _bits(levels))
-        if len(payload) < norm_len + _LENGTH.size:
+        if len(payload) < norm_len:
             raise CodecError(f"{name}: payload {len(payload)} bytes, shorter than {numel} values' "
-                             f"{norm_len} bytes of bucket norms and the stream length")
+                             f"{norm_len} bytes of bucket norms")
+        if nonzero > numel:
+            raise CodecError(f"{name}: {nonzero} non-zero levels for only {numel} values")
+        if max(parameters) > rice.MAX_PARAMETER:
+            raise CodecError(f"{name}: Rice parameters {parameters} above {rice.MAX_PARAMETER}")
         norms = _norms(name, payload, norm_len)
-        (stream_len,) = _LENGTH.unpack_from(payload, norm_len)
-        start = norm_len + _LENGTH.size
-        if stream_len > len(payload) - start:
-            raise CodecError(f"{name}: level stream of {stream_len} bytes overruns the {len(payload)}-byte payload")
-        packed = _unzstd(name, payload[start:start + stream_len], packed_len, f"{numel} levels of {_bits(levels)} bits")
-        out = _levels(name, np.frombuffer(packed, np.uint8), numel, levels)
-        signs = np.frombuffer(payload, np.uint8, offset=start + stream_len)
-        # The signs spread over the non-zero levels (one bit per value) and their count, checked
-        # before anything returns.
-        kept = bitmaps.bitmap(out > 0)
-        negative = np.empty(kept.size, np.uint8)
-        nonzero = sparsebits.deposit(kept, signs if signs.size else _NO_SIGNS, negative)
-        if signs.size != -(-nonzero // 8):
-            raise CodecError(f"{name}: {signs.size} sign bytes, {nonzero} non-zero levels need {-(-nonzero // 8)}")
-        if nonzero % 8 and signs[-1] >> (nonzero % 8):
-            raise CodecError(f"{name}: sign bits set past the last non-zero level")
-        return _dequantize(out, negative, norms, levels, bucket)
+        stream = np.frombuffer(payload, np.uint8, offset=norm_len)
+        words = _padded_words(stream)
+        out = np.zeros(numel, np.float32)
+        end = _decode_levels(words, 8 * stream.size, nonzero, levels, *parameters, _steps(norms, levels), bucket, out)
+        if end < 0:
+            raise CodecError(f"{name}: " + _DECODE_ERRORS[end].format(nonzero=nonzero, numel=numel, levels=levels))
+        if stream.size != -(-end // 8):
+            raise CodecError(f"{name}: level stream of {stream.size} bytes, its codes end in byte {-(-end // 8)}")
+        if end % 8 and stream[-1] >> (end % 8):
+            raise CodecError(f"{name}: level stream has non-zero padding bits")
+        return out
 
     def payload_size(self, numel: int) -> int:
-        """An upper bound: levels that do not compress, and a sign for every value."""
-        return (4 * chunks.count(numel, self.bucket) + _LENGTH.size
-                + _zstd_bound(bitpack.packed_size(numel, _bits(self.levels))) + -(-numel // 8))
+        """An upper bound: see _stream_bits_bound."""
+        return 4 * chunks.count(numel, self.bucket) + -(-_stream_bits_bound(numel, self.levels) // 8)
 
 
-def _unzstd(name: str, stream: memoryview, size: int, what: str) -> bytes:
-    """Decompress one zstd frame that declares and holds exactly ``size`` bytes; anything else (a
-    frame declaring more, a decompression bomb, one cut short or followed by other bytes) is rejected
-    before more than ``size`` bytes are produced."""
-    try:
-        declared = zstandard.frame_content_size(stream)
-        if declared < 0:  # a frame written without its content size
-            raise CodecError(f"{name}: level stream does not declare its size")
-        if declared != size:
-            raise CodecError(f"{name}: level stream declares {declared} bytes, {what} take {size}")
-        return zstandard.ZstdDecompressor().decompress(stream, max_output_size=size, allow_extra_data=False)
-    except zstandard.ZstdError as e:
-        raise CodecError(f"{name}: level stream is not one valid zstd frame ({e})") from None
+def _stream_bits_bound(numel: int, levels: int) -> int:
+    """The most bits a stream of ``numel`` levels up to ``levels`` takes, from rice.parameter's
+    bound count * (k + 3) with the encoder's parameters, for N non-zero levels, M of them above 1:
+    the runs of zeros and the signs at most 2 numel (k_gap = 0: the codes take numel - N zeros
+    and N ones; k_gap >= 1: N <= numel / 3), the counts of levels 1 at most 2 N + 1, the levels
+    fewer than M (bit_length(levels - 2) + 2)."""
+    return 1 + numel * (4 + (max(levels - 2, 1)).bit_length() + 2)
+
+
+def _padded_words(stream: np.ndarray) -> np.ndarray:
+    """The stream's bytes as little-endian 64-bit words in a scratch array, zero past its end:
+    four words past its last whole one, as far as rice.py's reader reads."""
+    whole = stream.size // 8
+    words = scratch.buffer("qsgdz.words", whole + 4, np.uint64)
+    words[whole:] = 0
+    words.view(np.uint8)[: stream.size] = stream
+    return words

@@ -4,7 +4,7 @@ Layout (little-endian), 24 bytes of header followed by the codec parameters and 
 
     offset size field
     0      4    magic b"CLCF"
-    4      1    version (2)
+    4      1    version (3)
     5      1    codec id (see each codec's ``codec_id``)
     6      1    dtype of the decoded vector (1 = float32)
     7      1    length of the codec parameters in bytes
@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from commlab.codecs.errors import CodecError
 
 MAGIC = b"CLCF"
-VERSION = 2  # 2: qsgdz levels zstd-compressed (were deflated), randomk positions from an AES keystream
+VERSION = 3  # 3: qsgdz levels Rice-coded (runs of zeros, signs, levels above 1; were zstd-compressed)
+# 2: qsgdz levels zstd-compressed (were deflated), randomk positions from an AES keystream
 DTYPE_FLOAT32 = 1
 # Largest vector any decoder will produce unless the caller lowers it; 2**31 float32 is 8 GiB.
 MAX_NUMEL = 2**31
