@@ -376,7 +376,10 @@ def test_qsgdz_sends_qsgds_levels_in_at_most_its_bound(vec, levels, bucket):
     coded = get_codec(f"qsgdz{levels}", bucket=bucket, seed=7)
     frame = coded.encode(vec)
     assert np.array_equal(decode_any(frame), decode_any(fixed))  # same draws, same vector
-    assert len(frame) <= coded.wire_size(vec.size)
+    # The bound is a DENSE frame: qsgd's payload under qsgdz's 8 bytes longer parameters.
+    assert len(frame) <= coded.wire_size(vec.size) == len(fixed) + 8
+    if frame[HEADER + 5] == 1:  # DENSE: qsgd's payload byte for byte
+        assert frame[HEADER + frame[7]:] == fixed[HEADER + fixed[7]:]
 
 
 def test_qsgdz_frames_shrink_with_the_zero_levels():

@@ -190,8 +190,21 @@ def qsgdz_frame(code: str, nonzero: int = 1, levels: int = 1, k: tuple = (0, 0, 
     (spaces between codes), then ``tail``."""
     bits = np.array([int(b) for b in code.replace(" ", "")], np.uint8)
     stream = np.packbits(bits, bitorder="little").tobytes() + tail
-    params = struct.pack("<BIIBBB", levels, 2, nonzero, *k)
+    params = struct.pack("<BIBIBBB", levels, 2, RICE, nonzero, *k)
     return wire.build(12, numel, params, [np.asarray(norms, "<f4"), stream])
+
+
+RICE, DENSE = 0, 1  # qsgdz's layouts
+
+
+def qsgdz_dense(q=(1, 0, 0, 0), signs: int = 1, levels: int = 1, norms=(1.0, 1.0), layout: int = DENSE,
+                params: tuple = (0, 0, 0, 0), packed: bytes | None = None, tail: bytes = b"") -> bytes:
+    """A qsgdz DENSE frame (buckets of 2): the levels ``q`` bit-packed (or ``packed``), the sign
+    bitmap's one byte, then ``tail``."""
+    if packed is None:
+        packed = bitpack.pack(np.asarray(q, np.uint8), levels.bit_length()).tobytes()
+    head = struct.pack("<BIBIBBB", levels, 2, layout, *params)
+    return wire.build(12, len(q), head, [np.asarray(norms, "<f4"), bytes([signs]), packed, tail])
 
 
 # Rice codes with k = 0: n zeros then a one. Levels [1, 0, 0, 0], the level negative: one level 1
@@ -220,8 +233,23 @@ ONE_LEVEL = "01 1 1"
         (qsgdz_frame(ONE_LEVEL, nonzero=5), "5 non-zero levels for only 4 values"),
         (qsgdz_frame(ONE_LEVEL, k=(0, 32, 0)), "Rice parameters"),
         (qsgdz_frame(ONE_LEVEL, norms=(1.0, float("nan"))), "bucket norms must be finite"),
-        (wire.build(12, 4, struct.pack("<BIIBBB", 1, 2, 1, 0, 0, 0), [np.ones(1, "<f4")]), "shorter than"),
-        (wire.build(12, 4, struct.pack("<BIIBBB", 0, 2, 1, 0, 0, 0), [np.ones(2, "<f4")]), "0 levels"),
+        (wire.build(12, 4, struct.pack("<BIBIBBB", 1, 2, RICE, 1, 0, 0, 0), [np.ones(1, "<f4")]), "shorter than"),
+        (wire.build(12, 4, struct.pack("<BIBIBBB", 0, 2, RICE, 1, 0, 0, 0), [np.ones(2, "<f4")]), "0 levels"),
+        (qsgdz_dense(layout=2), "layout 2, not 0 \\(Rice\\) or 1 \\(dense\\)"),
+        (qsgdz_dense(layout=255), "layout 255"),
+        (qsgdz_dense(params=(1, 0, 0, 0)), "dense frame with Rice parameters"),
+        (qsgdz_dense(params=(0, 0, 0, 3)), "dense frame with Rice parameters"),
+        (qsgdz_dense(tail=b"\x00"), "payload 11 bytes, 4 values at 1 levels in buckets of 2 need 10"),
+        (qsgdz_dense(packed=b""), "payload 9 bytes, 4 values at 1 levels in buckets of 2 need 10"),
+        # 9 values: five norms and two sign bytes, not two and one
+        (qsgdz_dense(q=(1, 0, 0, 0, 0, 0, 0, 0, 0)), "payload 11 bytes, 9 values at 1 levels in buckets of 2 need 24"),
+        (qsgdz_dense(q=(3, 0, 0, 0), levels=2), "level 3 exceeds the 2 levels"),
+        (qsgdz_dense(packed=b"\x81"), "non-zero padding bits"),
+        (qsgdz_dense(signs=0x11), "sign: bitmap has bits set past the end"),
+        (qsgdz_dense(norms=(1.0, -1.0)), "non-negative"),
+        # a DENSE payload under RICE parameters: the sign byte 1 is the code of a run of no levels 1,
+        # then the stream ends
+        (qsgdz_dense(packed=b"", layout=RICE, params=(1, 0, 0, 0)), "level stream ends before its 1 non-zero levels"),
     ],
 )
 def test_qsgdz_frame_errors(frame, message):
@@ -238,6 +266,8 @@ def test_qsgdz_frame_errors(frame, message):
         # two zeros and a negative level 1
         (qsgdz_frame("1 1 0 01 01 001 1", nonzero=2, levels=3, norms=(3.0, 3.0)), [3.0, 0.0, 0.0, -1.0]),
         (qsgdz_frame("1", nonzero=0), [0.0, 0.0, 0.0, 0.0]),
+        # DENSE at 2 levels, steps 1 and 3: levels 1, 0, 2, 0, the third negative
+        (qsgdz_dense(q=(1, 0, 2, 0), signs=0b0100, levels=2, norms=(2.0, 6.0)), [1.0, 0.0, -6.0, 0.0]),
     ],
 )
 def test_qsgdz_decodes_hand_built_frames(frame, expected):

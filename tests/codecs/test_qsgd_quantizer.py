@@ -3,8 +3,8 @@ the 16-lane sums of squares bit for bit against their definition, the norms with
 rounding of the float64 norm (equal to it, rounded once, where the float32 sum is redone in
 float64), and the levels and signs the reference quantizer gives from the frame's norms and
 draws. Edge cases: all-zero buckets, values near 2**-50 whose squares fall near 2**-100, squares
-that overflow float32, a short last bucket, buckets of 1..17 and 512 values. qsgdz's Rice-coded
-frames of the same levels against the reference dequantization of qsgd's."""
+that overflow float32, a short last bucket, buckets of 1..17 and 512 values. qsgdz's frames of
+the same levels, in both layouts (Rice-coded, bit-packed), against the reference dequantization of qsgd's."""
 from __future__ import annotations
 
 import re
@@ -121,18 +121,34 @@ def test_quantizer_refuses_norms_beyond_the_largest_magnitude(bad):
         get_codec("qsgd16", seed=0).encode(vec)
 
 
+def both_layouts(vec: np.ndarray, bucket: int, levels: int, fixed: bytes) -> tuple[bytes, bytes]:
+    """The RICE and the DENSE qsgdz frames of ``vec`` under seed 5, the DENSE one from the qsgd
+    frame ``fixed`` of the same draws."""
+    norms, q, negative = get_codec(f"qsgdz{levels}", bucket=bucket, seed=5)._quantize(vec)
+    counts, stream = qsgd.rice_stream(q, negative, vec.size, levels)
+    pack = qsgd.QSGDZ.params_struct.pack
+    rice = wire.build(12, vec.size, pack(levels, bucket, qsgd.RICE, *counts), [norms, stream])
+    payload = fixed[wire.HEADER.size + fixed[7]:]
+    dense = wire.build(12, vec.size, pack(levels, bucket, qsgd.DENSE, 0, 0, 0, 0), [payload])
+    return rice, dense
+
+
 def qsgdz_decodes_qsgds_levels(vec: np.ndarray, bucket: int, levels: int) -> np.ndarray:
-    """Check that the qsgdz frame of ``vec`` decodes to the reference dequantization of the levels,
-    signs and norms of the qsgd frame of the same draws, and counts its non-zero levels; returns
-    the levels."""
-    norms, negative, got = frame_sections(get_codec(f"qsgd{levels}", bucket=bucket, seed=5).encode(vec),
-                                          vec.size, bucket, levels)
+    """Check that both layouts of the qsgdz frame of ``vec`` decode to the reference
+    dequantization of the levels, signs and norms of the qsgd frame of the same draws, that the
+    encoder sends the smaller (DENSE on a tie) and no more than wire_size, and that the RICE
+    frame counts the non-zero levels; returns the levels."""
+    fixed = get_codec(f"qsgd{levels}", bucket=bucket, seed=5).encode(vec)
+    norms, negative, got = frame_sections(fixed, vec.size, bucket, levels)
+    expected = qsgd.reference_dequantize(got, negative, norms, levels, bucket)
+    rice, dense = both_layouts(vec, bucket, levels, fixed)
+    assert decode_any(rice).tobytes() == expected.tobytes()
+    assert decode_any(dense).tobytes() == expected.tobytes()
+    assert struct.unpack_from("<I", rice, wire.HEADER.size + 6)[0] == np.count_nonzero(got)
     codec = get_codec(f"qsgdz{levels}", bucket=bucket, seed=5)
     frame = codec.encode(vec)
-    expected = qsgd.reference_dequantize(got, negative, norms, levels, bucket)
-    assert decode_any(frame).tobytes() == expected.tobytes()
-    assert struct.unpack_from("<I", frame, wire.HEADER.size + 5)[0] == np.count_nonzero(got)
-    assert len(frame) <= codec.wire_size(vec.size)
+    assert frame == (rice if len(rice) < len(dense) else dense)
+    assert len(frame) <= codec.wire_size(vec.size) == len(dense)
     return got
 
 
@@ -152,6 +168,18 @@ def test_qsgdz_codes_every_level(levels):
     x = np.linspace(0, 1, 4000, dtype=np.float32)
     vec = np.stack([np.ones_like(x), -x], axis=1).ravel()
     assert set(qsgdz_decodes_qsgds_levels(vec, 2, levels).tolist()) == set(range(levels + 1))
+
+
+@pytest.mark.parametrize(("vec", "bucket", "levels", "layout"), [
+    # buckets of 512 normal values at 3 levels: mostly zero levels, cheap as runs
+    (np.random.default_rng(0).standard_normal(5000).astype(np.float32), 512, 3, qsgd.RICE),
+    # buckets of one value: every level s, 12 bits of Rice codes (no zeros before it, its sign,
+    # 253 with k_level 7, no levels 1 after it) against 9 (8 bit-packed, a bit of the sign bitmap)
+    (np.random.default_rng(0).standard_normal(5000).astype(np.float32), 1, 255, qsgd.DENSE),
+])
+def test_qsgdz_sends_the_smaller_layout(vec, bucket, levels, layout):
+    qsgdz_decodes_qsgds_levels(vec, bucket, levels)
+    assert get_codec(f"qsgdz{levels}", bucket=bucket, seed=5).encode(vec)[wire.HEADER.size + 5] == layout
 
 
 def test_qsgdz_codes_long_runs():

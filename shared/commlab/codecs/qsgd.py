@@ -7,8 +7,9 @@ qsgd<s> sends the float32 bucket norms, a sign bitmap and the levels bit-packed 
 bits: a fixed size. qsgdz<s> sends the same levels entropy-coded, as the QSGD paper does with Elias
 codes: at few levels most levels are 0 (3 levels in buckets of 512: a value sits near 3/sqrt(512)
 = 0.13 of a level) and most others 1, so it sends Rice codes (rice.py) of the runs of zero levels,
-a sign per non-zero level and the levels above 1 only (layout: QSGDZ); the size depends on the
-data, so `wire_size` is only a bound.
+a sign per non-zero level and the levels above 1 only (layout: QSGDZ), or qsgd<s>'s payload where
+those are not smaller; the size depends on the data, so `wire_size` is only a bound, that of
+qsgd<s>'s payload.
 
 The uniforms u come from draws.py (a counter-based generator under a key drawn from the codec's
 Generator per frame), on the 24-bit grid of numpy's float32 draws. Bucket norms are the square roots of
@@ -130,27 +131,39 @@ class QSGD(RandomCodec):
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         norms, levels, negative = self._quantize(vec)
-        packed = bitpack.pack(levels, _bits(self.levels), vec.size)
-        return (self.levels, self.bucket), [norms, negative, packed]
+        return (self.levels, self.bucket), _dense_parts(norms, levels, negative, self.levels, vec.size)
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         levels, bucket = _check_params(type(self).name, params)
-        norm_len = 4 * chunks.count(numel, bucket)
-        sign_len = -(-numel // 8)
-        expected = norm_len + sign_len + bitpack.packed_size(numel, _bits(levels))
-        if len(payload) != expected:
-            raise CodecError(
-                f"qsgd: payload {len(payload)} bytes, {numel} values at {levels} levels in buckets of {bucket} need {expected}"
-            )
-        norms = _norms(type(self).name, payload, norm_len)
-        signs = bitmaps.read_bitmap(payload, norm_len, numel, "qsgd: sign")
-        packed = np.frombuffer(payload, np.uint8, offset=norm_len + sign_len)
-        q = _levels(type(self).name, packed, numel, levels)
-        return _dequantize(q, signs, norms, levels, bucket)
+        return _decode_dense(type(self).name, numel, levels, bucket, payload)
 
     def payload_size(self, numel: int) -> int:
-        return (4 * chunks.count(numel, self.bucket) + -(-numel // 8)
-                + bitpack.packed_size(numel, _bits(self.levels)))
+        return _dense_size(numel, self.levels, self.bucket)
+
+
+def _dense_size(numel: int, levels: int, bucket: int) -> int:
+    """qsgd<s>'s payload bytes: the bucket norms, the sign bitmap, the bit-packed levels."""
+    return 4 * chunks.count(numel, bucket) + bitmaps.bitmap_size(numel) + bitpack.packed_size(numel, _bits(levels))
+
+
+def _dense_parts(norms: np.ndarray, q: np.ndarray, negative: np.ndarray, levels: int, numel: int) -> list:
+    """qsgd<s>'s payload sections from the quantizer's output (QSGD._quantize)."""
+    return [norms, negative, bitpack.pack(q, _bits(levels), numel)]
+
+
+def _decode_dense(name: str, numel: int, levels: int, bucket: int, payload: memoryview) -> np.ndarray:
+    """The vector of qsgd<s>'s payload, validated."""
+    norm_len = 4 * chunks.count(numel, bucket)
+    expected = _dense_size(numel, levels, bucket)
+    if len(payload) != expected:
+        raise CodecError(
+            f"{name}: payload {len(payload)} bytes, {numel} values at {levels} levels in buckets of {bucket} need {expected}"
+        )
+    norms = _norms(name, payload, norm_len)
+    signs = bitmaps.read_bitmap(payload, norm_len, numel, f"{name}: sign")
+    packed = np.frombuffer(payload, np.uint8, offset=norm_len + bitmaps.bitmap_size(numel))
+    q = _levels(name, packed, numel, levels)
+    return _dequantize(q, signs, norms, levels, bucket)
 
 
 def _check_params(name: str, params: tuple) -> tuple[int, int]:
@@ -297,23 +310,37 @@ _DECODE_ERRORS = {_PAST_END: "level stream ends before its {nonzero} non-zero le
                   _RUN_OVERRUNS: "a run of levels 1 overruns the {nonzero} non-zero levels"}
 
 
+# The layouts of a qsgdz frame (its parameters say which).
+RICE, DENSE = 0, 1
+
+
 @register
 class QSGDZ(QSGD):
-    """qsgd<s>'s quantizer with entropy-coded frames. Parameters: levels s, bucket, the count of
-    non-zero levels and three Rice parameters (rice.py), k_gap, k_run and k_level. Payload: the
-    float32 bucket norms, then one bit stream (rice.py's layout) to the payload's end, zero
-    padding bits in its last byte. The stream: the Rice code (k_run) of the count of levels 1
-    before the first level above 1; then per non-zero level, in order, the Rice code (k_gap) of
-    the zero levels before it (since the previous non-zero one), its sign bit (1: negative) and,
-    when the count of levels 1 still to come before one above 1 is spent, the Rice code (k_level)
-    of its level - 2 and of the count of levels 1 before the next level above 1 (or the end).
-    The zero levels after the last non-zero one are implied by numel. At 3 levels most levels
-    are 0 and most others 1: a non-zero level costs its run of zeros (k_gap + 1 bits or so), its
-    sign and about nothing for its level."""
+    """qsgd<s>'s quantizer with entropy-coded frames. Parameters: levels s, bucket, the layout
+    (RICE or DENSE), then for RICE the count of non-zero levels and three Rice parameters
+    (rice.py), k_gap, k_run and k_level (all four 0 in a DENSE frame).
+
+    RICE payload: the float32 bucket norms, then one bit stream (rice.py's layout) to the
+    payload's end, zero padding bits in its last byte. The stream: the Rice code (k_run) of the
+    count of levels 1 before the first level above 1; then per non-zero level, in order, the Rice
+    code (k_gap) of the zero levels before it (since the previous non-zero one), its sign bit (1:
+    negative) and, when the count of levels 1 still to come before one above 1 is spent, the Rice
+    code (k_level) of its level - 2 and of the count of levels 1 before the next level above 1 (or
+    the end). The zero levels after the last non-zero one are implied by numel. At 3 levels most
+    levels are 0 and most others 1: a non-zero level costs its run of zeros (k_gap + 1 bits or
+    so), its sign and about nothing for its level.
+
+    DENSE payload: qsgd<s>'s, byte for byte (norms, sign bitmap, levels bit-packed in
+    ceil(log2(s+1)) bits). The encoder sends it when the RICE payload would not be smaller: where
+    most levels are non-zero and near s (few values a bucket), the codes of runs and levels cost
+    more than a fixed width. No frame is larger than a DENSE one, so ``wire_size`` (inherited) is
+    qsgd<s>'s payload size. The signs stay a bitmap rather than a bit per non-zero level: DENSE
+    wins only where most levels are non-zero anyway, and the bitmap is what qsgd<s> sends."""
     name = "qsgdz"
     codec_id = 12
     sized_by_content = True
-    params_struct = struct.Struct("<BIIBBB")  # levels, bucket, non-zero levels, k_gap, k_run, k_level
+    # levels, bucket, layout, non-zero levels, k_gap, k_run, k_level
+    params_struct = struct.Struct("<BIBIBBB")
 
     def __init__(self, levels: int = 16, bucket: int = 512, seed: int | np.random.Generator | None = None, **kw) -> None:
         super().__init__(levels, bucket, seed, **kw)
@@ -322,49 +349,69 @@ class QSGDZ(QSGD):
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         norms, q, negative = self._quantize(vec)
         n = vec.size
-        nonzero, big, total = _level_counts(q)
-        k_gap, k_run = rice.parameter(n - nonzero, nonzero), rice.parameter(nonzero - big, big + 1)
-        k_level = rice.parameter(total - 2 * big, big)
-        out = scratch.buffer("qsgdz.stream", -(-_stream_bits_bound(n, self.levels) // 64) + 1, np.uint64)
-        end = _code_levels(q, negative, n, k_gap, k_run, k_level, out)
-        return (self.levels, self.bucket, nonzero, k_gap, k_run, k_level), [norms, out.view(np.uint8)[: -(-end // 8)]]
+        counts, stream = rice_stream(q, negative, n, self.levels)
+        # Exact, not an estimate: both sizes are known here (the stream's from the bits it took),
+        # for one compare; RICE only where strictly smaller. Where DENSE wins the coding pass was
+        # spent for nothing, but that is where Rice does not pay: many levels, small buckets.
+        if norms.nbytes + stream.size < _dense_size(n, self.levels, self.bucket):
+            return (self.levels, self.bucket, RICE, *counts), [norms, stream]
+        return (self.levels, self.bucket, DENSE, 0, 0, 0, 0), _dense_parts(norms, q, negative, self.levels, n)
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         name = type(self).name
         levels, bucket = _check_params(name, params[:2])
-        nonzero, *parameters = params[2:]
-        norm_len = 4 * chunks.count(numel, bucket)
-        if len(payload) < norm_len:
-            raise CodecError(f"{name}: payload {len(payload)} bytes, shorter than {numel} values' "
-                             f"{norm_len} bytes of bucket norms")
-        if nonzero > numel:
-            raise CodecError(f"{name}: {nonzero} non-zero levels for only {numel} values")
-        if max(parameters) > rice.MAX_PARAMETER:
-            raise CodecError(f"{name}: Rice parameters {parameters} above {rice.MAX_PARAMETER}")
-        norms = _norms(name, payload, norm_len)
-        stream = np.frombuffer(payload, np.uint8, offset=norm_len)
-        words = _padded_words(stream)
-        out = np.zeros(numel, np.float32)
-        end = _decode_levels(words, 8 * stream.size, nonzero, levels, *parameters, _steps(norms, levels), bucket, out)
-        if end < 0:
-            raise CodecError(f"{name}: " + _DECODE_ERRORS[end].format(nonzero=nonzero, numel=numel, levels=levels))
-        if stream.size != -(-end // 8):
-            raise CodecError(f"{name}: level stream of {stream.size} bytes, its codes end in byte {-(-end // 8)}")
-        if end % 8 and stream[-1] >> (end % 8):
-            raise CodecError(f"{name}: level stream has non-zero padding bits")
-        return out
+        layout, nonzero, *parameters = params[2:]
+        if layout == DENSE:
+            if nonzero or any(parameters):
+                raise CodecError(f"{name}: dense frame with Rice parameters {nonzero, *parameters}, not zeros")
+            return _decode_dense(name, numel, levels, bucket, payload)
+        if layout != RICE:
+            raise CodecError(f"{name}: layout {layout}, not {RICE} (Rice) or {DENSE} (dense)")
+        return _decode_rice(name, numel, levels, bucket, nonzero, parameters, payload)
 
-    def payload_size(self, numel: int) -> int:
-        """An upper bound: see _stream_bits_bound."""
-        return 4 * chunks.count(numel, self.bucket) + -(-_stream_bits_bound(numel, self.levels) // 8)
+
+def rice_stream(q: np.ndarray, negative: np.ndarray, numel: int, levels: int) -> tuple[tuple, np.ndarray]:
+    """((non-zero levels, k_gap, k_run, k_level), the stream's bytes in a scratch array) of a
+    RICE frame (see QSGDZ) of the quantizer's output (QSGD._quantize)."""
+    nonzero, big, total = _level_counts(q)
+    k_gap, k_run = rice.parameter(numel - nonzero, nonzero), rice.parameter(nonzero - big, big + 1)
+    k_level = rice.parameter(total - 2 * big, big)
+    out = scratch.buffer("qsgdz.stream", -(-_stream_bits_bound(numel, levels) // 64) + 1, np.uint64)
+    end = _code_levels(q, negative, numel, k_gap, k_run, k_level, out)
+    return (nonzero, k_gap, k_run, k_level), out.view(np.uint8)[: -(-end // 8)]
+
+
+def _decode_rice(name: str, numel: int, levels: int, bucket: int, nonzero: int, parameters: list,
+                 payload: memoryview) -> np.ndarray:
+    """The vector of a RICE payload, validated."""
+    norm_len = 4 * chunks.count(numel, bucket)
+    if len(payload) < norm_len:
+        raise CodecError(f"{name}: payload {len(payload)} bytes, shorter than {numel} values' "
+                         f"{norm_len} bytes of bucket norms")
+    if nonzero > numel:
+        raise CodecError(f"{name}: {nonzero} non-zero levels for only {numel} values")
+    if max(parameters) > rice.MAX_PARAMETER:
+        raise CodecError(f"{name}: Rice parameters {parameters} above {rice.MAX_PARAMETER}")
+    norms = _norms(name, payload, norm_len)
+    stream = np.frombuffer(payload, np.uint8, offset=norm_len)
+    words = _padded_words(stream)
+    out = np.zeros(numel, np.float32)
+    end = _decode_levels(words, 8 * stream.size, nonzero, levels, *parameters, _steps(norms, levels), bucket, out)
+    if end < 0:
+        raise CodecError(f"{name}: " + _DECODE_ERRORS[end].format(nonzero=nonzero, numel=numel, levels=levels))
+    if stream.size != -(-end // 8):
+        raise CodecError(f"{name}: level stream of {stream.size} bytes, its codes end in byte {-(-end // 8)}")
+    if end % 8 and stream[-1] >> (end % 8):
+        raise CodecError(f"{name}: level stream has non-zero padding bits")
+    return out
 
 
 def _stream_bits_bound(numel: int, levels: int) -> int:
-    """The most bits a stream of ``numel`` levels up to ``levels`` takes, from rice.parameter's
-    bound count * (k + 3) with the encoder's parameters, for N non-zero levels, M of them above 1:
-    the runs of zeros and the signs at most 2 numel (k_gap = 0: the codes take numel - N zeros
-    and N ones; k_gap >= 1: N <= numel / 3), the counts of levels 1 at most 2 N + 1, the levels
-    fewer than M (bit_length(levels - 2) + 2)."""
+    """The most bits a RICE stream of ``numel`` levels up to ``levels`` takes (the size of the
+    coder's buffer), from rice.parameter's bound count * (k + 3) with the encoder's parameters,
+    for N non-zero levels, M of them above 1: the runs of zeros and the signs at most 2 numel
+    (k_gap = 0: the codes take numel - N zeros and N ones; k_gap >= 1: N <= numel / 3), the counts
+    of levels 1 at most 2 N + 1, the levels fewer than M (bit_length(levels - 2) + 2)."""
     return 1 + numel * (4 + (max(levels - 2, 1)).bit_length() + 2)
 
 

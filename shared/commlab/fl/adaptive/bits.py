@@ -29,8 +29,8 @@ def takes_bits(codec: str) -> bool:
 @functools.lru_cache(maxsize=256)
 def payload_bytes(bits: int, numel: int, bucket: int = 512, family: str = "qsgd") -> int:
     """Wire frame bytes of one update of `numel` values at `bits` with the codec `family` ("qsgd",
-    "qsgdz": its codec's family) at levels(bits) (codec wire_size): exact for qsgd, the Rice
-    codes' worst case for qsgdz."""
+    "qsgdz": its codec's family) at levels(bits) (codec wire_size): exact for qsgd, a bound for
+    qsgdz: its dense layout, qsgd's payload."""
     return get_codec(family, levels=levels(bits), bucket=bucket).wire_size(numel)
 
 
