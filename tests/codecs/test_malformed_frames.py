@@ -184,17 +184,22 @@ def test_qsgd_decodes_a_hand_built_frame_per_bucket():
     assert out.tolist() == [1.0, 1.0, 3.0, 3.0]
 
 
+RICE, DENSE, VALUES = 0, 1, 2  # qsgdz's layouts
+
+
 def qsgdz_frame(code: str, nonzero: int = 1, levels: int = 1, k: tuple = (0, 0, 0), numel: int = 4,
-                norms=(1.0, 1.0), tail: bytes = b"") -> bytes:
+                norms=(1.0, 1.0), tail: bytes = b"", layout: int = RICE) -> bytes:
     """A qsgdz frame (buckets of 2) around a level stream given as its bits, first bit first
     (spaces between codes), then ``tail``."""
     bits = np.array([int(b) for b in code.replace(" ", "")], np.uint8)
     stream = np.packbits(bits, bitorder="little").tobytes() + tail
-    params = struct.pack("<BIBIBBB", levels, 2, RICE, nonzero, *k)
+    params = struct.pack("<BIBIBBB", levels, 2, layout, nonzero, *k)
     return wire.build(12, numel, params, [np.asarray(norms, "<f4"), stream])
 
 
-RICE, DENSE = 0, 1  # qsgdz's layouts
+def qsgdz_values(code: str, nonzero: int = 1, levels: int = 1, k: int = 0, **fields) -> bytes:
+    """A qsgdz VALUES frame (buckets of 2) around a stream given as its bits, as qsgdz_frame."""
+    return qsgdz_frame(code, nonzero, levels, (0, 0, k), layout=VALUES, **fields)
 
 
 def qsgdz_dense(q=(1, 0, 0, 0), signs: int = 1, levels: int = 1, norms=(1.0, 1.0), layout: int = DENSE,
@@ -210,6 +215,8 @@ def qsgdz_dense(q=(1, 0, 0, 0), signs: int = 1, levels: int = 1, norms=(1.0, 1.0
 # Rice codes with k = 0: n zeros then a one. Levels [1, 0, 0, 0], the level negative: one level 1
 # before any level above 1 ("01"), then the level: no zeros before it ("1"), its sign ("1").
 ONE_LEVEL = "01 1 1"
+# The same levels per value, k = 0: level 1 ("01"), its sign ("1"), three levels 0 ("1", no sign).
+ONE_VALUE = "01 1 1 1 1"
 
 
 @pytest.mark.parametrize(
@@ -235,7 +242,7 @@ ONE_LEVEL = "01 1 1"
         (qsgdz_frame(ONE_LEVEL, norms=(1.0, float("nan"))), "bucket norms must be finite"),
         (wire.build(12, 4, struct.pack("<BIBIBBB", 1, 2, RICE, 1, 0, 0, 0), [np.ones(1, "<f4")]), "shorter than"),
         (wire.build(12, 4, struct.pack("<BIBIBBB", 0, 2, RICE, 1, 0, 0, 0), [np.ones(2, "<f4")]), "0 levels"),
-        (qsgdz_dense(layout=2), "layout 2, not 0 \\(Rice\\) or 1 \\(dense\\)"),
+        (qsgdz_dense(layout=3), "layout 3, not 0 \\(Rice runs\\), 1 \\(dense\\) or 2 \\(Rice values\\)"),
         (qsgdz_dense(layout=255), "layout 255"),
         (qsgdz_dense(params=(1, 0, 0, 0)), "dense frame with Rice parameters"),
         (qsgdz_dense(params=(0, 0, 0, 3)), "dense frame with Rice parameters"),
@@ -250,6 +257,22 @@ ONE_LEVEL = "01 1 1"
         # a DENSE payload under RICE parameters: the sign byte 1 is the code of a run of no levels 1,
         # then the stream ends
         (qsgdz_dense(packed=b"", layout=RICE, params=(1, 0, 0, 0)), "level stream ends before its 1 non-zero levels"),
+        (qsgdz_values("01 1 1"), "level stream ends before its 4 values"),
+        (qsgdz_values(""), "level stream ends before its 4 values"),
+        # a code that never ends: zeros to the stream's end, fewer than a level up to 255 allows
+        (qsgdz_values("0" * 100, levels=255), "level stream ends before its 4 values"),
+        # more of them than that: a level above 255, refused before the quotient is shifted
+        (qsgdz_values("0" * 800, levels=255), "a level above the 255 levels"),
+        (qsgdz_values("001 1 1 1 1"), "a level above the 1 levels"),  # level 2 in a 1-level frame
+        (qsgdz_values(ONE_VALUE, nonzero=2), "level stream has 1 non-zero levels, the header 2"),
+        (qsgdz_values("1 1 1 1", nonzero=1), "level stream has 0 non-zero levels, the header 1"),
+        (qsgdz_values(ONE_VALUE, nonzero=5), "5 non-zero levels for only 4 values"),
+        (qsgdz_values(ONE_VALUE, tail=b"\x00"), "level stream of 2 bytes, its codes end in byte 1"),
+        (qsgdz_values(ONE_VALUE + " 1"), "non-zero padding bits"),
+        (qsgdz_values(ONE_VALUE, k=8), "per-value Rice parameter 8 above 7"),
+        (qsgdz_frame(ONE_VALUE, k=(1, 0, 0), layout=VALUES), "per-value frame with k_gap, k_run \\(1, 0\\), not zeros"),
+        (qsgdz_frame(ONE_VALUE, k=(0, 2, 0), layout=VALUES), "per-value frame with k_gap, k_run \\(0, 2\\), not zeros"),
+        (qsgdz_values(ONE_VALUE, norms=(1.0, float("inf"))), "bucket norms must be finite"),
     ],
 )
 def test_qsgdz_frame_errors(frame, message):
@@ -268,6 +291,12 @@ def test_qsgdz_frame_errors(frame, message):
         (qsgdz_frame("1", nonzero=0), [0.0, 0.0, 0.0, 0.0]),
         # DENSE at 2 levels, steps 1 and 3: levels 1, 0, 2, 0, the third negative
         (qsgdz_dense(q=(1, 0, 2, 0), signs=0b0100, levels=2, norms=(2.0, 6.0)), [1.0, 0.0, -6.0, 0.0]),
+        (qsgdz_values(ONE_VALUE, norms=(2.0, 6.0)), [-2.0, 0.0, 0.0, 0.0]),
+        # VALUES at 3 levels, k 1, steps 1: level 3 ("01", low bit "1", sign "0"), two levels 0
+        # ("1", low bit "0"), a negative level 1 ("1", low bit "1", sign "1")
+        (qsgdz_values("011 0 10 10 11 1", nonzero=2, levels=3, k=1, norms=(3.0, 3.0)), [3.0, 0.0, 0.0, -1.0]),
+        (qsgdz_values("1 1 1 1", nonzero=0), [0.0, 0.0, 0.0, 0.0]),
+        (qsgdz_values("", nonzero=0, numel=0, norms=()), []),
     ],
 )
 def test_qsgdz_decodes_hand_built_frames(frame, expected):

@@ -121,34 +121,50 @@ def test_quantizer_refuses_norms_beyond_the_largest_magnitude(bad):
         get_codec("qsgd16", seed=0).encode(vec)
 
 
-def both_layouts(vec: np.ndarray, bucket: int, levels: int, fixed: bytes) -> tuple[bytes, bytes]:
-    """The RICE and the DENSE qsgdz frames of ``vec`` under seed 5, the DENSE one from the qsgd
-    frame ``fixed`` of the same draws."""
+def every_layout(vec: np.ndarray, bucket: int, levels: int, fixed: bytes) -> dict[int, bytes]:
+    """The qsgdz frames of ``vec`` under seed 5 in each layout, the DENSE one from the qsgd frame
+    ``fixed`` of the same draws; checks the sizes LevelCodes tells the encoder against the streams."""
     norms, q, negative = get_codec(f"qsgdz{levels}", bucket=bucket, seed=5)._quantize(vec)
-    counts, stream = qsgd.rice_stream(q, negative, vec.size, levels)
+    codes = qsgd.LevelCodes(q, negative, vec.size, levels)
     pack = qsgd.QSGDZ.params_struct.pack
-    rice = wire.build(12, vec.size, pack(levels, bucket, qsgd.RICE, *counts), [norms, stream])
+    params, stream = codes.rice()
+    assert codes.rice_least_bits() <= 8 * stream.size  # the encoder skips coding RICE by it
+    frames = {qsgd.RICE: wire.build(12, vec.size, pack(levels, bucket, qsgd.RICE, *params), [norms, stream])}
+    params, stream = codes.values()  # in the scratch array RICE's stream was in
+    assert stream.size == -(-codes.value_bits // 8)  # the size the encoder compares
+    frames[qsgd.VALUES] = wire.build(12, vec.size, pack(levels, bucket, qsgd.VALUES, *params), [norms, stream])
     payload = fixed[wire.HEADER.size + fixed[7]:]
-    dense = wire.build(12, vec.size, pack(levels, bucket, qsgd.DENSE, 0, 0, 0, 0), [payload])
-    return rice, dense
+    frames[qsgd.DENSE] = wire.build(12, vec.size, pack(levels, bucket, qsgd.DENSE, 0, 0, 0, 0), [payload])
+    return frames
+
+
+def values_bits(got: np.ndarray) -> int:
+    """The definition of the VALUES stream's length: per value (level >> k) + 1 + k bits, a sign
+    bit per non-zero level, at the best k."""
+    level = got.astype(np.int64)
+    return min(int(((level >> k) + 1 + k).sum()) for k in range(8)) + np.count_nonzero(got)
 
 
 def qsgdz_decodes_qsgds_levels(vec: np.ndarray, bucket: int, levels: int) -> np.ndarray:
-    """Check that both layouts of the qsgdz frame of ``vec`` decode to the reference
+    """Check that every layout of the qsgdz frame of ``vec`` decodes to the reference
     dequantization of the levels, signs and norms of the qsgd frame of the same draws, that the
-    encoder sends the smaller (DENSE on a tie) and no more than wire_size, and that the RICE
-    frame counts the non-zero levels; returns the levels."""
+    encoder sends the smallest (DENSE on a tie, then VALUES) and no more than wire_size, that the
+    VALUES frame is as long as its definition, and that the Rice frames count the non-zero
+    levels; returns the levels."""
     fixed = get_codec(f"qsgd{levels}", bucket=bucket, seed=5).encode(vec)
     norms, negative, got = frame_sections(fixed, vec.size, bucket, levels)
     expected = qsgd.reference_dequantize(got, negative, norms, levels, bucket)
-    rice, dense = both_layouts(vec, bucket, levels, fixed)
-    assert decode_any(rice).tobytes() == expected.tobytes()
-    assert decode_any(dense).tobytes() == expected.tobytes()
-    assert struct.unpack_from("<I", rice, wire.HEADER.size + 6)[0] == np.count_nonzero(got)
+    frames = every_layout(vec, bucket, levels, fixed)
+    for layout, frame in frames.items():
+        assert decode_any(frame).tobytes() == expected.tobytes(), layout
+    for layout in (qsgd.RICE, qsgd.VALUES):
+        assert struct.unpack_from("<I", frames[layout], wire.HEADER.size + 6)[0] == np.count_nonzero(got)
+    values_payload = len(frames[qsgd.VALUES]) - wire.HEADER.size - qsgd.QSGDZ.params_struct.size - norms.nbytes
+    assert values_payload == -(-values_bits(got) // 8)
     codec = get_codec(f"qsgdz{levels}", bucket=bucket, seed=5)
     frame = codec.encode(vec)
-    assert frame == (rice if len(rice) < len(dense) else dense)
-    assert len(frame) <= codec.wire_size(vec.size) == len(dense)
+    assert frame == min((frames[layout] for layout in (qsgd.DENSE, qsgd.VALUES, qsgd.RICE)), key=len)
+    assert len(frame) <= codec.wire_size(vec.size) == len(frames[qsgd.DENSE])
     return got
 
 
@@ -157,6 +173,7 @@ def qsgdz_decodes_qsgds_levels(vec: np.ndarray, bucket: int, levels: int) -> np.
 @example((np.ones(1, np.float32), 1), 3)  # one value, of level s
 @example((np.full(64, -1.0, np.float32), 1), 255)  # every level s, negative
 @example((np.full(20, 2.0**100, np.float32), 7), 16)
+@example((np.r_[100.0, np.full(511, 0.01)].astype(np.float32), 512), 255)  # level 255 among 0s and 1s: k 0
 @PROPERTY
 def test_qsgdz_decodes_to_the_reference_of_qsgds_levels(case, levels):
     qsgdz_decodes_qsgds_levels(*case, levels)
@@ -176,6 +193,9 @@ def test_qsgdz_codes_every_level(levels):
     # buckets of one value: every level s, 12 bits of Rice codes (no zeros before it, its sign,
     # 253 with k_level 7, no levels 1 after it) against 9 (8 bit-packed, a bit of the sign bitmap)
     (np.random.default_rng(0).standard_normal(5000).astype(np.float32), 1, 255, qsgd.DENSE),
+    # buckets of 512 normal values at 255 levels: most levels non-zero, 7.1 bits a value of runs,
+    # signs and level codes against 5.7 of per-value codes (k 3) and signs
+    (np.random.default_rng(0).standard_normal(5000).astype(np.float32), 512, 255, qsgd.VALUES),
 ])
 def test_qsgdz_sends_the_smaller_layout(vec, bucket, levels, layout):
     qsgdz_decodes_qsgds_levels(vec, bucket, levels)

@@ -7,9 +7,10 @@ qsgd<s> sends the float32 bucket norms, a sign bitmap and the levels bit-packed 
 bits: a fixed size. qsgdz<s> sends the same levels entropy-coded, as the QSGD paper does with Elias
 codes: at few levels most levels are 0 (3 levels in buckets of 512: a value sits near 3/sqrt(512)
 = 0.13 of a level) and most others 1, so it sends Rice codes (rice.py) of the runs of zero levels,
-a sign per non-zero level and the levels above 1 only (layout: QSGDZ), or qsgd<s>'s payload where
-those are not smaller; the size depends on the data, so `wire_size` is only a bound, that of
-qsgd<s>'s payload.
+a sign per non-zero level and the levels above 1 only; at many levels most are non-zero, and a
+Rice code of each value's level is smaller; where most levels are non-zero and near s, qsgd<s>'s
+payload is. It sends the smallest of the three (layouts: QSGDZ); the size depends on the data, so
+`wire_size` is only a bound, that of qsgd<s>'s payload.
 
 The uniforms u come from draws.py (a counter-based generator under a key drawn from the codec's
 Generator per frame), on the 24-bit grid of numpy's float32 draws. Bucket norms are the square roots of
@@ -254,7 +255,7 @@ def _code_levels(levels: np.ndarray, negative: np.ndarray, n: int, k_gap: int, k
             i = first + np.int64(trailing_zeros(nonzero))
             nonzero &= nonzero - np.uint64(1)
             sign = (negative[np.uint64(i) >> np.uint64(3)] >> np.uint64(i & 7)) & 1
-            acc, used, at = rice.put_code_and_bit(out, acc, used, at, i - after, k_gap, sign)
+            acc, used, at = rice.put_code_and_bit(out, acc, used, at, i - after, k_gap, sign, 1)
             after = i + 1
             if levels[np.uint64(i)] > 1:
                 acc, used, at = rice.put_code(out, acc, used, at, np.int64(levels[np.uint64(i)]) - 2, k_level)
@@ -281,7 +282,8 @@ def _decode_levels(words: np.ndarray, end: int, nonzero: int, top: int, k_gap: i
         return _PAST_END if run == rice.PAST_END else _RUN_OVERRUNS
     position, last, c, bucket_end = 0, out.size - 1, 0, bucket  # position: after the last value written
     for j in range(nonzero):
-        gap, negative, bits, held, at = rice.get_code_and_bit(words, bits, held, at, end, k_gap, last - position)
+        gap, negative, bits, held, at = rice.get_code_and_bit(words, bits, held, at, end, k_gap, last - position,
+                                                              True)
         if gap < 0:
             return _PAST_END if gap == rice.PAST_END else _GAP_OVERRUNS
         position += gap
@@ -310,15 +312,68 @@ _DECODE_ERRORS = {_PAST_END: "level stream ends before its {nonzero} non-zero le
                   _RUN_OVERRUNS: "a run of levels 1 overruns the {nonzero} non-zero levels"}
 
 
+@kernel
+def _code_values(levels: np.ndarray, negative: np.ndarray, n: int, k: int, out: np.ndarray) -> int:
+    """qsgdz's VALUES stream (see QSGDZ) of the first ``n`` byte levels and the sign bitmap
+    ``negative`` (bytes) into the words ``out``; returns its bits. A level 0 is its code without
+    a sign bit, in the same ``put`` as the others (no branch a value)."""
+    acc, used, at = np.uint64(0), 0, 0
+    for i in range(n):
+        level = np.int64(levels[i])
+        sign = np.int64((negative[np.uint64(i) >> np.uint64(3)] >> np.uint64(i & 7)) & 1)
+        acc, used, at = rice.put_code_and_bit(out, acc, used, at, level, k, sign, np.int64(level != 0))
+    return rice.flush(out, acc, used, at)
+
+
+@kernel
+def _histogram(levels: np.ndarray, n: int) -> np.ndarray:
+    """The counts of each byte level among the first ``n``, in four tables (to be added up): a
+    run of one level does not wait, value after value, on one counter's store."""
+    counts = np.zeros((4, 256), np.int64)
+    for i in range(0, n - n % 4, 4):
+        for j in range(4):
+            counts[j, levels[i + j]] += 1
+    for i in range(n - n % 4, n):
+        counts[0, levels[i]] += 1
+    return counts
+
+
+@kernel
+def _decode_values(words: np.ndarray, end: int, top: int, k: int, steps: np.ndarray, bucket: int,
+                   out: np.ndarray) -> tuple[int, int]:
+    """Write the values of qsgdz's VALUES stream (``end`` bits in ``words``, padded as rice.py's
+    reader reads them; see QSGDZ) to ``out``, every one: level * steps[its bucket], negated where
+    its sign bit is set. Returns (the bits read, or _PAST_END or _LEVEL_ABOVE, the non-zero
+    levels read); each code is bounded by ``top`` before its quotient is shifted."""
+    bits, held, at = rice.start(words, 0)
+    nonzero = 0
+    for c in range(steps.size):
+        step = steps[c]
+        for i in range(c * bucket, min(c * bucket + bucket, out.size)):
+            level, negative, bits, held, at = rice.get_code_and_bit(words, bits, held, at, end, k, top, False)
+            if level < 0:
+                return (_PAST_END if level == rice.PAST_END else _LEVEL_ABOVE), nonzero
+            nonzero += level != 0
+            value = np.float32(level) * step
+            out[i] = -value if negative else value
+    return (at if at <= end else _PAST_END), nonzero
+
+
+_VALUES_ERRORS = {_PAST_END: "level stream ends before its {numel} values", _LEVEL_ABOVE: _DECODE_ERRORS[_LEVEL_ABOVE]}
+
+
 # The layouts of a qsgdz frame (its parameters say which).
-RICE, DENSE = 0, 1
+RICE, DENSE, VALUES = 0, 1, 2
+_LAYOUTS = f"{RICE} (Rice runs), {DENSE} (dense) or {VALUES} (Rice values)"
+MAX_VALUE_PARAMETER = 7  # levels are bytes: a larger k only adds zero bits to every code
 
 
 @register
 class QSGDZ(QSGD):
     """qsgd<s>'s quantizer with entropy-coded frames. Parameters: levels s, bucket, the layout
-    (RICE or DENSE), then for RICE the count of non-zero levels and three Rice parameters
-    (rice.py), k_gap, k_run and k_level (all four 0 in a DENSE frame).
+    (RICE, DENSE or VALUES), the count of non-zero levels and three Rice parameters (rice.py),
+    k_gap, k_run and k_level: all four 0 in a DENSE frame, k_gap and k_run 0 in a VALUES frame,
+    whose k_level (0..MAX_VALUE_PARAMETER) codes every level.
 
     RICE payload: the float32 bucket norms, then one bit stream (rice.py's layout) to the
     payload's end, zero padding bits in its last byte. The stream: the Rice code (k_run) of the
@@ -331,11 +386,18 @@ class QSGDZ(QSGD):
     so), its sign and about nothing for its level.
 
     DENSE payload: qsgd<s>'s, byte for byte (norms, sign bitmap, levels bit-packed in
-    ceil(log2(s+1)) bits). The encoder sends it when the RICE payload would not be smaller: where
-    most levels are non-zero and near s (few values a bucket), the codes of runs and levels cost
-    more than a fixed width. No frame is larger than a DENSE one, so ``wire_size`` (inherited) is
-    qsgd<s>'s payload size. The signs stay a bitmap rather than a bit per non-zero level: DENSE
-    wins only where most levels are non-zero anyway, and the bitmap is what qsgd<s> sends."""
+    ceil(log2(s+1)) bits). Where most levels are non-zero and near s (few values a bucket), the
+    codes of runs and levels cost more than a fixed width. The signs stay a bitmap rather than a
+    bit per non-zero level: DENSE wins only where most levels are non-zero anyway, and the bitmap
+    is what qsgd<s> sends.
+
+    VALUES payload: the bucket norms, then a stream as RICE's of, per value in order, the Rice
+    code (k_level) of its level and, for a non-zero level, its sign bit. At many levels (255)
+    most levels are non-zero and spread over a range: a code per value near their mean beats
+    runs of zeros between them and levels coded apart.
+
+    The encoder sends the smallest payload (DENSE on a tie, then VALUES), so no frame is larger
+    than a DENSE one and ``wire_size`` (inherited) is qsgd<s>'s payload size."""
     name = "qsgdz"
     codec_id = 12
     sized_by_content = True
@@ -348,14 +410,23 @@ class QSGDZ(QSGD):
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         norms, q, negative = self._quantize(vec)
-        n = vec.size
-        counts, stream = rice_stream(q, negative, n, self.levels)
-        # Exact, not an estimate: both sizes are known here (the stream's from the bits it took),
-        # for one compare; RICE only where strictly smaller. Where DENSE wins the coding pass was
-        # spent for nothing, but that is where Rice does not pay: many levels, small buckets.
-        if norms.nbytes + stream.size < _dense_size(n, self.levels, self.bucket):
-            return (self.levels, self.bucket, RICE, *counts), [norms, stream]
-        return (self.levels, self.bucket, DENSE, 0, 0, 0, 0), _dense_parts(norms, q, negative, self.levels, n)
+        n, head = vec.size, (self.levels, self.bucket)
+        codes = LevelCodes(q, negative, n, self.levels)
+        dense = _dense_size(n, self.levels, self.bucket) - norms.nbytes
+        values = -(-codes.value_bits // 8)
+        # Exact, not estimates: DENSE's size is fixed and VALUES' known from the counts (see
+        # LevelCodes), so neither is coded to be compared. RICE's is known only once coded, and
+        # is coded only where its fewest bits under the counts are below the better of the
+        # other two: at 255 levels RICE cannot win, and its pass is skipped.
+        layout, size = (VALUES, values) if values < dense else (DENSE, dense)
+        if -(-codes.rice_least_bits() // 8) < size:
+            params, stream = codes.rice()
+            if stream.size < size:
+                return (*head, RICE, *params), [norms, stream]
+        if layout == VALUES:
+            params, stream = codes.values()
+            return (*head, VALUES, *params), [norms, stream]
+        return (*head, DENSE, 0, 0, 0, 0), _dense_parts(norms, q, negative, self.levels, n)
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         name = type(self).name
@@ -365,45 +436,106 @@ class QSGDZ(QSGD):
             if nonzero or any(parameters):
                 raise CodecError(f"{name}: dense frame with Rice parameters {nonzero, *parameters}, not zeros")
             return _decode_dense(name, numel, levels, bucket, payload)
-        if layout != RICE:
-            raise CodecError(f"{name}: layout {layout}, not {RICE} (Rice) or {DENSE} (dense)")
-        return _decode_rice(name, numel, levels, bucket, nonzero, parameters, payload)
+        if layout not in (RICE, VALUES):
+            raise CodecError(f"{name}: layout {layout}, not {_LAYOUTS}")
+        return _decode_stream(name, numel, levels, bucket, layout, nonzero, parameters, payload)
 
 
-def rice_stream(q: np.ndarray, negative: np.ndarray, numel: int, levels: int) -> tuple[tuple, np.ndarray]:
-    """((non-zero levels, k_gap, k_run, k_level), the stream's bytes in a scratch array) of a
-    RICE frame (see QSGDZ) of the quantizer's output (QSGD._quantize)."""
-    nonzero, big, total = _level_counts(q)
-    k_gap, k_run = rice.parameter(numel - nonzero, nonzero), rice.parameter(nonzero - big, big + 1)
-    k_level = rice.parameter(total - 2 * big, big)
-    out = scratch.buffer("qsgdz.stream", -(-_stream_bits_bound(numel, levels) // 64) + 1, np.uint64)
-    end = _code_levels(q, negative, numel, k_gap, k_run, k_level, out)
-    return (nonzero, k_gap, k_run, k_level), out.view(np.uint8)[: -(-end // 8)]
+class LevelCodes:
+    """The Rice layouts of the quantizer's output (QSGD._quantize): their parameters and sizes
+    from a counting pass over the levels (and their histogram where VALUES' best k may be above
+    0), and either stream on demand."""
+
+    def __init__(self, q: np.ndarray, negative: np.ndarray, numel: int, levels: int) -> None:
+        self.q, self.negative, self.numel, self.levels = q, negative, numel, levels
+        self.nonzero, self.big, self.total = _level_counts(q)
+        self.k_value, self.value_bits = self._value_codes()
+
+    def _value_codes(self) -> tuple[int, int]:
+        """(k, bits) of the VALUES stream at its best k, exactly: a value's code takes
+        (level >> k) + 1 + k bits and a non-zero level's sign one more, so the stream's length
+        is a sum over the levels' histogram. Where the levels sum to at most numel, k = 0 is
+        best (k >= 1 saves sum(level - (level >> k)) <= that sum bits and costs k * numel) and
+        its length, numel + the sum + the signs, needs no histogram: frames of few levels
+        (qsgdz3) skip that pass."""
+        total = self.nonzero - self.big + self.total
+        if total <= self.numel:
+            return 0, self.numel + total + self.nonzero
+        counts = _histogram(self.q, self.numel).sum(axis=0)
+        level = np.arange(counts.size)
+        bits = [int(counts @ ((level >> k) + 1 + k)) for k in range(MAX_VALUE_PARAMETER + 1)]
+        k = int(np.argmin(bits))
+        return k, bits[k] + self.nonzero
+
+    def _rice_parameters(self) -> tuple[int, int, int]:
+        """(k_gap, k_run, k_level) of the RICE stream: each floor(log2) of its codes' mean."""
+        nonzero, big = self.nonzero, self.big
+        return (rice.parameter(self.numel - nonzero, nonzero), rice.parameter(nonzero - big, big + 1),
+                rice.parameter(self.total - 2 * big, big))
+
+    def rice_least_bits(self) -> int:
+        """The fewest bits the RICE stream can take: rice.least_bits of each kind of code, whose
+        sums are the counts' (runs of levels 1, levels - 2), or at least 0 (runs of zeros)."""
+        nonzero, big = self.nonzero, self.big
+        k_gap, k_run, k_level = self._rice_parameters()
+        return (rice.least_bits(0, nonzero, k_gap) + nonzero + rice.least_bits(nonzero - big, big + 1, k_run)
+                + rice.least_bits(self.total - 2 * big, big, k_level))
+
+    def rice(self) -> tuple[tuple, np.ndarray]:
+        """((non-zero levels, k_gap, k_run, k_level), the stream's bytes in a scratch array) of
+        a RICE frame."""
+        parameters = self._rice_parameters()
+        out = scratch.buffer("qsgdz.stream", -(-_stream_bits_bound(self.numel, self.levels) // 64) + 1, np.uint64)
+        end = _code_levels(self.q, self.negative, self.numel, *parameters, out)
+        return (self.nonzero, *parameters), out.view(np.uint8)[: -(-end // 8)]
+
+    def values(self) -> tuple[tuple, np.ndarray]:
+        """((non-zero levels, 0, 0, k), the stream's bytes in a scratch array) of a VALUES
+        frame (the same array as ``rice``'s)."""
+        out = scratch.buffer("qsgdz.stream", self.value_bits // 64 + 1, np.uint64)
+        end = _code_values(self.q, self.negative, self.numel, self.k_value, out)
+        return (self.nonzero, 0, 0, self.k_value), out.view(np.uint8)[: -(-end // 8)]
 
 
-def _decode_rice(name: str, numel: int, levels: int, bucket: int, nonzero: int, parameters: list,
-                 payload: memoryview) -> np.ndarray:
-    """The vector of a RICE payload, validated."""
+def _decode_stream(name: str, numel: int, levels: int, bucket: int, layout: int, nonzero: int, parameters: list,
+                   payload: memoryview) -> np.ndarray:
+    """The vector of a RICE or VALUES payload, validated."""
     norm_len = 4 * chunks.count(numel, bucket)
     if len(payload) < norm_len:
         raise CodecError(f"{name}: payload {len(payload)} bytes, shorter than {numel} values' "
                          f"{norm_len} bytes of bucket norms")
     if nonzero > numel:
         raise CodecError(f"{name}: {nonzero} non-zero levels for only {numel} values")
-    if max(parameters) > rice.MAX_PARAMETER:
-        raise CodecError(f"{name}: Rice parameters {parameters} above {rice.MAX_PARAMETER}")
+    _check_rice_parameters(name, layout, parameters)
     norms = _norms(name, payload, norm_len)
     stream = np.frombuffer(payload, np.uint8, offset=norm_len)
-    words = _padded_words(stream)
-    out = np.zeros(numel, np.float32)
-    end = _decode_levels(words, 8 * stream.size, nonzero, levels, *parameters, _steps(norms, levels), bucket, out)
+    words, bits, steps = _padded_words(stream), 8 * stream.size, _steps(norms, levels)
+    if layout == RICE:
+        out = np.zeros(numel, np.float32)
+        end, errors = _decode_levels(words, bits, nonzero, levels, *parameters, steps, bucket, out), _DECODE_ERRORS
+    else:
+        out = np.empty(numel, np.float32)  # every value is written
+        end, found = _decode_values(words, bits, levels, parameters[2], steps, bucket, out)
+        errors = _VALUES_ERRORS
+        if end >= 0 and found != nonzero:
+            raise CodecError(f"{name}: level stream has {found} non-zero levels, the header {nonzero}")
     if end < 0:
-        raise CodecError(f"{name}: " + _DECODE_ERRORS[end].format(nonzero=nonzero, numel=numel, levels=levels))
+        raise CodecError(f"{name}: " + errors[end].format(nonzero=nonzero, numel=numel, levels=levels))
     if stream.size != -(-end // 8):
         raise CodecError(f"{name}: level stream of {stream.size} bytes, its codes end in byte {-(-end // 8)}")
     if end % 8 and stream[-1] >> (end % 8):
         raise CodecError(f"{name}: level stream has non-zero padding bits")
     return out
+
+
+def _check_rice_parameters(name: str, layout: int, parameters: list) -> None:
+    if layout == VALUES:
+        if parameters[0] or parameters[1]:
+            raise CodecError(f"{name}: per-value frame with k_gap, k_run {tuple(parameters[:2])}, not zeros")
+        if parameters[2] > MAX_VALUE_PARAMETER:
+            raise CodecError(f"{name}: per-value Rice parameter {parameters[2]} above {MAX_VALUE_PARAMETER}")
+    elif max(parameters) > rice.MAX_PARAMETER:
+        raise CodecError(f"{name}: Rice parameters {parameters} above {rice.MAX_PARAMETER}")
 
 
 def _stream_bits_bound(numel: int, levels: int) -> int:

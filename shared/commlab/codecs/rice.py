@@ -8,8 +8,9 @@ bits of v, low bit first: k + 1 + (v >> k) bits, short for values near 2**k. A r
 the trailing zeros of the next 64 bits, so a value costs a few instructions and no table.
 
 ``parameter`` picks k from a sum and a count (floor(log2) of the mean): the code of count values
-summing to at most that sum then takes fewer than count * (k + 3) bits, the bound qsgdz's
-``wire_size`` rests on (see ``parameter``).
+summing to at most that sum then takes fewer than count * (k + 3) bits, the bound qsgdz's coder
+sizes its buffer by (see ``parameter``); ``least_bits`` is the other side, the fewest bits such
+codes take. A code may carry one more bit after it (qsgdz's signs), in the same ``put``.
 """
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ def parameter(total: int, count: int) -> int:
     the mean is below 2 or nothing is coded. Then 2**(k + 1) > mean, so the values' quotients add
     up to at most total >> k < 2 * count and the codes to fewer than count * (k + 3) bits."""
     return max((total // count).bit_length() - 1, 0) if count else 0
+
+
+def least_bits(total: int, count: int, k: int) -> int:
+    """The fewest bits the codes of ``count`` values summing to ``total`` take with parameter
+    ``k``: each takes k + 1 + (v >> k), and v >> k >= (v - 2**k + 1) / 2**k."""
+    return count * (k + 1) + max(-(-(total - count * ((1 << k) - 1)) >> k), 0)
 
 
 # The writer's state: (acc, used, at): the ``used`` bits (0..63) not yet stored, low in ``acc``
@@ -63,17 +70,18 @@ def put_code(out: np.ndarray, acc: np.uint64, used: int, at: int, value: int, k:
 
 
 @kernel(inline="always")
-def put_code_and_bit(out: np.ndarray, acc: np.uint64, used: int, at: int, value: int, k: int, bit: int
-                     ) -> tuple[np.uint64, int, int]:
-    """Append the Rice code of ``value`` with parameter ``k``, then one bit: one ``put`` for both
-    unless the quotient is _CHUNK or more."""
+def put_code_and_bit(out: np.ndarray, acc: np.uint64, used: int, at: int, value: int, k: int, bit: int,
+                     has_bit: int) -> tuple[np.uint64, int, int]:
+    """Append the Rice code of ``value`` with parameter ``k``, then ``bit`` if ``has_bit`` (0 or
+    1: a code with or without its bit, chosen without a branch): one ``put`` for both unless the
+    quotient is _CHUNK or more."""
     v, shift = np.uint64(value), np.uint64(k)
     q = v >> shift
     if q >= np.uint64(_CHUNK):
         acc, used, at = put_code(out, acc, used, at, value, k)
-        return put(out, acc, used, at, np.uint64(bit), 1)
-    code = ((((v & ((_ONE << shift) - _ONE)) | (np.uint64(bit) << shift)) << _ONE) | _ONE) << q
-    return put(out, acc, used, at, code, np.int64(q) + 2 + k)
+        return put(out, acc, used, at, np.uint64(bit & has_bit), has_bit)
+    code = ((((v & ((_ONE << shift) - _ONE)) | (np.uint64(bit & has_bit) << shift)) << _ONE) | _ONE) << q
+    return put(out, acc, used, at, code, np.int64(q) + 1 + has_bit + k)
 
 
 @kernel(inline="always")
@@ -165,19 +173,23 @@ def get_code(words: np.ndarray, bits: np.uint64, held: int, at: int, end: int, k
 
 
 @kernel(inline="always")
-def get_code_and_bit(words: np.ndarray, bits: np.uint64, held: int, at: int, end: int, k: int, limit: int
-                     ) -> tuple[int, int, np.uint64, int, int]:
-    """(value, bit, state after them) of a Rice code and the bit after it, as ``get_code``."""
+def get_code_and_bit(words: np.ndarray, bits: np.uint64, held: int, at: int, end: int, k: int, limit: int,
+                     zero_has_bit: bool) -> tuple[int, int, np.uint64, int, int]:
+    """(value, bit, state after them) of a Rice code and the bit after it, as ``get_code``; a code
+    of 0 has no bit after it (bit 0) unless ``zero_has_bit``."""
     zeros = np.int64(trailing_zeros(bits))
-    n = zeros + 2 + k
-    if n >= held:
+    if zeros + 2 + k >= held:
         value, at = get(words, at, end, k, limit)
-        bit = np.int64((words[at >> 6] >> np.uint64(at & 63)) & _ONE) if value >= 0 else 0
-        return value, bit, window(words, at + 1), 64, at + 1
+        if value < 0:
+            return value, 0, window(words, at), 64, at
+        has_bit = np.int64(zero_has_bit or value != 0)
+        bit = np.int64((words[at >> 6] >> np.uint64(at & 63)) & _ONE) & has_bit
+        return value, bit, window(words, at + has_bit), 64, at + has_bit
     shift = np.uint64(zeros + 1)
     value = (zeros << k) | np.int64((bits >> shift) & ((_ONE << np.uint64(k)) - _ONE))
     if value > limit:
         return OVER_LIMIT, 0, bits, held, at
-    bit = np.int64((bits >> (shift + np.uint64(k))) & _ONE)
-    bits, held, at = _skip(words, bits, held, at, n)
+    has_bit = np.int64(zero_has_bit or value != 0)
+    bit = np.int64((bits >> (shift + np.uint64(k))) & _ONE) & has_bit
+    bits, held, at = _skip(words, bits, held, at, zeros + 1 + has_bit + k)
     return value, bit, bits, held, at
