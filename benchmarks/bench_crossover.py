@@ -12,7 +12,9 @@ says so). Below --slow-below a dense exchange takes tens of seconds, so runs the
 up a step or round takes milliseconds and one run's median needs more of them (a loaded 2-core machine
 moves single steps by tens of percent): FL --fast-rounds rounds of --fast-samples samples a client (a
 shorter local training, so that the time a compressor saves on the wire is not lost in the training
-time's noise), DDP --fast-train-subset samples. The
+time's noise), DDP --fast-train-subset samples; and every case runs --fast-repeats times, the cases of
+a rate interleaved (a b, b a, a b: the machine's load drifts between runs), each row the median of its
+runs. The
 --loss-cases also run at --loss-rate (a rate with a share of packets lost), beside their lossless rows.
 Per row: the FL round time (median over rounds) or DDP step time (median over steps after the warm-up),
 the bytes a client uploads per round or a rank sends per step, and both as x of the reference (DDS
@@ -206,6 +208,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fast-rounds", type=int, default=16, help="FL rounds a run from --fast-from")
     p.add_argument("--fast-samples", type=int, default=128, help="FL samples a client trains a round from --fast-from")
     p.add_argument("--fast-train-subset", type=int, default=4096, help="DDP samples from --fast-from")
+    p.add_argument("--fast-repeats", type=int, default=3, help="runs of each case from --fast-from (median)")
     a = p.parse_args(argv)
     for rate in [*a.rates.split(","), a.slow_below, a.fast_from, a.loss_rate]:
         check_profile(rate)
@@ -214,16 +217,27 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
-def plan(a: argparse.Namespace) -> list[tuple[str, str, str]]:
-    """(mode, case, rate) of every run: the rates fastest first, so the short runs come first."""
+def plan(a: argparse.Namespace) -> list[tuple[str, str, str, int]]:
+    """(mode, case, rate, repeat) of every run: the rates fastest first, so the short runs come
+    first; from --fast-from, --fast-repeats rounds of the rate's cases, interleaved."""
     cases = [(mode, c) for mode, given in (("fl", a.fl_cases), ("ddp", a.ddp_cases)) for c in given.split(",") if c]
-    out = [(mode, case, rate) for rate in a.rates.split(",") for mode, case in cases]
+    out = []
+    for rate in a.rates.split(","):
+        orders = bench_peers_fl.repeat_order(cases, a.fast_repeats if fast(rate, a) else 1)
+        out += [(mode, case, rate, k) for k, order in enumerate(orders) for mode, case in order]
     for pair in filter(None, a.loss_cases.split(",")):
         mode, _, case = pair.partition(":")
         if (mode, case) not in cases:
             raise SystemExit(f"--loss-cases {pair!r}: not one of the --fl-cases / --ddp-cases as fl:<case> or ddp:<case>")
-        out.append((mode, case, a.loss_rate))
+        out.append((mode, case, a.loss_rate, 0))
     return out
+
+
+def merge_repeats(rows: list[dict]) -> list[dict]:
+    """One row per (mode, case, rate): a case run several times gets the median of its runs."""
+    keys = dict.fromkeys((r["mode"], r["case"], r["rate"]) for r in rows)
+    groups = [[r for r in rows if (r["mode"], r["case"], r["rate"]) == key] for key in keys]
+    return [runs[0] if len(runs) == 1 else bench_peers_fl.median_row(runs[0]["case"], runs) for runs in groups]
 
 
 def notes(a: argparse.Namespace, shaped: bool) -> list[str]:
@@ -235,7 +249,8 @@ def notes(a: argparse.Namespace, shaped: bool) -> list[str]:
             f"{a.skip} ({a.slow_skip} below {a.slow_below}), DGC's warm-up and PowerSGD's {a.start_iter} dense "
             f"step(s) among them. Model mnist_cnn on MNIST subsets ({a.test_subset} test samples): time and bytes "
             f"do not depend on accuracy. Batch {bench_peers.WORKLOAD['batch_size']} a rank. Compressors at their "
-            f"defaults. x of DDS fp32 (FL) or dense (DDP) at the same rate; lan is loopback; {a.loss_rate} rows: the "
+            f"defaults. From {a.fast_from} each case ran {a.fast_repeats} times, the cases interleaved, each row the "
+            f"median of its runs. x of DDS fp32 (FL) or dense (DDP) at the same rate; lan is loopback; {a.loss_rate} rows: the "
             f"same cases with packets lost, not in the ladder"
             + ("" if shaped else "; NOT root: every rate ran unshaped on loopback")]
 
@@ -246,8 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     shaped = os.geteuid() == 0
     rows: list[dict] = []
     with BenchRun(a, len(runs)) as s:
-        for mode, case, rate in runs:
-            run_id = f"bench-crossover-{mode}-{case}-{rate}-{os.getpid()}"
+        for mode, case, rate, repeat in runs:
+            run_id = f"bench-crossover-{mode}-{case}-{rate}{f'-r{repeat + 1}' if repeat else ''}-{os.getpid()}"
             settings = at_rate(rate, a)
             command, measure = (fl_command, fl_measure) if mode == "fl" else (ddp_command, ddp_measure)
             outcome = s.run(command(case, settings, run_id), run_id)
@@ -260,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                 row.pop("time_s")
             rows.append(row)
             s.step(f"{mode} {case} at {rate}: {row['status']}")
+        rows = merge_repeats(rows)
         for r in rows:
             ref = next((x for x in rows if x["mode"] == r["mode"] and x["rate"] == r["rate"]
                         and x["case"] == REFERENCE[r["mode"]] and "time_s" in x), None)

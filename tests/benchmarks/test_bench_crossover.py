@@ -68,13 +68,24 @@ def test_rates_below_the_slow_one_run_the_shorter_settings_from_the_fast_one_the
 
 def test_the_plan_runs_every_case_at_every_rate_then_the_loss_cases_at_the_lossy_rate():
     a = bench.parse(["--rates", "lan,1mbit", "--fl-cases", "fp32,flower", "--ddp-cases", "dense,gloo-none",
-                     "--results-dir", "/tmp/r"])
+                     "--fast-repeats", "2", "--results-dir", "/tmp/r"])
     runs = bench.plan(a)
-    assert runs[:4] == [("fl", "fp32", "lan"), ("fl", "flower", "lan"), ("ddp", "dense", "lan"),
-                        ("ddp", "gloo-none", "lan")]
-    assert runs[-2:] == [("ddp", "dense", "10mbit-loss5"), ("ddp", "gloo-none", "10mbit-loss5")] and len(runs) == 10
+    lan = [("fl", "fp32"), ("fl", "flower"), ("ddp", "dense"), ("ddp", "gloo-none")]
+    # From --fast-from: each case --fast-repeats times, interleaved (a b, b a)
+    assert runs[:8] == [(*c, "lan", 0) for c in lan] + [(*c, "lan", 1) for c in lan[::-1]]
+    assert runs[8:12] == [(*c, "1mbit", 0) for c in lan]
+    assert runs[-2:] == [("ddp", "dense", "10mbit-loss5", 0), ("ddp", "gloo-none", "10mbit-loss5", 0)] and len(runs) == 14
     with pytest.raises(SystemExit, match="ddp:gloo-none"):
         bench.plan(bench.parse(["--ddp-cases", "dense", "--results-dir", "/tmp/r"]))
+
+
+def test_a_case_run_several_times_is_one_row_of_the_median_of_its_runs():
+    runs = [{"mode": "fl", "case": "fp32", "rate": "lan", "time_s": t, "bytes": 100 + k, "status": "ok", "run_id": f"r{k}"}
+            for k, t in enumerate((0.30, 0.20, 0.25))]
+    once = {"mode": "fl", "case": "fp32", "rate": "1mbit", "time_s": 9.0, "bytes": 7, "status": "ok", "run_id": "s"}
+    merged = bench.merge_repeats([runs[0], once, *runs[1:]])
+    assert [(r["rate"], r["time_s"], r["bytes"]) for r in merged] == [("lan", 0.25, 101), ("1mbit", 9.0, 7)]
+    assert merged[0]["run_id"] == "r0 r1 r2" and merged[0]["status"] == "ok" and merged[1] is once
 
 
 def test_powersgd_dense_steps_must_be_warm_up_steps(capsys):
