@@ -58,7 +58,7 @@ from .errors import DdsError, DdsWriteTimeout, PeerLost
 from .reassembly import Assembled
 from .reading import wait_for_acks
 from .resend import Ask, SentLog
-from .shm import SharedBlock, ShmError, SlotWriter
+from .shm import SharedBlock, SlotWriter
 
 if TYPE_CHECKING:
     from .collectives import FrameCodec, Group
@@ -116,7 +116,7 @@ class Ring:
             else:
                 step, block, numel = int(meta["step"]), int(meta["block"]), int(meta["numel"])
                 payload = msg.payload if "shm" not in meta else self._take_shared(meta["shm"])
-        except (ValueError, KeyError, TypeError) as e:  # ShmError is a ValueError
+        except (ValueError, KeyError, TypeError) as e:  # a place shm cannot read: a ShmError, a ValueError
             self.group.node.stats.add(malformed_chunks=1)
             log.warning("group %s: ring block from %s dropped: %s", self.group.name, msg.sender, e)
             return
