@@ -4,13 +4,15 @@
                                          [--multicast off|data] [--chunk-bytes N] [--no-netns]
                                          [--datagram-frames K] [--send-window BYTES] [--codecs raw,fp32,fp16,bf16]
 
-Runs WORLD processes once on loopback and (as root) once in network namespaces on a private
-bridge, every uplink shaped by the link profile (commlab.links.netns, commlab.links.profiles), and in
-each does `reps` allreduces of a numel-float vector (default: the MNIST CNN's gradient) with each
+Runs WORLD processes on loopback twice, the ring's blocks through shared memory (dds.shm, the
+default between processes of one host) and over UDP (dds.shared_memory false), and (as root) once
+in network namespaces on a private bridge, every uplink shaped by the link profile
+(commlab.links.netns, commlab.links.profiles), and in each does `reps` allreduces of a numel-float vector (default: the MNIST CNN's gradient) with each
 schedule. Prints, per schedule: bytes each rank sent per allreduce over the payload (CommStats
 wire estimate, IP level; on the shaped links also the interface's counters, Ethernet headers and
 acknowledgements included; ideal ring 2(W-1)/W, naive W-1), seconds per allreduce (slowest rank, median of
-the reps), the naive/ring time ratio, and whether every rank ended with the same bytes, to
+the reps), the naive/ring time ratio, the ring's time over UDP against through shared memory, and
+whether every rank ended with the same bytes, to
 results/bench/allreduce.{csv,md}.
 With --multicast data the naive schedule sends each vector once (what collective "auto" uses).
 --codecs: the values' wire, raw float32 (the default) or a codec's frames (fp16 and bf16 halve the
@@ -35,6 +37,7 @@ from commlab.runs.claims import hold
 
 COLLECTIVES = ("naive", "ring")
 RAW = "raw"  # the allreduce's own wire: float32 without a frame header
+UDP_LOOPBACK = "loopback, dds.shared_memory false"  # ring blocks over loopback UDP, as between hosts
 
 
 def codec_list(text: str) -> list[str]:
@@ -85,8 +88,10 @@ def run_ranks(s: BenchRun, label: str, spec: dict, prefixes: list[list[str]], se
     return [json.loads(c.output().strip().splitlines()[-1]) for c in out.children]
 
 
-def loopback(s: BenchRun, spec: dict, domain: int) -> list[dict]:
-    return run_ranks(s, "loopback", spec, [[]] * spec["world"], [{"domain_id": domain}] * spec["world"])
+def loopback(s: BenchRun, spec: dict, domain: int, shared_memory: bool = True) -> list[dict]:
+    """The ranks as local processes; `shared_memory` false: ring blocks over UDP too (dds.shm)."""
+    label = "loopback" if shared_memory else "loopback-udp"
+    return run_ranks(s, label, spec, [[]] * spec["world"], [{"domain_id": domain, "shared_memory": shared_memory}] * spec["world"])
 
 
 def shaped(s: BenchRun, spec: dict, profile: str, net: int, transport: dict) -> list[dict]:
@@ -154,10 +159,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     spec = {"world": a.world, "numel": a.numel, "reps": a.reps, "codecs": a.codecs}
     shaped_too = not a.no_netns and os.geteuid() == 0
-    with BenchRun(a, 1 + shaped_too, "link") as s:
+    with BenchRun(a, 2 + shaped_too, "link") as s:
         domain = hold("domain") if a.domain is None else a.domain
         table = rows("loopback", loopback(s, spec, domain), a.world, a.numel, a.codecs)
         s.step("loopback")
+        table += rows(UDP_LOOPBACK, loopback(s, spec, domain, shared_memory=False), a.world, a.numel, a.codecs)
+        s.step(UDP_LOOPBACK)
         notes = [] if shaped_too or a.no_netns else ["shaped links skipped: network namespaces need root"]
         if shaped_too:
             from commlab.testbed.compose_file import profile_chunk_bytes, profile_ring_block_bytes
@@ -175,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         seconds = df.pivot(index=["link", "codec"], columns="collective", values="seconds")
         ratios = [f"{link}, {codec}: time naive / ring {row['naive'] / row['ring']:.2f}x"
                   for (link, codec), row in seconds.iterrows()]
+        ratios += [f"loopback, {codec}: ring time over UDP / through shared memory "
+                   f"{seconds.loc[(UDP_LOOPBACK, codec), 'ring'] / seconds.loc[('loopback', codec), 'ring']:.2f}x"
+                   for codec in a.codecs]
         s.write(df, None, f"Dense allreduce over DDS, naive against ring (WORLD={a.world}, {a.numel:,} floats)",
                 notes=notes, after=["\n".join(ratios)])
     return 0
