@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from commlab.codecs import CodecError, ErrorFeedback, decode_any, get_codec
 from commlab.codecs.compression import Compression, build_compression
-from commlab.codecs.powersgd import expand, orthogonalize, plan, power_iterations, product, transposed_product
+from commlab.codecs.lowrank_kernels import expand, orthogonalize, power_iterations, product, transposed_product
+from commlab.codecs.powersgd import plan
 from commlab.ddp.config import TrainingSection
 from commlab.ddp.lowrank import LowRankAllreduce
 from commlab.runs.seeds import SeedTree

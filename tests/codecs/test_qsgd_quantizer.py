@@ -17,7 +17,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from commlab.codecs import CodecError, decode_any, draws, get_codec, qsgd, squares, wire
+from commlab.codecs import CodecError, decode_any, draws, get_codec, qsgd, qsgdz, squares, wire
 from commlab.codecs.base import MAX_MAGNITUDE
 from commlab.codecs.bitpack import reference_unpack
 
@@ -125,16 +125,16 @@ def every_layout(vec: np.ndarray, bucket: int, levels: int, fixed: bytes) -> dic
     """The qsgdz frames of ``vec`` under seed 5 in each layout, the DENSE one from the qsgd frame
     ``fixed`` of the same draws; checks the sizes LevelCodes tells the encoder against the streams."""
     norms, q, negative = get_codec(f"qsgdz{levels}", bucket=bucket, seed=5)._quantize(vec)
-    codes = qsgd.LevelCodes(q, negative, vec.size, levels)
-    pack = qsgd.QSGDZ.params_struct.pack
+    codes = qsgdz.LevelCodes(q, negative, vec.size, levels)
+    pack = qsgdz.QSGDZ.params_struct.pack
     params, stream = codes.rice()
     assert codes.rice_least_bits() <= 8 * stream.size  # the encoder skips coding RICE by it
-    frames = {qsgd.RICE: wire.build(12, vec.size, pack(levels, bucket, qsgd.RICE, *params), [norms, stream])}
+    frames = {qsgdz.RICE: wire.build(12, vec.size, pack(levels, bucket, qsgdz.RICE, *params), [norms, stream])}
     params, stream = codes.values()  # in the scratch array RICE's stream was in
     assert stream.size == -(-codes.value_bits // 8)  # the size the encoder compares
-    frames[qsgd.VALUES] = wire.build(12, vec.size, pack(levels, bucket, qsgd.VALUES, *params), [norms, stream])
+    frames[qsgdz.VALUES] = wire.build(12, vec.size, pack(levels, bucket, qsgdz.VALUES, *params), [norms, stream])
     payload = fixed[wire.HEADER.size + fixed[7]:]
-    frames[qsgd.DENSE] = wire.build(12, vec.size, pack(levels, bucket, qsgd.DENSE, 0, 0, 0, 0), [payload])
+    frames[qsgdz.DENSE] = wire.build(12, vec.size, pack(levels, bucket, qsgdz.DENSE, 0, 0, 0, 0), [payload])
     return frames
 
 
@@ -157,14 +157,14 @@ def qsgdz_decodes_qsgds_levels(vec: np.ndarray, bucket: int, levels: int) -> np.
     frames = every_layout(vec, bucket, levels, fixed)
     for layout, frame in frames.items():
         assert decode_any(frame).tobytes() == expected.tobytes(), layout
-    for layout in (qsgd.RICE, qsgd.VALUES):
+    for layout in (qsgdz.RICE, qsgdz.VALUES):
         assert struct.unpack_from("<I", frames[layout], wire.HEADER.size + 6)[0] == np.count_nonzero(got)
-    values_payload = len(frames[qsgd.VALUES]) - wire.HEADER.size - qsgd.QSGDZ.params_struct.size - norms.nbytes
+    values_payload = len(frames[qsgdz.VALUES]) - wire.HEADER.size - qsgdz.QSGDZ.params_struct.size - norms.nbytes
     assert values_payload == -(-values_bits(got) // 8)
     codec = get_codec(f"qsgdz{levels}", bucket=bucket, seed=5)
     frame = codec.encode(vec)
-    assert frame == min((frames[layout] for layout in (qsgd.DENSE, qsgd.VALUES, qsgd.RICE)), key=len)
-    assert len(frame) <= codec.wire_size(vec.size) == len(frames[qsgd.DENSE])
+    assert frame == min((frames[layout] for layout in (qsgdz.DENSE, qsgdz.VALUES, qsgdz.RICE)), key=len)
+    assert len(frame) <= codec.wire_size(vec.size) == len(frames[qsgdz.DENSE])
     return got
 
 
@@ -189,13 +189,13 @@ def test_qsgdz_codes_every_level(levels):
 
 @pytest.mark.parametrize(("vec", "bucket", "levels", "layout"), [
     # buckets of 512 normal values at 3 levels: mostly zero levels, cheap as runs
-    (np.random.default_rng(0).standard_normal(5000).astype(np.float32), 512, 3, qsgd.RICE),
+    (np.random.default_rng(0).standard_normal(5000).astype(np.float32), 512, 3, qsgdz.RICE),
     # buckets of one value: every level s, 12 bits of Rice codes (no zeros before it, its sign,
     # 253 with k_level 7, no levels 1 after it) against 9 (8 bit-packed, a bit of the sign bitmap)
-    (np.random.default_rng(0).standard_normal(5000).astype(np.float32), 1, 255, qsgd.DENSE),
+    (np.random.default_rng(0).standard_normal(5000).astype(np.float32), 1, 255, qsgdz.DENSE),
     # buckets of 512 normal values at 255 levels: most levels non-zero, 7.1 bits a value of runs,
     # signs and level codes against 5.7 of per-value codes (k 3) and signs
-    (np.random.default_rng(0).standard_normal(5000).astype(np.float32), 512, 255, qsgd.VALUES),
+    (np.random.default_rng(0).standard_normal(5000).astype(np.float32), 512, 255, qsgdz.VALUES),
 ])
 def test_qsgdz_sends_the_smaller_layout(vec, bucket, levels, layout):
     qsgdz_decodes_qsgds_levels(vec, bucket, levels)

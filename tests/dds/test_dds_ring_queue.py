@@ -1,4 +1,4 @@
-"""The queue of a ring allreduce's blocks (commlab.dds.ring.RingHandle), without a network: a block
+"""The queue of a ring allreduce's blocks (commlab.dds.ring_handle.RingHandle), without a network: a block
 waits for the block of the step before, then (if it adds this rank's values) for them to be final,
 and the earliest step goes first."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from commlab.dds.collectives import FLOAT32
-from commlab.dds.ring import RingHandle
+from commlab.dds.ring_handle import RingHandle
 
 WORLD, NUMEL, BLOCK_FLOATS = 3, 24, 4  # segments of 8 floats: 2 blocks each
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+from commlab.codecs import scratch
 from commlab.codecs.jit import kernel
 
 MAX_PARAMETER = 31  # values up to 2**31 (positions in a vector of at most wire.MAX_NUMEL)
@@ -193,3 +194,13 @@ def get_code_and_bit(words: np.ndarray, bits: np.uint64, held: int, at: int, end
     bit = np.int64((bits >> (shift + np.uint64(k))) & _ONE) & has_bit
     bits, held, at = _skip(words, bits, held, at, zeros + 1 + has_bit + k)
     return value, bit, bits, held, at
+
+
+def padded_words(stream: np.ndarray) -> np.ndarray:
+    """A stream's bytes as little-endian 64-bit words in a scratch array, zero past its end:
+    four words past its last whole one, as far as the reader (``get``) reads."""
+    whole = stream.size // 8
+    words = scratch.buffer("rice.words", whole + 4, np.uint64)
+    words[whole:] = 0
+    words.view(np.uint8)[: stream.size] = stream
+    return words

@@ -34,7 +34,8 @@ from .endpoints import ChunkReader, ChunkWriter
 from .errors import BarrierTimeout, DdsError, PeerLost
 from .reassembly import Assembled
 from .resend import Ask, Cuts, Overdue, SentLog, parse_ask, write_again
-from .ring import GONE, RING_TAGS, Ready
+from .ring import GONE, RING_TAGS
+from .ring_handle import Ready
 from .rings import Rings, RingsHandle
 
 if TYPE_CHECKING:

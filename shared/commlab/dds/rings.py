@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .resend import Ask, write_again
-from .ring import Ready, Ring, RingHandle
+from .ring import Ring
+from .ring_handle import Ready, RingHandle
 
 if TYPE_CHECKING:
     from .collectives import FrameCodec, Group

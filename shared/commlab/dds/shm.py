@@ -163,6 +163,12 @@ class SharedBlock:
             self._slot = -1
 
 
+def release(payload: object) -> None:
+    """Free the slot of a block lent from shared memory (inline bytes: nothing to do)."""
+    if isinstance(payload, SharedBlock):
+        payload.release()
+
+
 @dataclass
 class _Segment:
     fd: int
