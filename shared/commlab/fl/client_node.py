@@ -45,7 +45,7 @@ def run_client(config_path: str) -> None:
     local_training.warm_up(model, data, momentum=cfg.optimizer.momentum, weight_decay=cfg.optimizer.weight_decay,
                            step=load_train_step(cfg.train_step))
     node = DdsNode(cfg.name, settings)
-    watch = MemoryWatch(4 * numel)  # the model's fp32 size: the unit of the exchange's memory target
+    watch = MemoryWatch(4 * numel, cfg.memory_phases)  # the model's fp32 size: the unit of the exchange's memory target
     try:
         Client(cfg, node, model, data, hosted, log, watch).run()
     finally:

@@ -156,6 +156,7 @@ class ControllerConfig(DdsNodeConfig):
     keep_checkpoints: int = 1
     eval_batch_size: int = 1000
     threads: int = 1                    # torch intra-op threads (cores are shared)
+    memory_phases: bool = False         # exact memory figures per phase; costs time (output.memory_watch)
     train_step: str = DEFAULT_TRAIN_STEP  # recorded only: each client runs the step of its own config
     adaptive: AdaptiveSection | None = None  # per-client qsgd bits and uplink rates (docs/adaptive.md)
     sampling: SamplingSection = SamplingSection()  # clients per round, availability trace (docs/scale.md)
@@ -303,6 +304,7 @@ class ClientConfig(DdsNodeConfig):
     # back); at once when it said it was closing. Covers a restarted controller's start under load.
     controller_return_s: float = 180.0
     threads: int = 1
+    memory_phases: bool = False     # exact memory figures per phase; costs time (output.memory_watch)
     train_step: str = DEFAULT_TRAIN_STEP  # "module:function" or "file.py:function": the loss of one batch
     attack: AttackSection | None = None   # test only: forge this client's updates
     speed_factor: float = 1.0       # compute heterogeneity: local training stretched to 1/speed_factor of its time

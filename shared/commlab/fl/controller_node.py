@@ -57,7 +57,7 @@ def run_controller(config_path: str) -> None:
         "start_round": start_round, "status": "running"})
     node = DdsNode(CONTROLLER, settings)
     warm_up_codecs([cfg.codec, cfg.downlink], layout)
-    watch = MemoryWatch(4 * weights.size)  # the model's fp32 size: the unit of the exchange's memory target
+    watch = MemoryWatch(4 * weights.size, cfg.memory_phases)  # the model's fp32 size: the unit of the exchange's memory target
     try:
         Controller(cfg, node, strategy, start_round, model, data, writer, uplink, downlink, log, progress, watch).run()
         writer.close("completed")

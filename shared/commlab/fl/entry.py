@@ -77,8 +77,8 @@ def main(prog: str, run: Callable[[str], None], expected: tuple[type[Exception],
         print(f"usage: {prog} CONFIG.json", file=sys.stderr)
         return EXIT_CONFIG
     exit_cleanly_on_sigterm()
-    # glibc's own policy, not retain_freed_memory: an FL node hands freed memory back at every
-    # phase boundary anyway (output.memory_watch), and within an encode the heap reused the freed
+    # glibc's own policy, not retain_freed_memory: an FL node measuring memory exactly hands freed
+    # memory back at every phase boundary anyway (output.memory_watch), and within an encode the heap reused the freed
     # work arrays poorly (twice their live size at the peak). One encode a round: a codec's work
     # arrays live as long as their step.
     pool_buffers(False)

@@ -141,6 +141,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--attackers", type=int, default=1)
     p.add_argument("--min-clients", type=int, default=1)
     p.add_argument("--deadline", type=float, default=300.0, help="round deadline in seconds")
+    p.add_argument("--memory-phases", action="store_true", help="each node's resident memory per phase, exact, and "
+                   "the exchange's against its target (docs/workloads.md); costs time: freed memory goes back to the "
+                   "kernel at every phase boundary, and training faults its memory in again each round")
     p.add_argument("--init-path", help="checkpoint file or directory to resume from")
     p.add_argument("--domain-id", type=int, help="DDS domain (default: one that no other run or test on this machine holds, commlab.runs.claims)")
     p.add_argument("--adaptive", choices=("joint", "equal"), help="per-client qsgd bits and uplink rates "
@@ -188,7 +191,8 @@ def build_configs(a: argparse.Namespace) -> tuple[dict, list[dict]]:
     common = {"run_id": run_id, "results_dir": results, "link_profile": a.profile,
               "dds": {"domain_id": domain, "interface": "lo", "peers": ["127.0.0.1"], "multicast": a.multicast},
               **experiment_sections(a),
-              "train_step": resolve_spec_path(a.train_step), "batchnorm": a.batchnorm}
+              "train_step": resolve_spec_path(a.train_step), "batchnorm": a.batchnorm,
+              "memory_phases": a.memory_phases}
     controller = {**common, "checkpoint_dir": str(Path(results) / run_id / "checkpoints"),
                   "rounds": a.rounds, "expected_clients": a.clients, "min_clients": a.min_clients,
                   "codec": {"name": a.codec, "params": codec_params(a.codec_param)},

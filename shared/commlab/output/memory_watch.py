@@ -6,11 +6,18 @@ resident memory. Training is the workload's, not the exchange's: its activations
 the model's size for a CNN at batch 64) are recorded as their own phase, `train`, and held to no
 target. Every other phase counts, the controller's evaluation included (it trains nothing).
 
-At every phase boundary the codecs' work arrays are dropped (codecs.scratch.release_buffers) and
-the memory freed so far goes back to the kernel (malloc_trim): the allocator keeps freed blocks
-below its mmap threshold (which grows to 32 MB as large blocks are freed), and all of them where
-a process asked it to (codecs.scratch.retain_freed_memory), so without it every phase would stay
-resident at the peak of all earlier ones, training's activations included. A phase's peak is then what the process holds during it, and so is its resident memory.
+Exact phase figures are a choice (FL config `memory_phases`, `fl.run --memory-phases`), because
+they cost time. With it, at every phase boundary the codecs' work arrays are dropped
+(codecs.scratch.release_buffers) and the memory freed so far goes back to the kernel (malloc_trim):
+the allocator keeps freed blocks below its mmap threshold (which grows to 32 MB as large blocks are
+freed), and all of them where a process asked it to (codecs.scratch.retain_freed_memory), so
+without it every phase would stay resident at the peak of all earlier ones, training's activations
+included. A phase's peak is then what the process holds during it, and so is its resident memory.
+The cost: every round's training faults its activations in again, and every exchange phase its
+frames, on the cores the training shares (benchmarks/bench_crossover.py's FL rows on loopback
+show it against Flower, which hands nothing back). Without it a
+phase's peak is an upper bound (it includes what earlier phases freed and the allocator kept),
+and no figure against the exchange's target is given.
 
 Phases are spans of time in one process: DDS reader threads reassemble incoming messages
 whenever they arrive, so what they hold counts in whatever phase is running then (mostly
@@ -60,10 +67,12 @@ class MemoryWatch:
     after). Each phase starts by resetting VmHWM (writing 5 to /proc/self/clear_refs, Linux >= 4.0),
     which also lowers ru_maxrss: the overall peak is kept here. Where the reset is refused, only
     idle and the overall peak are recorded. `model_bytes`: the model's fp32 size, the unit of
-    the exchange's target (0: no figures against it)."""
+    the exchange's target (0: no figures against it). `exact`: hand freed memory back at every
+    phase boundary (the module's docstring); otherwise phase peaks are upper bounds, and no
+    figures against the target are given."""
 
-    def __init__(self, model_bytes: int = 0) -> None:
-        self.model_bytes = model_bytes
+    def __init__(self, model_bytes: int = 0, exact: bool = False) -> None:
+        self.model_bytes, self.exact = model_bytes, exact
         release_freed_memory()  # what setting up the node freed is not part of its idle footprint
         self.idle, self.overall = status_bytes("VmRSS"), status_bytes("VmHWM")
         self.peaks: dict[str, int] = {}
@@ -85,8 +94,9 @@ class MemoryWatch:
         if self.resettable:
             self.peaks[name] = max(self.peaks.get(name, 0), hwm)
             self.rises[name] = max(self.rises.get(name, 0), hwm - self.start)
-        release_buffers()  # the codecs' work arrays: this thread encodes a model once a round
-        release_freed_memory()
+        if self.exact:
+            release_buffers()  # the codecs' work arrays: this thread encodes a model once a round
+            release_freed_memory()
         if self.resettable:
             self._reset()
             self.start = status_bytes("VmRSS")
@@ -107,10 +117,11 @@ class MemoryWatch:
         """What transport-<node>.json keeps: idle, the overall peak, each phase's peak, its rise
         above the resident memory it started from (memory freed by an earlier phase and kept by
         the allocator stays resident: the rise is what the phase itself added), and the figures
-        against the exchange's target (exchange_figures)."""
+        against the exchange's target (exchange_figures, only when the phases were `exact`)."""
         self._close(self._current())
+        figures = exchange_figures(self.idle, self.peaks, self.model_bytes) if self.exact else {}
         return {"idle_rss_bytes": self.idle, "peak_rss_bytes": self.overall, "phase_peak_rss_bytes": self.peaks,
-                "phase_rise_rss_bytes": self.rises, **exchange_figures(self.idle, self.peaks, self.model_bytes)}
+                "phase_rise_rss_bytes": self.rises, "memory_phases_exact": self.exact, **figures}
 
 
 def run_memory(run_dir: Path) -> dict[str, float | None]:
