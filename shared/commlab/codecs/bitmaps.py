@@ -29,7 +29,7 @@ def read_bitmap(payload: memoryview, offset: int, numel: int, what: str) -> np.n
 
 
 _SIGN, _ONE = np.uint32(31), np.uint64(1)
-_WORD = 64  # values whose bits one 64-bit word of a bitmap holds
+WORD = 64  # values whose bits one 64-bit word of a bitmap holds
 
 
 @kernel(inline="always")
@@ -59,25 +59,25 @@ def _signed_scales(negative: np.ndarray, nonzero: np.ndarray, masked: bool, scal
     """out (as uint32 words): the bits of the value's block's scale, cleared where its ``nonzero``
     bit is clear (when ``masked``), with its ``negative`` bit as the sign bit."""
     words, scale_bits = out.view(np.uint32), scales.view(np.uint32)
-    for j in range(out.size // _WORD):
-        start = _WORD * j
-        y, neg = words[start : start + _WORD], _bitmap_word(negative, j)
+    for j in range(out.size // WORD):
+        start = WORD * j
+        y, neg = words[start : start + WORD], _bitmap_word(negative, j)
         keep = _bitmap_word(nonzero, j) if masked else ~np.uint64(0)
-        if start // block == (start + _WORD - 1) // block:
+        if start // block == (start + WORD - 1) // block:
             s = scale_bits[start // block]
             if masked:
-                for t in range(_WORD):
+                for t in range(WORD):
                     y[t] = (s & (np.uint32(0) - np.uint32((keep >> np.uint64(t)) & _ONE))) | (
                         np.uint32((neg >> np.uint64(t)) & _ONE) << _SIGN)
             else:
-                for t in range(_WORD):
+                for t in range(WORD):
                     y[t] = s | (np.uint32((neg >> np.uint64(t)) & _ONE) << _SIGN)
         else:
-            for t in range(_WORD):
+            for t in range(WORD):
                 kept = np.uint32((keep >> np.uint64(t)) & _ONE)
                 y[t] = (scale_bits[(start + t) // block] & (np.uint32(0) - kept)) | (
                     np.uint32((neg >> np.uint64(t)) & _ONE) << _SIGN)
-    for i in range(out.size // _WORD * _WORD, out.size):
+    for i in range(out.size // WORD * WORD, out.size):
         kept = _bit(nonzero, i) if masked else np.uint32(1)
         words[i] = (scale_bits[i // block] & (np.uint32(0) - kept)) | (_bit(negative, i) << _SIGN)
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from commlab.codecs import bitmaps, bitpack, chunks, draws, lanes, scratch, squares
 from commlab.codecs.base import MAX_MAGNITUDE, RandomCodec, register
+from commlab.codecs.bitmaps import WORD  # values of one 64-bit word of the sign bitmap
 from commlab.codecs.errors import CodecError, chunk_size, integer_in
 from commlab.codecs.jit import kernel
 
@@ -42,7 +43,6 @@ def _bucket_norm(vec: np.ndarray, start: int, count: int) -> np.float32:
 
 # Below this a float32 sum of squares may have lost subnormal squares: redo it in float64.
 _SQUARES_EXACT_ABOVE = np.float32(2.0**-100)
-_WORD = 64  # values of one 64-bit word of the sign bitmap
 _MAGNITUDE = np.uint32(0x7FFFFFFF)  # above it, a float32's bits have the sign bit set
 
 
@@ -81,13 +81,13 @@ def _quantize(vec: np.ndarray, bucket: int, top: np.float32, key: np.ndarray, no
         else:
             for i in range(x.size):  # int32 then uint8: conversions that vectorise
                 t[i] = np.uint8(np.int32(min(np.floor(abs(x[i]) * f + draws.uniform(key, start + i)), top)))
-        while _WORD * (done + 1) <= stop:
-            negative[done] = _sign_word(bits, levels, _WORD * done)
+        while WORD * (done + 1) <= stop:
+            negative[done] = _sign_word(bits, levels, WORD * done)
             done += 1
-    if _WORD * done < n:  # the last, partial word: one value at a time
+    if WORD * done < n:  # the last, partial word: one value at a time
         word = np.uint64(0)
-        for i in range(_WORD * done, n):
-            word |= np.uint64((vec[i] < 0) & (levels[i] > 0)) << np.uint64(i - _WORD * done)
+        for i in range(WORD * done, n):
+            word |= np.uint64((vec[i] < 0) & (levels[i] > 0)) << np.uint64(i - WORD * done)
         negative[done] = word
     return norms.size
 
@@ -118,7 +118,7 @@ class QSGD(RandomCodec):
         norms = np.empty(chunks.count(n, self.bucket), np.float32)
         t = scratch.buffer("qsgd.levels", -(-n // bitpack.PAD) * bitpack.PAD, np.uint8)
         t[n:] = 0
-        negative = scratch.buffer("qsgd.negative", -(-n // _WORD), np.uint64)
+        negative = scratch.buffer("qsgd.negative", -(-n // WORD), np.uint64)
         done = _quantize(vec, self.bucket, np.float32(self.levels), draws.frame_key(self.rng), norms, t, negative)
         if done < norms.size:
             raise CodecError(f"{self.name}: values must be finite with bucket norms <= {MAX_MAGNITUDE:g}")
@@ -126,42 +126,43 @@ class QSGD(RandomCodec):
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         norms, levels, negative = self._quantize(vec)
-        return (self.levels, self.bucket), _dense_parts(norms, levels, negative, self.levels, vec.size)
+        return (self.levels, self.bucket), dense_parts(norms, levels, negative, self.levels, vec.size)
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
-        levels, bucket = _check_params(type(self).name, params)
-        return _decode_dense(type(self).name, numel, levels, bucket, payload)
+        levels, bucket = check_params(type(self).name, params)
+        return decode_dense(type(self).name, numel, levels, bucket, payload)
 
     def payload_size(self, numel: int) -> int:
-        return _dense_size(numel, self.levels, self.bucket)
+        return dense_size(numel, self.levels, self.bucket)
 
 
-def _dense_size(numel: int, levels: int, bucket: int) -> int:
+def dense_size(numel: int, levels: int, bucket: int) -> int:
     """qsgd<s>'s payload bytes: the bucket norms, the sign bitmap, the bit-packed levels."""
     return 4 * chunks.count(numel, bucket) + bitmaps.bitmap_size(numel) + bitpack.packed_size(numel, _bits(levels))
 
 
-def _dense_parts(norms: np.ndarray, q: np.ndarray, negative: np.ndarray, levels: int, numel: int) -> list:
+def dense_parts(norms: np.ndarray, q: np.ndarray, negative: np.ndarray, levels: int, numel: int) -> list:
     """qsgd<s>'s payload sections from the quantizer's output (QSGD._quantize)."""
     return [norms, negative, bitpack.pack(q, _bits(levels), numel)]
 
 
-def _decode_dense(name: str, numel: int, levels: int, bucket: int, payload: memoryview) -> np.ndarray:
+def decode_dense(name: str, numel: int, levels: int, bucket: int, payload: memoryview) -> np.ndarray:
     """The vector of qsgd<s>'s payload, validated."""
     norm_len = 4 * chunks.count(numel, bucket)
-    expected = _dense_size(numel, levels, bucket)
+    expected = dense_size(numel, levels, bucket)
     if len(payload) != expected:
         raise CodecError(
             f"{name}: payload {len(payload)} bytes, {numel} values at {levels} levels in buckets of {bucket} need {expected}"
         )
-    norms = _norms(name, payload, norm_len)
+    norms = read_norms(name, payload, norm_len)
     signs = bitmaps.read_bitmap(payload, norm_len, numel, f"{name}: sign")
     packed = np.frombuffer(payload, np.uint8, offset=norm_len + bitmaps.bitmap_size(numel))
     q = _levels(name, packed, numel, levels)
     return _dequantize(q, signs, norms, levels, bucket)
 
 
-def _check_params(name: str, params: tuple) -> tuple[int, int]:
+def check_params(name: str, params: tuple) -> tuple[int, int]:
+    """(levels, bucket) of a qsgd frame's parameters, neither of them 0."""
     levels, bucket = params
     if levels == 0:
         raise CodecError(f"{name}: 0 levels in frame")
@@ -170,7 +171,8 @@ def _check_params(name: str, params: tuple) -> tuple[int, int]:
     return levels, bucket
 
 
-def _norms(name: str, payload: memoryview, norm_len: int) -> np.ndarray:
+def read_norms(name: str, payload: memoryview, norm_len: int) -> np.ndarray:
+    """The bucket norms at the start of a qsgd payload, each checked finite, >= 0 and <= MAX_MAGNITUDE."""
     norms = np.frombuffer(payload, "<f4", norm_len // 4)
     if not ((norms >= 0) & (norms <= MAX_MAGNITUDE)).all():
         raise CodecError(f"{name}: bucket norms must be finite, non-negative and <= {MAX_MAGNITUDE:g}")
@@ -191,7 +193,7 @@ def reference_dequantize(levels: np.ndarray, signs: np.ndarray, norms: np.ndarra
     return np.where(signs.astype(bool), -out, out)
 
 
-def _steps(norms: np.ndarray, levels: int) -> np.ndarray:
+def level_steps(norms: np.ndarray, levels: int) -> np.ndarray:
     """A level's value in each bucket, float32(norm / s)."""
     return (norms.astype(np.float64) / levels).astype(np.float32)
 
@@ -199,4 +201,4 @@ def _steps(norms: np.ndarray, levels: int) -> np.ndarray:
 def _dequantize(q: np.ndarray, signs: np.ndarray, norms: np.ndarray, levels: int, bucket: int) -> np.ndarray:
     """norm * sign * level / s per value from the byte levels ``q``; ``signs`` is the packed bitmap
     of one bit per value (set: negative)."""
-    return bitmaps.scale_signs(q, signs, _steps(norms, levels), bucket)
+    return bitmaps.scale_signs(q, signs, level_steps(norms, levels), bucket)

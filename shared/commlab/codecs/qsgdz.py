@@ -16,7 +16,8 @@ from commlab.codecs import lanes, rice, scratch
 from commlab.codecs.base import register
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
-from commlab.codecs.qsgd import _WORD, QSGD, _check_params, _decode_dense, _dense_parts, _dense_size
+from commlab.codecs.bitmaps import WORD
+from commlab.codecs.qsgd import QSGD, check_params, decode_dense, dense_parts, dense_size
 from commlab.codecs.qsgdz_read import DENSE, MAX_VALUE_PARAMETER, RICE, VALUES, decode_stream
 
 
@@ -26,12 +27,12 @@ def _level_counts(levels: np.ndarray) -> tuple[int, int, int]:
     to a multiple of 64), what picks a frame's Rice parameters: 64 at a time, counting the
     bits of two compares, and the sum only in the blocks that have levels above 1."""
     nonzero, big, total = 0, 0, 0
-    for first in range(0, levels.size, _WORD):
+    for first in range(0, levels.size, WORD):
         nonzero += lanes.popcount(~lanes.equal_64(levels, first, 0))
         above = lanes.popcount(~lanes.below_64(levels, first, 2))
         if above:
             big += above
-            for i in range(first, first + _WORD):
+            for i in range(first, first + WORD):
                 total += np.int64(levels[i]) if levels[i] > 1 else 0
     return nonzero, big, total
 
@@ -40,9 +41,9 @@ def _level_counts(levels: np.ndarray) -> tuple[int, int, int]:
 def _ones_before_big(levels: np.ndarray, start: int, n: int) -> int:
     """The levels equal to 1 from ``start`` up to the next level above 1 (or to ``n``), 64 at a
     time (``levels`` zero past n up to a multiple of 64)."""
-    count, block, low = 0, start // _WORD, np.uint64(start % _WORD)
-    while _WORD * block < n:
-        first = _WORD * block
+    count, block, low = 0, start // WORD, np.uint64(start % WORD)
+    while WORD * block < n:
+        first = WORD * block
         nonzero = ~lanes.equal_64(levels, first, 0) >> low << low
         big = ~lanes.below_64(levels, first, 2) >> low << low
         if big:
@@ -60,8 +61,8 @@ def _code_levels(levels: np.ndarray, negative: np.ndarray, n: int, k_gap: int, k
     non-zero levels are found 64 at a time (one compare of 64 bytes, then their set bits)."""
     acc, used, at = rice.put_code(out, np.uint64(0), 0, 0, _ones_before_big(levels, 0, n), k_run)
     after = 0  # the position after the last non-zero level
-    for block in range(-(-n // _WORD)):
-        first = _WORD * block
+    for block in range(-(-n // WORD)):
+        first = WORD * block
         nonzero = ~lanes.equal_64(levels, first, 0)
         while nonzero:
             i = first + np.int64(trailing_zeros(nonzero))
@@ -149,7 +150,7 @@ class QSGDZ(QSGD):
         norms, q, negative = self._quantize(vec)
         n, head = vec.size, (self.levels, self.bucket)
         codes = LevelCodes(q, negative, n, self.levels)
-        dense = _dense_size(n, self.levels, self.bucket) - norms.nbytes
+        dense = dense_size(n, self.levels, self.bucket) - norms.nbytes
         values = -(-codes.value_bits // 8)
         # Exact, not estimates: DENSE's size is fixed and VALUES' known from the counts (see
         # LevelCodes), so neither is coded to be compared. RICE's is known only once coded, and
@@ -163,16 +164,16 @@ class QSGDZ(QSGD):
         if layout == VALUES:
             params, stream = codes.values()
             return (*head, VALUES, *params), [norms, stream]
-        return (*head, DENSE, 0, 0, 0, 0), _dense_parts(norms, q, negative, self.levels, n)
+        return (*head, DENSE, 0, 0, 0, 0), dense_parts(norms, q, negative, self.levels, n)
 
     def _decode(self, numel: int, params: tuple, payload: memoryview) -> np.ndarray:
         name = type(self).name
-        levels, bucket = _check_params(name, params[:2])
+        levels, bucket = check_params(name, params[:2])
         layout, nonzero, *parameters = params[2:]
         if layout == DENSE:
             if nonzero or any(parameters):
                 raise CodecError(f"{name}: dense frame with Rice parameters {nonzero, *parameters}, not zeros")
-            return _decode_dense(name, numel, levels, bucket, payload)
+            return decode_dense(name, numel, levels, bucket, payload)
         return decode_stream(name, numel, levels, bucket, layout, nonzero, parameters, payload)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from commlab.codecs import chunks, rice
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
-from commlab.codecs.qsgd import _norms, _steps
+from commlab.codecs.qsgd import level_steps, read_norms
 
 # The layouts of a qsgdz frame (its parameters say which).
 RICE, DENSE, VALUES = 0, 1, 2
@@ -101,9 +101,9 @@ def decode_stream(name: str, numel: int, levels: int, bucket: int, layout: int, 
     if nonzero > numel:
         raise CodecError(f"{name}: {nonzero} non-zero levels for only {numel} values")
     _check_rice_parameters(name, layout, parameters)
-    norms = _norms(name, payload, norm_len)
+    norms = read_norms(name, payload, norm_len)
     stream = np.frombuffer(payload, np.uint8, offset=norm_len)
-    words, bits, steps = rice.padded_words(stream), 8 * stream.size, _steps(norms, levels)
+    words, bits, steps = rice.padded_words(stream), 8 * stream.size, level_steps(norms, levels)
     if layout == RICE:
         out = np.zeros(numel, np.float32)
         end, errors = _decode_levels(words, bits, nonzero, levels, *parameters, steps, bucket, out), _DECODE_ERRORS
