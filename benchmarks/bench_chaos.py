@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         chaos.fl_cpu_hogs(fl_want)
         chaos.fl_four_runs(fl_want)
         if links:
-            add_link_cases(chaos, fl_want, ddp_want, fl_hashes, ddp_hashes, finish_all)
+            add_link_cases(chaos, fl_want, fl_hashes, ddp_hashes, finish_all)
         failed = [r.case for r in chaos.rows if not r.passed]
         s.write(pd.DataFrame([{"case": r.case, "fault": r.fault, "expected": r.expected, "outcome": r.outcome,
                                "passed": "yes" if r.passed else "NO", "wall_s": round(r.wall_s, 1)}
