@@ -119,7 +119,7 @@ def start_ddp(out_dir: Path, method: str, domain: int, world: int = 3, halt: dic
     procs = []
     for rank, node in enumerate(ddp_roster(world)):
         path = out_dir / (f"{node.name}.json" if lab else "worker.json")
-        if lab:  # unicast, as on loopback: the same collective (ring), so the models equal a loopback run's
+        if lab:  # unicast, as on loopback: the ring (two directions here, one on loopback: last bits differ)
             cfg = {**cfg, "dds": networked_dds({**cfg["dds"], "multicast": "off"}, node.name, lab.addresses, "lan")}
         path.write_text(json.dumps(cfg))
         procs.append(NodeProcess(out_dir, node.name if lab else f"rank{rank}",
