@@ -78,9 +78,9 @@ def main(prog: str, run: Callable[[str], None], expected: tuple[type[Exception],
         return EXIT_CONFIG
     exit_cleanly_on_sigterm()
     # glibc's own policy, not retain_freed_memory: an FL node measuring memory exactly hands freed
-    # memory back at every phase boundary anyway (output.memory_watch), and within an encode the heap reused the freed
-    # work arrays poorly (twice their live size at the peak). One encode a round: a codec's work
-    # arrays live as long as their step.
+    # memory back at every phase boundary anyway (output.memory_watch), and within an encode the
+    # heap reused the freed work arrays poorly (twice their live size at the peak). One encode a
+    # round: a codec's work arrays live as long as their step.
     pool_buffers(False)
     try:
         run(argv[0])

@@ -14,10 +14,10 @@ freed), and all of them where a process asked it to (codecs.scratch.retain_freed
 without it every phase would stay resident at the peak of all earlier ones, training's activations
 included. A phase's peak is then what the process holds during it, and so is its resident memory.
 The cost: every round's training faults its activations in again, and every exchange phase its
-frames, on the cores the training shares (benchmarks/bench_crossover.py's FL rows on loopback
-show it against Flower, which hands nothing back). Without it a
-phase's peak is an upper bound (it includes what earlier phases freed and the allocator kept),
-and no figure against the exchange's target is given.
+frames, on the cores the training shares; on loopback that made DDS FL rounds slower than
+Flower's, whose nodes hand nothing back. Without it a phase's peak is an upper bound (it includes
+what earlier phases freed and the allocator kept), and no figure against the exchange's target is
+given.
 
 Phases are spans of time in one process: DDS reader threads reassemble incoming messages
 whenever they arrive, so what they hold counts in whatever phase is running then (mostly
