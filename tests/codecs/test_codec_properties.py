@@ -291,28 +291,85 @@ def test_index_masks_refuse_what_the_positions_refuse(mode, data, numel, k):
 
 @given(st.sets(st.integers(0, 2**31 - 1), max_size=200), st.sampled_from([np.int32, np.int64]))
 @PROPERTY
-def test_varint_byte_count_of_any_deltas(chosen, dtype):
+def test_varints_of_any_deltas_round_trip(chosen, dtype):
     # Deltas of every length, 1 to 5 bytes, from int32 positions (topk's) and int64 ones.
     idx = np.array(sorted(chosen), dtype)
-    assert indices._varint_bytes(idx) == sum(indices.varint_len(d) for d in np.diff(idx.astype(np.int64), prepend=0))
     mode, coded = indices.encode(idx, 2**31)
+    assert mode == indices.VARINT
+    assert coded.size == sum(indices.varint_len(d) for d in np.diff(idx.astype(np.int64), prepend=0))
     assert np.array_equal(indices.decode(mode, coded, 2**31, idx.size), idx)
 
 
-@given(st.lists(st.one_of(st.integers(1, 12), st.integers(1, 2**22)), max_size=300), st.sampled_from([np.int32, np.int64]))
+def _runs(small: st.SearchStrategy, other: st.SearchStrategy) -> st.SearchStrategy:
+    """Lists of runs of 16 or more ``small`` (what the varint loops take 16 at a time) between a few ``other``."""
+    run = st.one_of(st.lists(small, min_size=16, max_size=40), st.lists(other, max_size=3))
+    return st.lists(run, max_size=10).map(lambda runs: [x for r in runs for x in r])
+
+
+@given(_runs(st.integers(1, 127), st.integers(1, 2**22)))
 @PROPERTY
-def test_varints_are_the_leb128_of_the_deltas(deltas, dtype):
-    # Runs of 16 one-byte deltas (written 16 at a time) between longer ones.
-    idx = (np.cumsum(np.array(deltas, np.int64)) - 1).astype(dtype)
+def test_varints_are_the_leb128_of_the_deltas(deltas):
+    # Runs of 16 one-byte deltas (written and read 16 at a time) between longer ones; masks and
+    # positions decoded from them alike.
+    idx = (np.cumsum(np.array(deltas, np.int64)) - 1).astype(np.int32)
     expected = bytearray()
     for delta in np.diff(idx.astype(np.int64), prepend=0).tolist():
         while delta >= 0x80:
             expected.append((delta & 0x7F) | 0x80)
             delta >>= 7
         expected.append(delta)
-    out = np.empty(indices._varint_bytes(idx), np.uint8)
-    indices._write_varints(idx, out)
-    assert out.tobytes() == bytes(expected)
+    mode, coded = indices.encode(idx, 2**31)
+    assert mode == indices.VARINT and coded.tobytes() == bytes(expected)
+    numel = int(idx[-1]) + 1 if idx.size else 1
+    assert np.array_equal(indices.decode(mode, coded, numel, idx.size), idx)
+    masks = indices.decode_masks(mode, coded, numel, idx.size)
+    assert np.array_equal(np.flatnonzero(np.unpackbits(masks.view(np.uint8), bitorder="little")), idx)
+
+
+def reference_varints(data: bytes, numel: int) -> list[int] | str:
+    """LEB128 deltas read one byte at a time: the positions, or the first kind of error decode reports."""
+    positions, errors, delta, shift, length, total = [], set(), 0, 0, 0, 0
+    for byte in data:
+        delta, shift, length = delta | (byte & 0x7F) << shift, shift + 7, length + 1
+        if byte < 0x80:
+            if length > 5:
+                errors.add("longer than")
+            elif delta >= numel or (positions and delta == 0):
+                errors.add("not strictly increasing")
+            else:
+                total += delta
+            positions.append(total)
+            delta, shift, length = 0, 0, 0
+    if positions and total >= numel:
+        errors.add("out of range for")
+    order = ["longer than", "not strictly increasing", "out of range for"]
+    return next((e for e in order if e in errors), positions)
+
+
+def _spoilt(run: list[int], at: int, byte: int | None) -> list[int]:
+    return run if byte is None else run[:at % len(run)] + [byte] + run[at % len(run):]
+
+
+@given(st.lists(st.builds(_spoilt, st.lists(st.integers(1, 127), min_size=16, max_size=40), st.integers(0, 39),
+                          st.sampled_from([None, 0, 0x80, 0xFF, 0x81])), max_size=8).map(lambda runs: sum(runs, [])),
+       st.one_of(st.integers(1, 1 << 14), st.just(1 << 20)))
+@settings(max_examples=200)
+def test_untrusted_varints_decode_as_one_byte_at_a_time(body, numel):
+    # Untrusted bytes whose runs of one-byte deltas the decoders take 16 at a time: a zero delta,
+    # an overlong value or a position past the vector inside or beside such a run is refused as
+    # the byte-by-byte reading refuses it, and otherwise both decoders give its positions.
+    data = np.array(body + [1], np.uint8)
+    k = int(np.count_nonzero(data < 0x80))
+    expected = reference_varints(data.tobytes(), numel)
+    for decode in (indices.decode, indices.decode_masks):
+        if isinstance(expected, str):
+            with pytest.raises(CodecError, match=expected):
+                decode(indices.VARINT, data, numel, k)
+        else:
+            got = decode(indices.VARINT, data, numel, k)
+            if decode is indices.decode_masks:
+                got = np.flatnonzero(np.unpackbits(got.view(np.uint8), bitorder="little"))
+            assert np.array_equal(got, expected)
 
 
 def bucket_norms(vec: np.ndarray, bucket: int) -> np.ndarray:

@@ -1,5 +1,6 @@
 """lanes.py, the 16-lane operations of the compiled loops, against numpy: the byte masks, popcount,
-compress (the selected lanes packed) and expand (packed values spread back over the lanes)."""
+compress (the selected lanes packed), expand (packed values spread back over the lanes) and the
+byte deltas of varints."""
 from __future__ import annotations
 
 import numba
@@ -40,6 +41,11 @@ def _compress(src, start, mask, dst, at):
 @numba.njit
 def _expand(src, at, mask, dst, start):
     lanes.expand(src, at, mask, dst, start)
+
+
+@numba.njit
+def _byte_deltas(idx, start, out, at):
+    return lanes.byte_deltas(idx, start, out, at)
 
 
 def bits_of(mask: int, width: int = lanes.LANES) -> np.ndarray:
@@ -108,6 +114,17 @@ def test_compress_and_expand_take_integer_lanes(src, mask):
     assert np.array_equal(back, np.where(bits_of(mask), src, 0))
 
 
+@given(arrays(np.int32, lanes.LANES + 3, elements=st.integers(-2**31, 2**31 - 1)), st.integers(1, 3))
+@quick
+def test_byte_deltas_are_the_low_bytes_of_the_differences(idx, start):
+    out = np.full(lanes.LANES + 2, 7, np.uint8)
+    small = _byte_deltas(idx, start, out, 1)
+    deltas = idx[start: start + lanes.LANES].astype(np.int64) - idx[start - 1: start + lanes.LANES - 1]
+    assert np.array_equal(out[1:-1], (deltas & 0xFF).astype(np.uint8))
+    assert out[0] == out[-1] == 7
+    assert np.array_equal(bits_of(small), (deltas & 0xFFFFFFFF) < 0x80)  # unsigned: no negative delta is small
+
+
 def test_blocks_beyond_their_arrays_are_refused():
     src, dst = np.arange(20, dtype=np.float32), np.empty(20, np.float32)
     with pytest.raises(IndexError):
@@ -120,6 +137,10 @@ def test_blocks_beyond_their_arrays_are_refused():
     assert dst[4:7].tolist() == [0, 1, 2]
     with pytest.raises(IndexError):
         _masks(np.zeros(15, np.uint8), 1)
+    with pytest.raises(IndexError):
+        _byte_deltas(np.arange(20, dtype=np.int32), 0, np.empty(16, np.uint8), 0)  # idx[-1] asked for
+    with pytest.raises(IndexError):
+        _byte_deltas(np.arange(20, dtype=np.int32), 1, np.empty(16, np.uint8), 1)  # writes out[1:17]
 
 
 def test_only_4_byte_lanes_compile():

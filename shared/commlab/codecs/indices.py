@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from commlab.codecs import lanes
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
 from commlab.codecs.lanes import LANES
@@ -30,27 +31,14 @@ def _varint_len(delta: int) -> int:
 
 
 @kernel
-def _varint_bytes(idx: np.ndarray) -> int:
-    """Bytes of the varints of the deltas of increasing indices (each delta from the two indices,
-    not from a running previous one: a loop that vectorises)."""
-    if idx.size == 0:
-        return 0
-    total = _varint_len(idx[0])
-    for j in range(1, idx.size):
-        total += _varint_len(idx[j] - idx[j - 1])
-    return total
-
-
-@kernel
-def _write_varints(idx: np.ndarray, out: np.ndarray) -> None:
-    """LEB128 of each delta: 7 bits a byte, low groups first, the high bit set on all but the last.
-    16 deltas at a time where the 16 indices lie less than 128 past the one before them (every
-    delta one byte: a loop that vectorises; most of top-k's), the others one by one."""
+def _write_varints(idx: np.ndarray, out: np.ndarray) -> int:
+    """LEB128 of each delta into ``out`` (16 bytes longer than the varints); returns their bytes:
+    7 bits a byte, low groups first, the high bit set on all but the last. 16 deltas at a time
+    where all 16 are below 0x80 (lanes.byte_deltas: one vector subtraction; most of top-k's),
+    the others one by one. ``idx``: int32."""
     at, j = 0, 0
     while j < idx.size:
-        if 0 < j <= idx.size - LANES and idx[j + LANES - 1] - idx[j - 1] < 0x80:
-            for i in range(LANES):
-                out[at + i] = idx[j + i] - idx[j + i - 1]
+        if 0 < j <= idx.size - LANES and lanes.byte_deltas(idx, j, out, at) == 0xFFFF:
             at, j = at + LANES, j + LANES
             continue
         delta = idx[j] - idx[j - 1] if j else idx[0]
@@ -60,6 +48,7 @@ def _write_varints(idx: np.ndarray, out: np.ndarray) -> None:
             at += 1
         out[at] = delta
         at, j = at + 1, j + 1
+    return at
 
 
 # What _read_varints found wrong (bits of its result), in the order the errors are reported.
@@ -72,8 +61,19 @@ def _read_varints(data: np.ndarray, numel: int, count: int, out: np.ndarray, mas
     ones) into their cumulative sums: into ``out`` and/or as bits of ``masks`` (one uint16 per 16
     positions; an empty array for either that is not wanted); return (the _TOO_LONG |
     _NOT_INCREASING | _BEYOND found, the last sum). A sum past the vector marks nothing."""
-    errors, at, total = 0, 0, 0
-    for j in range(count):
+    errors, at, total, j = 0, 0, 0, 0
+    while j < count:
+        # 16 one-byte deltas, none zero, that cannot reach the vector's end: no check per value.
+        if (0 < j <= count - LANES and total + LANES * 0x7F < numel
+                and lanes.below(data, at, 0x80) == 0xFFFF and lanes.equal(data, at, 0) == 0):
+            for i in range(LANES):
+                total += data[at + i]
+                if out.size:
+                    out[j + i] = total
+                if masks.size:
+                    masks[total >> 4] |= np.uint16(1) << np.uint16(total & 15)
+            at, j = at + LANES, j + LANES
+            continue
         delta, shift, length = 0, 0, 0
         while True:
             byte = data[at]
@@ -94,22 +94,22 @@ def _read_varints(data: np.ndarray, numel: int, count: int, out: np.ndarray, mas
             out[j] = total
         if masks.size and total < numel:
             masks[total >> 4] |= np.uint16(1) << np.uint16(total & 15)
+        j += 1
     if count and total >= numel:
         errors |= _BEYOND
     return errors, total
 
 
 def encode(idx: np.ndarray, numel: int) -> tuple[int, np.ndarray]:
-    """Strictly increasing int64 indices -> (mode, uint8 bytes)."""
-    total = _varint_bytes(idx)
-    bitmap_len = -(-numel // 8)
-    if bitmap_len < total:
+    """Strictly increasing indices below numel (<= 2**31, wire.MAX_NUMEL) -> (mode, uint8 bytes)."""
+    positions = np.asarray(idx, np.int32)  # below numel: every one fits
+    out = np.empty(positions.size * varint_len(max(numel - 1, 0)) + LANES, np.uint8)
+    total = _write_varints(positions, out)
+    if -(-numel // 8) < total:
         mask = np.zeros(numel, bool)
-        mask[idx] = True
+        mask[positions] = True
         return BITMAP, np.packbits(mask, bitorder="little")
-    out = np.empty(total, np.uint8)
-    _write_varints(idx, out)
-    return VARINT, out
+    return VARINT, out[:total]
 
 
 def decode(mode: int, data: np.ndarray, numel: int, k: int) -> np.ndarray:

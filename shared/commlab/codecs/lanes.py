@@ -1,11 +1,12 @@
 """Sixteen values at a time, for the compiled loops (jit.py) that LLVM does not vectorise on its
-own: packing the selected values of a block (compaction) and its inverse, and the masks that
-select them. A scalar loop that packs values advances its count one value at a time, about a
-cycle a value; these emit LLVM's target-independent vector operations
-(``llvm.experimental.vector.compress``, ``llvm.masked.expandload``, ``llvm.ctpop``, a vector
-compare), which an AVX-512 machine runs as a few instructions per 16 values and any other target
-as equivalent scalar code. No arithmetic rounds (values are compared and moved, not computed)
-but ``scale_signed``'s one float32 product, rounded as numpy's.
+own: packing the selected values of a block (compaction) and its inverse, the masks that select
+them, and the one-byte deltas of 16 increasing indices (varints, indices.py). A scalar loop that
+packs values advances its count one value at a time, about a cycle a value; these emit LLVM's
+target-independent vector operations (``llvm.experimental.vector.compress``,
+``llvm.masked.expandload``, ``llvm.ctpop``, a vector compare), which an AVX-512 machine runs as
+a few instructions per 16 values and any other target as equivalent scalar code. No arithmetic
+rounds (values are compared and moved, not computed) but ``scale_signed``'s one float32 product,
+rounded as numpy's.
 
 A mask is an integer whose bit j stands for lane j, the value at ``start + j``. Each operation
 checks that its block lies within its arrays (IndexError otherwise: a branch that never goes the
@@ -172,6 +173,28 @@ def expand(typingctx, src, at, mask, dst, start):
         builder.store(spread, target, align=4)
         return context.get_dummy_value()
     return types.void(src, at, mask, dst, start), codegen
+
+
+@intrinsic
+def byte_deltas(typingctx, idx, start, out, at):
+    """out[at:at + 16] = the low bytes of idx[start + j] - idx[start + j - 1] for j < 16 (start >= 1);
+    returns the mask of the lanes whose difference is below 0x80 (unsigned): where it is all 16,
+    those bytes are the one-byte varints of 16 increasing indices' deltas. idx: int32 or uint32;
+    out: uint8."""
+    _four_byte(idx)
+    if out.dtype != types.uint8:
+        raise TypingError(f"lanes: writes the deltas' bytes into uint8, not {out.dtype}")
+
+    def codegen(context, builder, sig, args):
+        current, vector = vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        before = builder.sub(context.cast(builder, args[1], sig.args[1], types.int64), ir.Constant(_I64, 1))
+        previous, _ = vector_at(context, builder, sig.args[0], args[0], types.int64, before)
+        deltas = builder.sub(builder.load(current, align=4), builder.load(previous, align=4))
+        target, bytes_ = vector_at(context, builder, sig.args[2], args[2], sig.args[3], args[3])
+        builder.store(builder.trunc(deltas, bytes_), target, align=1)
+        small = builder.icmp_unsigned("<", deltas, ir.Constant(vector, [0x80] * LANES))
+        return builder.zext(builder.bitcast(small, ir.IntType(LANES)), _I32)
+    return types.uint32(idx, start, out, at), codegen
 
 
 @intrinsic
