@@ -108,8 +108,15 @@ class Chaos:
     def next_domain(self) -> int:
         return self._domains.take("domain")
 
-    def case(self, name: str, fault: str, expected: str, run: Callable[[Path], tuple[str, bool]]) -> None:
-        if self.only and not any(fnmatch(name, pattern) for pattern in self.only):
+    def selected(self, name: str) -> bool:
+        """Whether --cases asks for the case ``name``."""
+        return not self.only or any(fnmatch(name, pattern) for pattern in self.only)
+
+    def case(self, name: str, fault: str, expected: str, run: Callable[[Path], tuple[str, bool]],
+             needed: bool = False) -> None:
+        """One row of the table. ``needed``: run even where --cases does not name it (a reference
+        the selected cases are held to)."""
+        if not (needed or self.selected(name)):
             return
         folder = self.work / name
         folder.mkdir()
@@ -251,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     links = os.geteuid() == 0  # namespaces, tc and iptables
-    with BenchRun(a, 3 * len(pauses) + 5 + 4 * links, "case") as s:
+    with BenchRun(a, 3 * len(pauses) + 5 + 5 * links, "case") as s:
         chaos = Chaos(work, s, a.cases.split(",") if a.cases else None)
         fl_want, ddp_want = chaos.baselines()
         for pause_s in pauses:

@@ -72,26 +72,25 @@ def disturb(node: NodeProcess, point: str, start: Callable[[], Callable[[], None
 
 
 def add_link_cases(chaos, fl_want: list, fl_hashes, ddp_hashes, finish_all) -> None:
-    """The link-fault rows of the chaos table (bench_chaos.Chaos)."""
-    ddp_nodes = [n.name for n in ddp_roster(3)]
-    ddp_want: list = []  # the undisturbed DDP run's hashes on LINK_RATE links, from the first DDP case
-
-    def ddp_reference(folder: Path) -> list:
-        if not ddp_want:
-            (folder / "undisturbed").mkdir()
-            with shaped_lab(ddp_nodes) as lab:
-                procs = chaos.ddp_run(folder / "undisturbed", lab=lab)
-                codes = finish_all(procs)
-            if codes != [0, 0, 0]:
-                raise AssertionError(f"the undisturbed DDP run on {LINK_RATE} links failed: exit codes {codes}")
-            ddp_want.extend(ddp_hashes(procs))
-        return ddp_want
-
+    """The link-fault rows of the chaos table (bench_chaos.Chaos), the DDP ones after a row of
+    their reference: an undisturbed DDP run on the same links."""
     faults = {"flap": (f"uplink flapped to {FLAP_BPS / 1000:g} kbit/s for {FAULT_S:g} s",
                        lambda lab, n: flap(lab, n)),
               "loss": (f"30 % of incoming packets lost for {FAULT_S:g} s",
                        lambda lab, n: loss_burst(lab, n, 30.0))}
-    fl_nodes = ["controller", "client-0", "client-1"]
+    fl_nodes, ddp_nodes = ["controller", "client-0", "client-1"], [n.name for n in ddp_roster(3)]
+    ddp_want: list = []
+
+    def ddp_reference(folder: Path) -> tuple[str, bool]:
+        with shaped_lab(ddp_nodes) as lab:
+            procs = chaos.ddp_run(folder, lab=lab)
+            codes = finish_all(procs)
+        if codes == [0, 0, 0]:
+            ddp_want.extend(ddp_hashes(procs))
+        return f"exit codes {codes}", codes == [0, 0, 0]
+    chaos.case("ddp-link-undisturbed", f"none: the reference of the DDP link cases ({LINK_RATE} links)",
+               "completes", ddp_reference, needed=any(chaos.selected(f"ddp-link-{kind}") for kind in faults))
+
     for kind, (what, start) in faults.items():
         def fl_run(folder: Path, start=start) -> tuple[str, bool]:
             with shaped_lab(fl_nodes) as lab:
@@ -106,14 +105,15 @@ def add_link_cases(chaos, fl_want: list, fl_hashes, ddp_hashes, finish_all) -> N
                    "completes, same models", fl_run)
 
         def ddp_run(folder: Path, start=start) -> tuple[str, bool]:
-            want = ddp_reference(folder)
+            if not ddp_want:
+                raise AssertionError("no reference: the undisturbed DDP run on the same links failed")
             with shaped_lab(ddp_nodes) as lab:
                 procs = chaos.ddp_run(folder, halt={1: "before_exchange@12"}, lab=lab)
                 try:
                     disturb(procs[1], "before_exchange@12", lambda: start(lab, "worker-1"), FAULT_S)
                 finally:
                     codes = finish_all(procs)
-            same = ddp_hashes(procs) == want
+            same = ddp_hashes(procs) == ddp_want
             return f"exit codes {codes}, models {'the same' if same else 'DIFFERENT'}", codes == [0, 0, 0] and same
         chaos.case(f"ddp-link-{kind}", f"rank 1 of 3: {what}, from step 12's exchange on ({LINK_RATE} links)",
                    "completes, same models", ddp_run)
