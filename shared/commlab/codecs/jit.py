@@ -5,8 +5,10 @@ machine code beside the module, or in the user's cache directory where that is r
 processes load it. nogil=True: encoders run in threads (FL clients, DDP's exchange) and a compiled
 loop holds no Python state. error_model numpy: a division by zero gives inf or NaN, as in
 numpy, instead of a check in every loop. The loops are written over scalars, one pass each, so that LLVM
-vectorises them; reductions numpy already vectorises (max, min) stay numpy's. No fastmath: every
-loop rounds as numpy's float32 arithmetic does, so frames are bit-identical to the references.
+vectorises them; reductions numpy already vectorises (max, min) stay numpy's. No fastmath unless a
+loop asks for it: every other loop rounds as numpy's float32 arithmetic does, so frames are
+bit-identical to the references. The few that reassociate sums (``@kernel(fastmath={"reassoc"})``:
+PowerSGD's products, signsgd's means where they are sure) say in their docstrings what that changes.
 """
 from __future__ import annotations
 
