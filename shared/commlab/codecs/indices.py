@@ -25,11 +25,6 @@ def bound(numel: int, k: int) -> int:
     return min(-(-numel // 8), k * varint_len(max(numel - 1, 0)))
 
 
-@kernel(inline="always")
-def _varint_len(delta: int) -> int:
-    return 1 + (delta >= 1 << 7) + (delta >= 1 << 14) + (delta >= 1 << 21) + (delta >= 1 << 28)
-
-
 @kernel
 def _write_varints(idx: np.ndarray, out: np.ndarray) -> int:
     """LEB128 of each delta into ``out`` (16 bytes longer than the varints); returns their bytes:
