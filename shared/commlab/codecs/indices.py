@@ -46,6 +46,12 @@ def _write_varints(idx: np.ndarray, out: np.ndarray) -> int:
     return at
 
 
+@kernel(inline="always")
+def _mark(masks: np.ndarray, position: int) -> None:
+    """Set the bit of ``position`` in its block's uint16 mask."""
+    masks[position >> 4] |= np.uint16(1) << np.uint16(position & 15)
+
+
 # What _read_varints found wrong (bits of its result), in the order the errors are reported.
 _TOO_LONG, _NOT_INCREASING, _BEYOND = 1, 2, 4
 
@@ -66,7 +72,7 @@ def _read_varints(data: np.ndarray, numel: int, count: int, out: np.ndarray, mas
                 if out.size:
                     out[j + i] = total
                 if masks.size:
-                    masks[total >> 4] |= np.uint16(1) << np.uint16(total & 15)
+                    _mark(masks, total)
             at, j = at + LANES, j + LANES
             continue
         delta, shift, length = 0, 0, 0
@@ -88,7 +94,7 @@ def _read_varints(data: np.ndarray, numel: int, count: int, out: np.ndarray, mas
         if out.size:
             out[j] = total
         if masks.size and total < numel:
-            masks[total >> 4] |= np.uint16(1) << np.uint16(total & 15)
+            _mark(masks, total)
         j += 1
     if count and total >= numel:
         errors |= _BEYOND
