@@ -1,27 +1,31 @@
 """powersgd<r>: low-rank gradient compression (Vogels et al., NeurIPS 2019; PyTorch's powerSGD_hook).
 
 Each matrix-shaped tensor M (n x m: the first dimension by the rest) is approximated by P Q^T of
-rank r by power iteration from the previous frame's Q (warm start): P = M Q, orthogonalise P,
-Q = M^T P, `power_iters` times per frame. Tensors with one dimension, and matrices too small to gain
-`min_compression_rate`, travel whole. The residual M - P Q^T is the error-feedback memory around
-this codec; in FL (Compression, codecs/compression.py) the residual carried into the next round
-is clipped to the new delta's norm (`residual_clip`), in DDP it is carried whole.
+rank r, P orthonormal and Q = M^T P, from the previous frame's Q (warm start). The paper and the
+hook run power iteration, P = M Q, orthogonalise P, Q = M^T P; a frame runs `power_iters` such
+passes over M and keeps every one's P (block Krylov), then takes the best P of their span (see
+below). Tensors with one dimension, and matrices too small to gain `min_compression_rate`, travel
+whole. The residual M - P Q^T is the error-feedback memory around this codec; in FL (Compression,
+codecs/compression.py) the residual carried into the next round is clipped to the new delta's
+norm (`residual_clip`), in DDP it is carried whole.
 
-Why several iterations per frame: in DDP one warm-started iteration per step is enough (the paper,
+Why several passes per frame: in DDP one warm-started iteration per step is enough (the paper,
 the hook), because consecutive gradients are alike and the iterations add up across steps; every
 iteration there costs an allreduce, so DDP (ddp/lowrank.py, which does not use `encode`) keeps one.
-A frame (an FL upload: one per round) is computed by one sender alone, so more iterations cost no
-bytes, and the previous frame's Q is a round of training old: one iteration from it left the
-rank-2 approximation of an MNIST CNN round delta well short of the best one (fc1 27 % of its
-energy from a random start against 39 % for the best rank 2, conv2 36 % against 52 %; 4
-iterations: 38.6 % and 51.9 %), and FL powersgd2 at 81 % after 10 rounds (fp32 98.6 %).
+A frame (an FL upload: one per round) is computed by one sender alone, so more passes cost no
+bytes, and the previous frame's Q is a round of training old: one iteration from it leaves the
+rank-r approximation of a round delta well short of the best one (its singular values decay
+slowly), and FL powersgd2 far below fp32's accuracy.
 
-A frame's iteration reads M once (power_iterations): P = M Q and S = M^T P in one pass, then with
-R from Cholesky of P^T P, P R^-1 is the orthonormal P and S R^-1 = M^T P R^-1 the next Q. The same
-maths as the Householder QR and second product DDP runs (which it still takes where P's columns
-are nearly dependent), with other rounding: frames differ from those of the two-read iteration in
-their last bits (captured energy of the bench's MNIST CNN update, rank 2, 4 iterations: the same
-to four digits in every matrix), and are the same bits for the same input on one machine.
+A frame's pass reads M once (block_krylov): P_k = M U_k and S_k = M^T P_k together, U_0 from the
+warm start and U_k from S_k-1 made orthogonal to the units before. M^T P of any P in the span of
+P_0 .. P_t-1 is the same combination of S_0 .. S_t-1, so the P of that span with the largest
+||M^T P|| (the most energy P Q^T keeps: Rayleigh-Ritz, from two small eigenproblems) and its exact
+Q need no further read of M. That span holds the P of t power iterations, so a frame keeps at least
+what t iterations keep, and on slowly decaying spectra what more of them keep
+(tests/codecs/test_powersgd.py::test_more_passes_keep_more_than_power_iteration_does_with_one_more).
+Frames are the same bits for the same input on one machine; P has a zero column for each rank
+beyond the directions of M the span holds (above 1 % of its largest).
 
 Before `start_iter` (the hook's start_powerSGD_iter; DDP counts steps, FL rounds: the schedule
 WholeFirst sets `whole`) the whole vector travels, in FL as a frame with no matrices. Its default, 2, is the
@@ -48,18 +52,19 @@ import numpy as np
 from commlab.codecs import indices
 from commlab.codecs.base import LOWRANK, Codec, Context, Layout, register
 from commlab.codecs.errors import CodecError
-from commlab.codecs.lowrank_kernels import expand, orthogonalize, power_iterations, product, transposed_product
+from commlab.codecs.krylov import block_krylov
+from commlab.codecs.lowrank_kernels import expand, orthogonalize, product, transposed_product
 from commlab.codecs.memory import ErrorFeedback
 from commlab.codecs.topk import split_sparse
 
 ENTRY = struct.Struct("<QII")  # offset in the flat vector, n, m
-POWER_ITERS = 4  # per frame; see the module docstring
+POWER_ITERS = 3  # passes over M per frame; see the module docstring
 # The error feedback's parameters (ErrorFeedback's decay and clip) by setting. A round-old FL
 # residual overshoots: the next round's training re-learns part of what the frame dropped. Carried
 # at half its size and at most the new delta's norm, after the codec's two whole rounds
-# (start_iter), FL powersgd2 after 10 rounds, seeds 0/1/2, is within 0.33-0.40 pp of fp32 (rank 2
-# from round 1 with the clipped residual: 0.66-1.26 pp below; docs/codecs.md). DDP keeps the
-# plain residual, one step old, and takes neither parameter.
+# (start_iter), FL powersgd2 reaches fp32's accuracy after 10 rounds within the half point the
+# matrix aims at; rank 2 from round 1 does not (docs/codecs.md names the run). DDP keeps the plain
+# residual, one step old, and takes neither parameter.
 RESIDUAL_PARAMS = {"fl": {"residual_decay": 0.5, "residual_clip": 1.0}, "ddp": {}}
 
 
@@ -106,7 +111,7 @@ class PowerSgd(Codec):
             raise CodecError(f"powersgd: need 1 <= rank <= 1024, start_iter >= 0 and 1 <= power_iters <= 64, "
                              f"got {rank}, {start_iter}, {power_iters}")
         # start_iter: DDP steps exchanged dense before PowerSGD starts (the hook's start_powerSGD_iter).
-        # power_iters: power iterations per encoded frame (FL uploads); DDP's exchange runs one per step.
+        # power_iters: passes over each matrix per encoded frame (FL uploads); DDP's exchange runs one per step.
         self.rank, self.start_iter, self.rng = rank, start_iter, np.random.default_rng(seed)
         self.name = f"powersgd{rank}"
         self.power_iters = power_iters
@@ -148,7 +153,7 @@ class PowerSgd(Codec):
             return (0, self.rank, vec.size, indices.VARINT, 0), [vec]
         parts = []
         for k, mat in enumerate(self.matrices):
-            p, self.qs[k] = power_iterations(self.view(vec, mat), self.qs[k], self.power_iters)
+            p, self.qs[k] = block_krylov(self.view(vec, mat), self.qs[k], self.power_iters)
             parts += [ENTRY.pack(mat.offset, mat.n, mat.m), p, self.qs[k]]
         mode, idx_bytes = self.dense_code
         parts += [idx_bytes, vec[self.dense_idx]]
