@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from commlab.codecs import CodecError, ErrorFeedback, decode_any, get_codec
 from commlab.codecs.compression import Compression, build_compression
+from commlab.codecs import krylov
 from commlab.codecs.krylov import block_krylov
 from commlab.codecs.lowrank_kernels import expand, orthogonalize, product, transposed_product
 from commlab.codecs.powersgd import plan
@@ -185,6 +186,20 @@ def test_block_krylov_is_deterministic_and_a_warm_start_keeps_at_least_as_much()
     again = block_krylov(m.copy(), q0.copy(), 3)
     assert np.array_equal(p, again[0]) and np.array_equal(q, again[1])
     assert captured(m, *block_krylov(m, q, 3)) >= captured(m, p, q) - 1e-6 * float(np.linalg.norm(m)) ** 2
+
+
+def test_passes_past_the_whole_span_are_not_run_and_give_the_best_factors(monkeypatch):
+    """power_iters up to 64: on a 20 x 10 matrix five passes of rank 2 span every direction, so
+    five run, and the frame is the best rank-2 approximation (SVD)."""
+    run, kernel = [], krylov._block_krylov
+    monkeypatch.setattr(krylov, "_block_krylov", lambda m, q, passes, block: run.append(passes) or
+                        kernel(m, q, passes, block))
+    rng = np.random.default_rng(7)
+    m = rng.standard_normal((20, 10)).astype(np.float32)
+    p, q = block_krylov(m, rng.standard_normal((10, 2)).astype(np.float32), 64)
+    singular = np.linalg.svd(m.astype(np.float64), compute_uv=False)
+    assert run == [5]
+    assert abs(captured(m, p, q) - (singular[:2] ** 2).sum()) <= 1e-5 * (singular ** 2).sum()
 
 
 def test_a_non_finite_matrix_gives_factors_a_decoder_refuses():

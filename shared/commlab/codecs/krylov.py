@@ -317,12 +317,14 @@ def _block_krylov(m: np.ndarray, q_rows: np.ndarray, passes: int, block: int
 
 
 def block_krylov(m: np.ndarray, q: np.ndarray, passes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(P, Q) of a frame: ``passes`` reads of m (n x cols) from the warm start q (cols x r); P
-    (n x r) has orthonormal columns, or zero ones past the directions the search found (see
-    MIN_DIRECTION_SHARE), and Q = M^T P (cols x r)."""
+    """(P, Q) of a frame: ``passes`` reads of m (n x cols) from the warm start q (cols x r), or
+    fewer where their span would hold every direction of m already (r * passes >= min(n, cols)):
+    more find nothing and grow the eigenproblem. P (n x r) has orthonormal columns, or zero ones
+    past the directions the search found (see MIN_DIRECTION_SHARE), and Q = M^T P (cols x r)."""
+    (n, cols), width = m.shape, q.shape[1] + q.shape[1] % 2
+    passes = min(passes, -(-min(n, cols) // width))
     q_rows = np.array(q.T, order="C")  # a copy even where q.T is contiguous (r = 1): q is the caller's
-    p_rows, w_rows, s_rows, inverse, small, done = _block_krylov(m, q_rows, passes,
-                                                                  max(4, ROW_BLOCK_BYTES // (4 * m.shape[1])))
+    p_rows, w_rows, s_rows, inverse, small, done = _block_krylov(m, q_rows, passes, max(4, ROW_BLOCK_BYTES // (4 * cols)))
     if done == 0:
         ritz = np.linalg.eigh(small)[1][:, ::-1]  # ascending there
         _ritz_factors(inverse, np.ascontiguousarray(ritz), w_rows, s_rows, p_rows, q_rows)
