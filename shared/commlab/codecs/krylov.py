@@ -278,9 +278,9 @@ def _ritz_factors(inverse: np.ndarray, ritz: np.ndarray, w_rows: np.ndarray, s_r
     _combine(combine, s_rows, q_rows)
 
 
-# The eigenproblem's size up to which the kernel solves it (Jacobi, in microseconds), LAPACK's eigh
-# (numpy) beyond: Jacobi's sweeps grow with the cube of the size and were slower past about 10
-# (rank above 4 at three passes).
+# The eigenproblem's size up to which the kernel solves it (Jacobi), LAPACK's eigh (numpy, a call
+# from Python) beyond: Jacobi's sweeps grow with the cube of the size, and past about this size
+# (rank 4 at three passes) they take longer than that call.
 JACOBI_MAX = 12
 
 
@@ -324,7 +324,8 @@ def block_krylov(m: np.ndarray, q: np.ndarray, passes: int) -> tuple[np.ndarray,
     (n, cols), width = m.shape, q.shape[1] + q.shape[1] % 2
     passes = min(passes, -(-min(n, cols) // width))
     q_rows = np.array(q.T, order="C")  # a copy even where q.T is contiguous (r = 1): q is the caller's
-    p_rows, w_rows, s_rows, inverse, small, done = _block_krylov(m, q_rows, passes, max(4, ROW_BLOCK_BYTES // (4 * cols)))
+    block = max(4, ROW_BLOCK_BYTES // (4 * cols))
+    p_rows, w_rows, s_rows, inverse, small, done = _block_krylov(m, q_rows, passes, block)
     if done == 0:
         ritz = np.linalg.eigh(small)[1][:, ::-1]  # ascending there
         _ritz_factors(inverse, np.ascontiguousarray(ritz), w_rows, s_rows, p_rows, q_rows)
