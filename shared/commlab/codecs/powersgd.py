@@ -20,7 +20,7 @@ slowly), and FL powersgd2 far below fp32's accuracy.
 A frame's pass reads M once (block_krylov): P_k = M U_k and S_k = M^T P_k together, U_0 from the
 warm start and U_k from S_k-1 made orthogonal to the units before. M^T P of any P in the span of
 P_0 .. P_t-1 is the same combination of S_0 .. S_t-1, so the P of that span with the largest
-||M^T P|| (the most energy P Q^T keeps: Rayleigh-Ritz, from two small eigenproblems) and its exact
+||M^T P|| (the most energy P Q^T keeps: Rayleigh-Ritz, from one small eigenproblem) and its exact
 Q need no further read of M. That span holds the P of t power iterations, so a frame keeps at least
 what t iterations keep, and on slowly decaying spectra what more of them keep
 (tests/codecs/test_powersgd.py::test_more_passes_keep_more_than_power_iteration_does_with_one_more).
