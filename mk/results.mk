@@ -5,5 +5,5 @@
 # then bench_matrix builds the table from those cells.
 RESULTS ?= codecs auth transport chaos
 .PHONY: results
-results: $(STAMP) $(if $(filter crossover peers-fl-%,$(RESULTS)),flwr) ## rerun the self-contained benchmarks (RESULTS: codecs auth transport chaos; also secagg and swarm-engines (root), minutes, privacy and peers-resnet18 (root: 10 Mbit/s namespaces), about half an hour, peers-fl-lan and peers-fl-1gbit (Flower; root for 1gbit), about 10 minutes each, crossover (root, Flower), about an hour, matrix-fashion_mnist, hours) into docs/results/*.md (QUICK=1: minutes)
+results: $(STAMP) $(if $(filter crossover peers-fl-%,$(RESULTS)),flwr) ## rerun the self-contained benchmarks (RESULTS: codecs auth transport chaos; also secagg and swarm-engines (root), privacy and peers-resnet18 (root: 10 Mbit/s namespaces), peers-fl-lan and peers-fl-1gbit (Flower; root for 1gbit), crossover (root, Flower), matrix-fashion_mnist (the longest); each table's header gives the wall time of the run that wrote it) into docs/results/*.md (QUICK=1: minutes)
 	$(PYTHON) -m commlab.report.results_doc $(if $(QUICK),--quick) $(RESULTS)

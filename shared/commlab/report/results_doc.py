@@ -25,7 +25,7 @@ from commlab.bench.options import QUICK_SUFFIX, table_stem
 from .provenance import git_commit, header, machine
 
 SWEEPS = Path("experiments/sweeps")  # relative to the checkout
-# Accuracy against epsilon at settings that take about half an hour on two shared cores.
+# Accuracy against epsilon at settings small enough for two shared cores (its table gives the wall time).
 PRIVACY_ARGS = ("--codecs", "fp32", "--rounds", "20", "--samples", "200")
 # ResNet-18's 44.7 MB gradient at 10 Mbit/s: a dense step takes tens of seconds, so few steps (120
 # samples, batch 8 per rank: 5 steps), DGC's warm-up and PowerSGD's dense start over in 2 of them.
