@@ -112,8 +112,8 @@ class QSGD(RandomCodec):
 
     def _quantize(self, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(float32 bucket norms, uint8 levels in 0..s zero-padded to a multiple of bitpack.PAD,
-        the sign bitmap: ceil(D/8) bytes, a bit set for a negative value of non-zero level); the
-        last two are scratch arrays."""
+        the sign bitmap's ceil(D/64) little-endian words, a bit set for a negative value of
+        non-zero level); the last two are scratch arrays."""
         n = vec.size
         norms = np.empty(chunks.count(n, self.bucket), np.float32)
         t = scratch.buffer("qsgd.levels", -(-n // bitpack.PAD) * bitpack.PAD, np.uint8)
@@ -122,7 +122,7 @@ class QSGD(RandomCodec):
         done = _quantize(vec, self.bucket, np.float32(self.levels), draws.frame_key(self.rng), norms, t, negative)
         if done < norms.size:
             raise CodecError(f"{self.name}: values must be finite with bucket norms <= {MAX_MAGNITUDE:g}")
-        return norms, t, negative.view(np.uint8)[: bitmaps.bitmap_size(n)]
+        return norms, t, negative
 
     def _encode(self, vec: np.ndarray) -> tuple[tuple, list]:
         norms, levels, negative = self._quantize(vec)
@@ -143,7 +143,7 @@ def dense_size(numel: int, levels: int, bucket: int) -> int:
 
 def dense_parts(norms: np.ndarray, q: np.ndarray, negative: np.ndarray, levels: int, numel: int) -> list:
     """qsgd<s>'s payload sections from the quantizer's output (QSGD._quantize)."""
-    return [norms, negative, bitpack.pack(q, _bits(levels), numel)]
+    return [norms, negative.view(np.uint8)[: bitmaps.bitmap_size(numel)], bitpack.pack(q, _bits(levels), numel)]
 
 
 def decode_dense(name: str, numel: int, levels: int, bucket: int, payload: memoryview) -> np.ndarray:

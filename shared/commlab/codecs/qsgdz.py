@@ -53,39 +53,55 @@ def _ones_before_big(levels: np.ndarray, start: int, n: int) -> int:
     return count
 
 
+@kernel(inline="always")
+def _put_gaps(out: np.ndarray, acc: np.uint64, used: int, at: int, after: int, first: int, nonzero: np.uint64,
+              signs: np.uint64, k_gap: int) -> tuple[np.uint64, int, int, int]:
+    """Append, per set bit j of ``nonzero`` (value first + j, a non-zero level), the Rice code
+    (k_gap) of the zero levels since position ``after`` and its sign bit (bit j of the block's
+    sign word ``signs``); returns the writer's state and the position after the last."""
+    while nonzero:
+        j = np.uint64(trailing_zeros(nonzero))
+        nonzero &= nonzero - np.uint64(1)
+        i = first + np.int64(j)
+        acc, used, at = rice.put_code_and_bit(out, acc, used, at, i - after, k_gap, np.int64((signs >> j) & np.uint64(1)), 1)
+        after = i + 1
+    return acc, used, at, after
+
+
 @kernel
 def _code_levels(levels: np.ndarray, negative: np.ndarray, n: int, k_gap: int, k_run: int, k_level: int,
                  out: np.ndarray) -> int:
     """qsgdz's stream (see QSGDZ) of the first ``n`` byte levels (zero past n up to a multiple of
-    64) and the sign bitmap ``negative`` (bytes) into the words ``out``; returns its bits. The
-    non-zero levels are found 64 at a time (one compare of 64 bytes, then their set bits)."""
+    64) and the sign bitmap's words ``negative`` into the words ``out``; returns its bits. The
+    non-zero levels are found 64 at a time (one compare of 64 bytes, then their set bits); a block
+    is cut only at its levels above 1 (few at few levels), which carry two more codes."""
     acc, used, at = rice.put_code(out, np.uint64(0), 0, 0, _ones_before_big(levels, 0, n), k_run)
     after = 0  # the position after the last non-zero level
     for block in range(-(-n // WORD)):
         first = WORD * block
-        nonzero = ~lanes.equal_64(levels, first, 0)
-        while nonzero:
-            i = first + np.int64(trailing_zeros(nonzero))
-            nonzero &= nonzero - np.uint64(1)
-            sign = (negative[np.uint64(i) >> np.uint64(3)] >> np.uint64(i & 7)) & 1
-            acc, used, at = rice.put_code_and_bit(out, acc, used, at, i - after, k_gap, sign, 1)
-            after = i + 1
-            if levels[np.uint64(i)] > 1:
-                acc, used, at = rice.put_code(out, acc, used, at, np.int64(levels[np.uint64(i)]) - 2, k_level)
-                acc, used, at = rice.put_code(out, acc, used, at, _ones_before_big(levels, after, n), k_run)
+        nonzero, signs = ~lanes.equal_64(levels, first, 0), negative[block]
+        big = ~lanes.below_64(levels, first, 2)
+        while big:
+            lowest = big & (~big + np.uint64(1))
+            big ^= lowest
+            upto = nonzero & ((lowest << np.uint64(1)) - np.uint64(1))  # all of them when lowest is bit 63
+            nonzero ^= upto
+            acc, used, at, after = _put_gaps(out, acc, used, at, after, first, upto, signs, k_gap)
+            acc, used, at = rice.put_code(out, acc, used, at, np.int64(levels[after - 1]) - 2, k_level)
+            acc, used, at = rice.put_code(out, acc, used, at, _ones_before_big(levels, after, n), k_run)
+        acc, used, at, after = _put_gaps(out, acc, used, at, after, first, nonzero, signs, k_gap)
     return rice.flush(out, acc, used, at)
-
 
 
 @kernel
 def _code_values(levels: np.ndarray, negative: np.ndarray, n: int, k: int, out: np.ndarray) -> int:
-    """qsgdz's VALUES stream (see QSGDZ) of the first ``n`` byte levels and the sign bitmap
-    ``negative`` (bytes) into the words ``out``; returns its bits. A level 0 is its code without
+    """qsgdz's VALUES stream (see QSGDZ) of the first ``n`` byte levels and the sign bitmap's
+    words ``negative`` into the words ``out``; returns its bits. A level 0 is its code without
     a sign bit, in the same ``put`` as the others (no branch a value)."""
     acc, used, at = np.uint64(0), 0, 0
     for i in range(n):
         level = np.int64(levels[i])
-        sign = np.int64((negative[np.uint64(i) >> np.uint64(3)] >> np.uint64(i & 7)) & 1)
+        sign = np.int64((negative[np.uint64(i) >> np.uint64(6)] >> np.uint64(i & 63)) & np.uint64(1))
         acc, used, at = rice.put_code_and_bit(out, acc, used, at, level, k, sign, np.int64(level != 0))
     return rice.flush(out, acc, used, at)
 
