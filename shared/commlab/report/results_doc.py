@@ -155,6 +155,7 @@ BENCHES = {
         {"vector": ("vector", ""), "numel": ("values", ",.0f"), "codec": ("codec", ""),
          "wire_bytes": ("wire bytes", ",.0f"), "wire_x_of_fp32": ("wire, x of fp32", ".4f"),
          "encode_MBps": ("encode MB/s", ".0f"), "decode_MBps": ("decode MB/s", ".0f"),
+         "memcpy_MBps": ("memcpy MB/s, timed beside", ".0f"),
          "roundtrip_x_memcpy": ("encode+decode, x of memcpy", ".3f"), "max_abs_err": ("max abs error", ".3g"),
          "mean_abs_err": ("mean abs error", ".3g")}),
     "auth": Bench(
