@@ -221,11 +221,13 @@ def test_uniforms_are_the_documented_generator():
     assert np.all(np.abs(ones - 0.5) < 6 * 0.5 / 2**10)
 
 
-def test_keystream_is_aes_128_ctr():
-    # The zero key encrypts the counter blocks 0 and 1 (known answers, e.g. GCM's test case 2).
-    stream = draws.keystream(bytes(16), 40).tobytes()
-    assert stream[:16].hex() == "66e94bd4ef8a2c3b884cfa59ca342b2e"
-    assert stream[16:32].hex() == "58e2fccefa7e3061367f1d57a4e7455a"
+def test_key_bytes_are_the_generators_words_under_the_seeds_splitmix64_key():
+    # SplitMix64 from state 0: its first two outputs (known answers) key streams 0 and 1 of seed 0.
+    assert draws.stream_key(0, 0).tolist() == [0x7B1DCDAF, 0xE220A839]
+    assert draws.stream_key(0, 1).tolist() == [0xA1B965F4, 0x6E789E6A]
+    for seed, stream, n in [(0, 0, 1), (2**64 - 1, 3, 4099), (12345, 1, 70_001)]:
+        expected = reference_words(draws.stream_key(seed, stream), -(-n // 4)).astype("<u4").view(np.uint8)[:n]
+        assert np.array_equal(draws.key_bytes(seed, stream, n), expected)
 
 
 @pytest.mark.parametrize("name", ["qsgd4", "qsgdz3", "terngrad", "minmax2", "fp32_sparse", "signsgd"])

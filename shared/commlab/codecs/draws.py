@@ -1,5 +1,5 @@
 """Random draws of the codecs: the uniforms of the stochastic quantizers (qsgd, terngrad) and the
-keystream randomk builds its index set from.
+bytes randomk builds its index set from.
 
 Uniforms: float32 on [0, 1) with 24 random bits each, the grid of numpy's
 ``Generator.random(dtype=np.float32)``, so the quantizers keep their distributions. They come from
@@ -19,37 +19,24 @@ needs the uniforms (the frame carries the levels), so the generator is no part o
 Every operation is a 32-bit integer one: numpy's scalar ufuncs keep numba from widening them to 64
 bits, and the loops vectorise.
 
-Keystream: AES-128 in counter mode (the `cryptography` package, OpenSSL's AES-NI code), the bytes
-randomk's sender and receiver both derive from a frame's seed.
+Key bytes: randomk's sender and receiver both derive them from a frame's 64-bit seed, so they are
+part of the wire format. Stream s of seed S (s counts randomk's levels of ties) is the same
+generator's words 0, 1, 2, ... under the key (k0, k1) = the low and high halves of the first
+output of SplitMix64 from the state S + s * 0x9E3779B97F4A7C15, each word's four bytes little-endian: one word makes four
+positions' bytes, computed by a loop that vectorises (wire versions 2 and 3 took an
+AES-128-CTR keystream, several times slower to make). The bytes need only be uniform and independent
+for every m-subset of the positions to be equally likely (randomk.py), as the tests check.
 """
 from __future__ import annotations
 
 import numpy as np
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from commlab.codecs.jit import kernel
-
-_BLOCK = 16  # AES block bytes: update_into may write up to one block beyond its input
-_NONCE = bytes(16)  # every key encrypts one stream only
-_zeros = np.zeros(0, np.uint8)  # the plaintext: calloc'd zero pages, never written
 
 _GAMMA = np.uint32(0x9E3779B9)
 _MIX1, _MIX2 = np.uint32(0x7FEB352D), np.uint32(0x846CA68B)
 _S8, _S15, _S16 = np.uint32(8), np.uint32(15), np.uint32(16)
 _GRID = np.float32(2.0**-24)
-
-
-def keystream(key: bytes, nbytes: int, out: np.ndarray | None = None) -> np.ndarray:
-    """The first ``nbytes`` bytes (uint8) of the AES-128-CTR keystream of a 16-byte ``key``, in
-    ``out`` (uint8, at least nbytes + 16 long) when given."""
-    global _zeros
-    if _zeros.size < nbytes:
-        _zeros = np.zeros(max(nbytes, 2 * _zeros.size), np.uint8)
-    if out is None:
-        out = np.empty(nbytes + _BLOCK, np.uint8)
-    encryptor = Cipher(algorithms.AES(key), modes.CTR(_NONCE)).encryptor()
-    encryptor.update_into(memoryview(_zeros)[:nbytes], out)
-    return out[:nbytes]
 
 
 def frame_key(rng: np.random.Generator) -> np.ndarray:
@@ -84,3 +71,33 @@ def uniforms(rng: np.random.Generator, n: int) -> np.ndarray:
     out = np.empty(n, np.float32)
     _fill(frame_key(rng), out)
     return out
+
+
+_U64 = (1 << 64) - 1
+_GOLDEN64 = 0x9E3779B97F4A7C15
+
+
+def _splitmix64(x: int) -> int:
+    z = (x + _GOLDEN64) & _U64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _U64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _U64
+    return z ^ (z >> 31)
+
+
+def stream_key(seed: int, stream: int) -> np.ndarray:
+    """The key (k0, k1) of stream ``stream`` of a 64-bit frame seed (see above)."""
+    z = _splitmix64((seed + stream * _GOLDEN64) & _U64)
+    return np.array([z & 0xFFFFFFFF, z >> 32], np.uint32)
+
+
+@kernel
+def _fill_words(key: np.ndarray, out: np.ndarray) -> None:
+    for i in range(out.size):
+        out[i] = word(key, i)
+
+
+def key_bytes(seed: int, stream: int, n: int) -> np.ndarray:
+    """The first ``n`` bytes (uint8) of stream ``stream`` of a frame seed (see above)."""
+    words = np.empty(-(-n // 4), "<u4")
+    _fill_words(stream_key(seed, stream), words)
+    return words.view(np.uint8)[:n]

@@ -21,7 +21,8 @@ compressor at 0.125x. randomk is the baseline that shows what choosing the coord
 
 Over the wire: the parameters carry a 64-bit seed and k, the payload only the k kept float32
 values, in increasing index order; no indices. The receiver regenerates the index set from the
-seed (``positions``; wire version 2: from an AES keystream, version 1 took numpy's PCG64 stream).
+seed (``positions``; wire version 4: from draws.py's key bytes, versions 2 and 3 took an AES
+keystream, version 1 numpy's PCG64 stream).
 The encoder draws a fresh seed per frame from its own Generator (constructor ``seed``, default 0; a node's is its codec seed, commlab.runs.seeds),
 so successive frames keep different coordinates, and two codecs built with the same seed give the
 same frames for the same inputs in the same order.
@@ -71,7 +72,7 @@ def _below(keys: np.ndarray, m: int) -> tuple[int, int, int]:
 def positions(seed: int, numel: int, k: int) -> np.ndarray:
     """The k sorted distinct int64 indices below ``numel`` that a frame seed selects: a uniformly
     random subset of m = min(k, D - k) positions (its complement when k > D / 2), see ``_subset``.
-    Built from the AES-128-CTR keystream of (seed, level) alone (draws.py), so sender and receiver
+    Built from the key bytes of (seed, level) alone (draws.py), so sender and receiver
     agree whatever their numpy. The codec itself selects 16 positions at a time from the bytes
     (``_span_mask``) without listing them."""
     m = min(k, numel - k)
@@ -87,7 +88,7 @@ def _subset(seed: int, level: int, n: int, m: int) -> np.ndarray:
     is equally likely."""
     if m == 0 or m == n:
         return np.full(n, m == n)
-    keys = draws.keystream(struct.pack("<QQ", seed, level), n)
+    keys = draws.key_bytes(seed, level, n)
     cut, below, _ = _below(keys, m)
     chosen = keys < cut
     tied = np.flatnonzero(keys == cut)
@@ -175,10 +176,10 @@ def _spread(keys: np.ndarray, cut: int, tied: np.ndarray, flip: np.uint64, value
 def _selection(seed: int, numel: int, k: int) -> tuple[np.ndarray, int, np.ndarray, np.uint64]:
     """A frame's positions (``positions``), 0 < k <= numel, as what ``_span_mask`` takes (keys,
     cut, tied, flip; ``_pack`` and ``_spread`` take them as they are): the top level of
-    ``_subset`` from the keystream's bytes, flipped where the frame keeps the complement of the
+    ``_subset`` from the key bytes, flipped where the frame keeps the complement of the
     subset (k > D / 2)."""
     m = min(k, numel - k)
-    keys = draws.keystream(struct.pack("<QQ", seed, 0), numel)
+    keys = draws.key_bytes(seed, 0, numel)
     cut, below, tied = _below(keys, m)
     return keys, cut, _subset(seed, 1, tied, m - below), np.uint64(0) if m == k else _ALL_LANES
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from commlab.codecs.errors import CodecError
 
 MAGIC = b"CLCF"
-VERSION = 3  # 3: qsgdz levels Rice-coded (runs of zeros, signs, levels above 1; were zstd-compressed),
+VERSION = 4  # 4: randomk positions from draws.py's key bytes (were an AES-128-CTR keystream)
+# 3: qsgdz levels Rice-coded (runs of zeros, signs, levels above 1; were zstd-compressed),
 # or qsgd's payload where that is not larger, a layout byte saying which
 # 2: qsgdz levels zstd-compressed (were deflated), randomk positions from an AES keystream
 DTYPE_FLOAT32 = 1
