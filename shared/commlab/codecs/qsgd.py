@@ -64,7 +64,8 @@ def _quantize(vec: np.ndarray, bucket: int, top: np.float32, key: np.ndarray, no
     the value (draws.uniform under ``key``), or |w| / norm * s where the factor overflows; then the
     words of the sign bitmap ``negative`` (uint64) that the bucket completes. Returns the number
     of buckets done: fewer than norms.size when a bucket's norm is not finite or above MAX_MAGNITUDE.
-    ``levels`` is zero past vec.size up to a multiple of 64."""
+    ``levels`` is zero past vec.size up to a multiple of 64. The sum is never negative, so its
+    truncation to int32 is the floor, with no rounding instruction of its own."""
     n, bits, done = vec.size, vec.view(np.uint32), 0
     for c in range(norms.size):
         start = c * bucket
@@ -77,10 +78,10 @@ def _quantize(vec: np.ndarray, bucket: int, top: np.float32, key: np.ndarray, no
         f = np.float32(top / np.float64(norm)) if norm > 0 else np.float32(0)
         if f == np.inf:
             for i in range(x.size):
-                t[i] = np.uint8(np.int32(min(np.floor(abs(x[i]) / norm * top + draws.uniform(key, start + i)), top)))
+                t[i] = np.uint8(np.int32(min(abs(x[i]) / norm * top + draws.uniform(key, start + i), top)))
         else:
             for i in range(x.size):  # int32 then uint8: conversions that vectorise
-                t[i] = np.uint8(np.int32(min(np.floor(abs(x[i]) * f + draws.uniform(key, start + i)), top)))
+                t[i] = np.uint8(np.int32(min(abs(x[i]) * f + draws.uniform(key, start + i), top)))
         while WORD * (done + 1) <= stop:
             negative[done] = _sign_word(bits, levels, WORD * done)
             done += 1
