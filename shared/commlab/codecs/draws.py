@@ -15,17 +15,18 @@ where the counter walks a Weyl sequence (the golden-ratio step of SplitMix) and 
 avalanche finaliser ``lowbias32`` (x ^= x >> 16; x *= 0x7FEB352D; x ^= x >> 15; x *= 0x846CA68B;
 x ^= x >> 16), a bijection of 32-bit words. Within a frame of up to 2**32 values the words are
 distinct; k1 makes frames' streams different sequences, not shifts of one another. Only the encoder
-needs the uniforms (the frame carries the levels), so the generator is no part of the wire format.
+needs the uniforms (the frame carries the levels), so they are no part of the wire format (the
+generator is, through randomk's key bytes, below).
 Every operation is a 32-bit integer one: numpy's scalar ufuncs keep numba from widening them to 64
 bits, and the loops vectorise.
 
 Key bytes: randomk's sender and receiver both derive them from a frame's 64-bit seed, so they are
-part of the wire format. Stream s of seed S (s counts randomk's levels of ties) is the same
-generator's words 0, 1, 2, ... under the key (k0, k1) = the low and high halves of the first
-output of SplitMix64 from the state S + s * 0x9E3779B97F4A7C15, each word's four bytes little-endian: one word makes four
-positions' bytes, computed by a loop that vectorises (wire versions 2 and 3 took an
-AES-128-CTR keystream, several times slower to make). The bytes need only be uniform and independent
-for every m-subset of the positions to be equally likely (randomk.py), as the tests check.
+part of the wire format. Stream s of seed S (s counts randomk's levels of ties) is the generator's
+words 0, 1, 2, ... under the key (k0, k1) = the low and high halves of SplitMix64's first output
+from the state S + s * 0x9E3779B97F4A7C15, each word's four bytes little-endian: a word makes four
+positions' bytes, in a loop that vectorises (wire versions 2 and 3 took an AES-128-CTR keystream,
+several times slower to make). The bytes need only be uniform and independent for every m-subset
+of the positions to be equally likely (randomk.py), as the tests check.
 """
 from __future__ import annotations
 
