@@ -60,18 +60,13 @@ def uniform(key: np.ndarray, i: int) -> np.float32:
     return np.float32(np.int32(np.right_shift(word(key, i), _S8))) * _GRID
 
 
-@kernel
-def _fill(key: np.ndarray, out: np.ndarray) -> None:
-    for i in range(out.size):
-        out[i] = uniform(key, i)
-
-
 def uniforms(rng: np.random.Generator, n: int) -> np.ndarray:
     """The n uniforms of one frame, as the quantizers draw them: a fresh key from ``rng``, then
-    value i's uniform (for references and tests; the codecs compute each in their loops)."""
-    out = np.empty(n, np.float32)
-    _fill(frame_key(rng), out)
-    return out
+    value i's uniform from its word (for references and tests; the codecs compute each in their
+    loops)."""
+    words = np.empty(n, np.uint32)
+    _fill_words(frame_key(rng), words)
+    return (words >> _S8).astype(np.float32) * _GRID
 
 
 _U64 = (1 << 64) - 1
