@@ -3,6 +3,10 @@ compress (the selected lanes packed), expand (packed values spread back over the
 byte deltas of varints."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numba
 import pytest
 import numpy as np
@@ -147,3 +151,31 @@ def test_only_4_byte_lanes_compile():
     # LLVM 20 splits a compress of 16 8-byte elements in two, and the code it made crashed.
     with pytest.raises(numba.core.errors.TypingError, match="4-byte elements only"):
         _compress(np.zeros(16, np.int64), 0, 1, np.zeros(16, np.int64), 0)
+
+
+_AVX2_PROGRAM = """
+import numpy as np
+from commlab.codecs import lanes
+rng = np.random.default_rng(0)
+for dtype in (np.float32, np.int32, np.uint32):
+    vec = rng.standard_normal(40).astype(np.float32).astype(dtype)
+    masks = rng.integers(0, 2**16, 3).astype(np.uint16)
+    packed = np.empty(40 + lanes.LANES, dtype)
+    lanes.pack_blocks(masks, vec, packed)
+    chosen = ((masks[:, None] >> np.arange(16)) & 1 == 1).ravel()[:40]
+    assert (packed[: chosen.sum()] == vec[chosen]).all(), dtype
+    spread = np.empty(40, dtype)
+    lanes.spread_blocks(masks, packed, spread)
+    assert (spread == np.where(chosen, vec, 0)).all(), dtype
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_lanes_compile_for_a_machine_without_avx512(tmp_path):
+    # On AVX2, LLVM expands a compress of 16 floats into scalar code, and its expansion aborted
+    # the process: compile for such a CPU (numba's target, a fresh cache) whatever this one is.
+    env = {**os.environ, "NUMBA_CPU_NAME": "haswell", "NUMBA_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", _AVX2_PROGRAM], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

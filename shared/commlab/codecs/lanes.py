@@ -64,12 +64,14 @@ def _intrinsic_function(builder, name: str, vector: ir.VectorType, arguments: li
 
 
 def _store_compressed(context, builder, values: ir.Value, mask_type, mask: ir.Value, target: ir.Value) -> None:
-    """The lanes of ``values`` set in the mask, packed to the front of the 16 stored at ``target``."""
-    fn = _intrinsic_function(builder, "llvm.experimental.vector.compress", values.type,
-                             [values.type, MASK, values.type])
+    """The lanes of ``values`` set in the mask, packed to the front of the 16 stored at ``target``.
+    Packed as 32-bit integers whatever the element type (the same bits): LLVM's expansion of a
+    compress of floats for a target without one (AVX2) aborts the process."""
+    words = ir.VectorType(_I32, LANES)
+    fn = _intrinsic_function(builder, "llvm.experimental.vector.compress", words, [words, MASK, words])
     lanes = _lane_mask(context, builder, mask_type, mask)
-    packed = builder.call(fn, [values, lanes, ir.Constant(values.type, None)])
-    builder.store(packed, target, align=4)
+    packed = builder.call(fn, [builder.bitcast(values, words), lanes, ir.Constant(words, None)])
+    builder.store(packed, builder.bitcast(target, words.as_pointer()), align=4)
 
 
 def _compare(predicate: str, width: int, low_bits: int | None = None):
