@@ -4,7 +4,8 @@ them, and the one-byte deltas of 16 increasing indices (varints, indices.py). A 
 packs values advances its count one value at a time, about a cycle a value; these emit LLVM's
 target-independent vector operations (``llvm.experimental.vector.compress``,
 ``llvm.masked.expandload``, ``llvm.ctpop``, a vector compare), which an AVX-512 machine runs as
-a few instructions per 16 values and any other target as equivalent scalar code. No arithmetic
+a few instructions per 16 values and other targets as equivalent scalar code, but for compress
+and expand on AVX2 machines: there a permutation of each 8 lanes (lanes_avx2.py). No arithmetic
 rounds (values are compared and moved, not computed) but ``scale_signed``'s one float32 product,
 rounded as numpy's.
 
@@ -21,6 +22,7 @@ from numba.core import cgutils, types
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
+from commlab.codecs import lanes_avx2
 from commlab.codecs.jit import kernel
 
 LANES = 16
@@ -42,6 +44,12 @@ def vector_at(context, builder, array_type, array: ir.Value, start_type, start: 
     with builder.if_then(outside, likely=False):
         context.call_conv.return_user_exc(builder, IndexError, ("lanes: a block of values beyond its array",))
     return builder.bitcast(builder.gep(values.data, [first]), vector.as_pointer()), vector
+
+
+def _mask_bits(context, builder, mask_type, mask: ir.Value) -> ir.Value:
+    """A mask's low 16 bits, as an i32."""
+    word = context.cast(builder, mask, mask_type, types.uint32)
+    return builder.and_(word, ir.Constant(_I32, (1 << LANES) - 1))
 
 
 def _lane_mask(context, builder, mask_type, mask: ir.Value) -> ir.Value:
@@ -68,6 +76,10 @@ def _store_compressed(context, builder, values: ir.Value, mask_type, mask: ir.Va
     Packed as 32-bit integers whatever the element type (the same bits): LLVM's expansion of a
     compress of floats for a target without one (AVX2) aborts the process."""
     words = ir.VectorType(_I32, LANES)
+    if lanes_avx2.wanted(context):
+        lanes_avx2.store_compressed(builder, builder.bitcast(values, words), _mask_bits(context, builder, mask_type, mask),
+                                    builder.bitcast(target, _I32.as_pointer()))
+        return
     fn = _intrinsic_function(builder, "llvm.experimental.vector.compress", words, [words, MASK, words])
     lanes = _lane_mask(context, builder, mask_type, mask)
     packed = builder.call(fn, [builder.bitcast(values, words), lanes, ir.Constant(words, None)])
@@ -169,6 +181,11 @@ def expand(typingctx, src, at, mask, dst, start):
         count = _popcount(context, builder, sig.args[2], args[2])
         source, vector = vector_at(context, builder, sig.args[0], args[0], sig.args[1], args[1], span=count)
         target, _ = vector_at(context, builder, sig.args[3], args[3], sig.args[4], args[4])
+        if lanes_avx2.wanted(context):
+            words = lanes_avx2.load_expanded(builder, builder.bitcast(source, _I32.as_pointer()),
+                                             _mask_bits(context, builder, sig.args[2], args[2]))
+            builder.store(words, builder.bitcast(target, words.type.as_pointer()), align=4)
+            return context.get_dummy_value()
         fn = _intrinsic_function(builder, "llvm.masked.expandload", vector, [source.type, MASK, vector])
         lanes = _lane_mask(context, builder, sig.args[2], args[2])
         spread = builder.call(fn, [source, lanes, ir.Constant(vector, None)])
