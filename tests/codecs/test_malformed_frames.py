@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commlab.codecs import CodecError, bitpack, decode_any, get_codec, wire
+from commlab.codecs import CodecError, bitpack, decode_any, get_codec, qsgdz, wire
 from decode_checks import decode_only_codec_error
 
 # COMMLAB_FUZZ_CASES: `make fuzz` runs 10,000 cases per test, `make test` a 1,000-case smoke.
@@ -39,7 +39,17 @@ def valid_frames() -> list[bytes]:
     frames += [get_codec(name, block=16).encode(rng.standard_normal(100).astype(np.float32))
                for name in ("signsgd", "terngrad")]
     frames.append(get_codec("randomk", ratio=0.9).encode(rng.standard_normal(200).astype(np.float32)))
+    frames.append(qsgdz_masks_frame(rng.standard_normal(100).astype(np.float32)))
+    for frame in frames:  # each decoder compiled here, not inside a fuzz test's allocation count
+        decode_any(frame)
     return frames
+
+
+def qsgdz_masks_frame(vec: np.ndarray) -> bytes:
+    """qsgdz3's MASKS frame of ``vec`` (buckets of 32), which its encoder sends for larger vectors only."""
+    norms, q, negative = get_codec("qsgdz3", seed=0, bucket=32)._quantize(vec)
+    params, parts, _ = qsgdz.LevelCodes(q, negative, vec.size, 3).masks()
+    return wire.build(12, vec.size, qsgdz.QSGDZ.params_struct.pack(3, 32, qsgdz.MASKS, *params), [norms, *parts])
 
 
 FRAMES = valid_frames()
@@ -184,7 +194,7 @@ def test_qsgd_decodes_a_hand_built_frame_per_bucket():
     assert out.tolist() == [1.0, 1.0, 3.0, 3.0]
 
 
-RICE, DENSE, VALUES = 0, 1, 2  # qsgdz's layouts
+RICE, DENSE, VALUES, MASKS = 0, 1, 2, 3  # qsgdz's layouts
 
 
 def qsgdz_frame(code: str, nonzero: int = 1, levels: int = 1, k: tuple = (0, 0, 0), numel: int = 4,
@@ -210,6 +220,25 @@ def qsgdz_dense(q=(1, 0, 0, 0), signs: int = 1, levels: int = 1, norms=(1.0, 1.0
         packed = bitpack.pack(np.asarray(q, np.uint8), levels.bit_length()).tobytes()
     head = struct.pack("<BIBIBBB", levels, 2, layout, *params)
     return wire.build(12, len(q), head, [np.asarray(norms, "<f4"), bytes([signs]), packed, tail])
+
+
+def qsgdz_masks(code: str, lengths: dict, signs: bytes = b"\x01", nonzero: int = 1, levels: int = 1,
+                k: tuple = (0, 0, 0), numel: int = 4, norms=(1.0, 1.0), tail: bytes = b"") -> bytes:
+    """A qsgdz MASKS frame (buckets of 2): the code lengths ``lengths`` (byte: bits), the sign
+    bytes, then a stream given as its bits as qsgdz_frame's."""
+    table = np.zeros(256, np.uint8)
+    for symbol, length in lengths.items():
+        table[symbol] = length
+    packed = (table[0::2] | (table[1::2] << 4)).astype(np.uint8).tobytes()
+    bits = np.array([int(b) for b in code.replace(" ", "")], np.uint8)
+    stream = np.packbits(bits, bitorder="little").tobytes() + tail
+    params = struct.pack("<BIBIBBB", levels, 2, MASKS, nonzero, *k)
+    return wire.build(12, numel, params, [np.asarray(norms, "<f4"), packed, signs, stream])
+
+
+# Levels [1, 0, 0, 0], the level negative, as a MASKS frame: the bitmap's one byte, 1, has the
+# one code of a single byte, "0"; then one level 1 before any level above 1 ("01").
+ONE_MASK = "0 01"
 
 
 # Rice codes with k = 0: n zeros then a one. Levels [1, 0, 0, 0], the level negative: one level 1
@@ -242,7 +271,8 @@ ONE_VALUE = "01 1 1 1 1"
         (qsgdz_frame(ONE_LEVEL, norms=(1.0, float("nan"))), "bucket norms must be finite"),
         (wire.build(12, 4, struct.pack("<BIBIBBB", 1, 2, RICE, 1, 0, 0, 0), [np.ones(1, "<f4")]), "shorter than"),
         (wire.build(12, 4, struct.pack("<BIBIBBB", 0, 2, RICE, 1, 0, 0, 0), [np.ones(2, "<f4")]), "0 levels"),
-        (qsgdz_dense(layout=3), "layout 3, not 0 \\(Rice runs\\), 1 \\(dense\\) or 2 \\(Rice values\\)"),
+        (qsgdz_dense(layout=4), "layout 4, not 0 \\(Rice runs\\), 1 \\(dense\\), 2 \\(Rice values\\) or 3 "
+                                "\\(coded bitmap\\)"),
         (qsgdz_dense(layout=255), "layout 255"),
         (qsgdz_dense(params=(1, 0, 0, 0)), "dense frame with Rice parameters"),
         (qsgdz_dense(params=(0, 0, 0, 3)), "dense frame with Rice parameters"),
@@ -273,6 +303,25 @@ ONE_VALUE = "01 1 1 1 1"
         (qsgdz_frame(ONE_VALUE, k=(1, 0, 0), layout=VALUES), "per-value frame with k_gap, k_run \\(1, 0\\), not zeros"),
         (qsgdz_frame(ONE_VALUE, k=(0, 2, 0), layout=VALUES), "per-value frame with k_gap, k_run \\(0, 2\\), not zeros"),
         (qsgdz_values(ONE_VALUE, norms=(1.0, float("inf"))), "bucket norms must be finite"),
+        (qsgdz_masks(ONE_MASK, {1: 1}, k=(1, 0, 0)), "bitmap frame with Rice parameters \\(1, 0, 0\\)"),
+        (qsgdz_masks(ONE_MASK, {1: 1}, k=(0, 32, 0)), "bitmap frame with Rice parameters"),
+        (qsgdz_masks(ONE_MASK, {1: 1}, nonzero=5), "5 non-zero levels for only 4 values"),
+        (qsgdz_masks("", {1: 1}, signs=b"", nonzero=3), "shorter than the 137 bytes of bucket norms, code "
+                                                          "lengths and 3 sign bits"),
+        (qsgdz_masks(ONE_MASK, {0: 1, 1: 1, 2: 1}), "code lengths that are no prefix code"),
+        (qsgdz_masks(ONE_MASK, {1: 13}), "a code length above 12 bits"),
+        (qsgdz_masks(ONE_MASK, {1: 1}, signs=b"\x03"), "sign bits have non-zero padding bits"),
+        # 80 values: 10 bitmap bytes, their codes past the stream's 8 bits (zeros: the code "0")
+        (qsgdz_masks("0", {1: 1}, numel=80, norms=np.ones(40)), "stream ends before its 10 bitmap bytes"),
+        (qsgdz_masks("1 01", {1: 2}), "bitmap stream holds bits that are no code"),  # only "00" is a code
+        (qsgdz_masks(ONE_MASK, {16: 1}), "bitmap has bits set past the end of the vector"),
+        (qsgdz_masks(ONE_MASK, {1: 1}, nonzero=2), "bitmap has 1 non-zero levels, the header 2"),
+        (qsgdz_masks("0 1 1", {1: 1}), "a level above the 1 levels"),  # no level 1, then level 2
+        (qsgdz_masks("0 001", {1: 1}), "a run of levels 1 overruns the 1 non-zero levels"),
+        (qsgdz_masks("0", {1: 1}), "stream ends before its levels above 1"),
+        (qsgdz_masks(ONE_MASK, {1: 1}, tail=b"\x00"), "level stream of 2 bytes, its codes end in byte 1"),
+        (qsgdz_masks(ONE_MASK + " 1", {1: 1}), "non-zero padding bits"),
+        (qsgdz_masks(ONE_MASK, {1: 1}, norms=(1.0, float("nan"))), "bucket norms must be finite"),
     ],
 )
 def test_qsgdz_frame_errors(frame, message):
@@ -297,6 +346,14 @@ def test_qsgdz_frame_errors(frame, message):
         (qsgdz_values("011 0 10 10 11 1", nonzero=2, levels=3, k=1, norms=(3.0, 3.0)), [3.0, 0.0, 0.0, -1.0]),
         (qsgdz_values("1 1 1 1", nonzero=0), [0.0, 0.0, 0.0, 0.0]),
         (qsgdz_values("", nonzero=0, numel=0, norms=()), []),
+        (qsgdz_masks(ONE_MASK, {1: 1}, norms=(2.0, 6.0)), [-2.0, 0.0, 0.0, 0.0]),
+        # at 3 levels, steps 1: the bitmap byte 0b1001 (its code "0"); no level 1 before the level
+        # 3 ("1"), 3 - 2 = 1 ("01"), one level 1 after it ("01"); the second level negative
+        (qsgdz_masks("0 1 01 01", {9: 1}, signs=b"\x02", nonzero=2, levels=3, norms=(3.0, 3.0)),
+         [3.0, 0.0, 0.0, -1.0]),
+        # two bitmap bytes (9 values, buckets of 2), codes "0" (byte 0) and "1" (byte 0b10000)
+        (qsgdz_masks("1 0 01", {0: 1, 16: 1}, signs=b"\x00", numel=9, norms=(1.0,) * 5),
+         [0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]),
     ],
 )
 def test_qsgdz_decodes_hand_built_frames(frame, expected):

@@ -133,6 +133,9 @@ def every_layout(vec: np.ndarray, bucket: int, levels: int, fixed: bytes) -> dic
     params, stream = codes.values()  # in the scratch array RICE's stream was in
     assert stream.size == -(-codes.value_bits // 8)  # the size the encoder compares
     frames[qsgdz.VALUES] = wire.build(12, vec.size, pack(levels, bucket, qsgdz.VALUES, *params), [norms, stream])
+    params, parts, _ = codes.masks()
+    assert codes.masks_least_bytes() <= sum(part.size for part in parts)  # the encoder skips coding MASKS by it
+    frames[qsgdz.MASKS] = wire.build(12, vec.size, pack(levels, bucket, qsgdz.MASKS, *params), [norms, *parts])
     payload = fixed[wire.HEADER.size + fixed[7]:]
     frames[qsgdz.DENSE] = wire.build(12, vec.size, pack(levels, bucket, qsgdz.DENSE, 0, 0, 0, 0), [payload])
     return frames
@@ -148,22 +151,28 @@ def values_bits(got: np.ndarray) -> int:
 def qsgdz_decodes_qsgds_levels(vec: np.ndarray, bucket: int, levels: int) -> np.ndarray:
     """Check that every layout of the qsgdz frame of ``vec`` decodes to the reference
     dequantization of the levels, signs and norms of the qsgd frame of the same draws, that the
-    encoder sends the smallest (DENSE on a tie, then VALUES) and no more than wire_size, that the
-    VALUES frame is as long as its definition, and that the Rice frames count the non-zero
-    levels; returns the levels."""
+    encoder sends the smallest of DENSE, VALUES and MASKS (in that order on a tie), or RICE where
+    it is smaller still and the model of its runs put it ahead of MASKS, no more than wire_size,
+    that the VALUES frame is as long as its definition, and that the coded frames count the
+    non-zero levels; returns the levels."""
     fixed = get_codec(f"qsgd{levels}", bucket=bucket, seed=5).encode(vec)
     norms, negative, got = frame_sections(fixed, vec.size, bucket, levels)
     expected = qsgd.reference_dequantize(got, negative, norms, levels, bucket)
     frames = every_layout(vec, bucket, levels, fixed)
     for layout, frame in frames.items():
         assert decode_any(frame).tobytes() == expected.tobytes(), layout
-    for layout in (qsgdz.RICE, qsgdz.VALUES):
+    for layout in (qsgdz.RICE, qsgdz.VALUES, qsgdz.MASKS):
         assert struct.unpack_from("<I", frames[layout], wire.HEADER.size + 6)[0] == np.count_nonzero(got)
     values_payload = len(frames[qsgdz.VALUES]) - wire.HEADER.size - qsgdz.QSGDZ.params_struct.size - norms.nbytes
     assert values_payload == -(-values_bits(got) // 8)
     codec = get_codec(f"qsgdz{levels}", bucket=bucket, seed=5)
     frame = codec.encode(vec)
-    assert frame == min((frames[layout] for layout in (qsgdz.DENSE, qsgdz.VALUES, qsgdz.RICE)), key=len)
+    best = min((frames[layout] for layout in (qsgdz.DENSE, qsgdz.VALUES, qsgdz.MASKS)), key=len)
+    norms_, q, negative = get_codec(f"qsgdz{levels}", bucket=bucket, seed=5)._quantize(vec)
+    codes = qsgdz.LevelCodes(q, negative, vec.size, levels)
+    mask_bits = codes.masks()[2]
+    rice_ahead = codes.rice_expected_gap_bits() < (1 - qsgdz.RICE_MARGIN) * mask_bits or best != frames[qsgdz.MASKS]
+    assert frame == (frames[qsgdz.RICE] if rice_ahead and len(frames[qsgdz.RICE]) < len(best) else best)
     assert len(frame) <= codec.wire_size(vec.size) == len(frames[qsgdz.DENSE])
     return got
 
@@ -190,6 +199,11 @@ def test_qsgdz_codes_every_level(levels):
 @pytest.mark.parametrize(("vec", "bucket", "levels", "layout"), [
     # buckets of 512 normal values at 3 levels: mostly zero levels, cheap as runs
     (np.random.default_rng(0).standard_normal(5000).astype(np.float32), 512, 3, qsgdz.RICE),
+    # the same on 200 buckets: the coded bitmap's 128 bytes of code lengths are paid for, and
+    # its size within RICE_MARGIN of RICE's runs
+    (np.random.default_rng(0).standard_normal(512 * 200).astype(np.float32), 512, 3, qsgdz.MASKS),
+    # at 1 level about 4 values in 100 are non-zero: a bit per bitmap byte costs more than runs
+    (np.random.default_rng(0).standard_normal(512 * 200).astype(np.float32), 512, 1, qsgdz.RICE),
     # buckets of one value: every level s, 12 bits of Rice codes (no zeros before it, its sign,
     # 253 with k_level 7, no levels 1 after it) against 9 (8 bit-packed, a bit of the sign bitmap)
     (np.random.default_rng(0).standard_normal(5000).astype(np.float32), 1, 255, qsgdz.DENSE),

@@ -237,6 +237,27 @@ def scale_signed(typingctx, levels, start, scale, mask, out):
     return types.void(levels, start, scale, mask, out), codegen
 
 
+@intrinsic
+def masked_signed(typingctx, scale, mask, negative, out, start):
+    """out[start:start + 16] = ``scale`` (float32) in the lanes set in ``mask``, +0 in the others,
+    the sign bit set in the lanes set in ``negative``: qsgdz's decoded values of level 1 from
+    their bitmap's and sign bits' 16-bit masks, with no arithmetic."""
+    if out.dtype != types.float32:
+        raise TypingError(f"lanes: writes float32 values, not {out.dtype}")
+
+    def codegen(context, builder, sig, args):
+        target, floats = vector_at(context, builder, sig.args[3], args[3], sig.args[4], args[4])
+        words = ir.VectorType(_I32, LANES)
+        value = builder.bitcast(context.cast(builder, args[0], sig.args[0], types.float32), _I32)
+        kept = builder.select(_lane_mask(context, builder, sig.args[1], args[1]), splat(builder, value, words),
+                              ir.Constant(words, [0] * LANES))
+        signed = builder.or_(kept, builder.select(_lane_mask(context, builder, sig.args[2], args[2]),
+                                                  ir.Constant(words, [1 << 31] * LANES), ir.Constant(words, [0] * LANES)))
+        builder.store(builder.bitcast(signed, floats), target, align=4)
+        return context.get_dummy_value()
+    return types.void(scale, mask, negative, out, start), codegen
+
+
 # Whole vectors through per-block masks (uint16, one per 16 values; a partial last block in the
 # low lanes of the last mask).
 

@@ -12,13 +12,14 @@ import struct
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from commlab.codecs import lanes, rice, scratch
+from commlab.codecs import huffman, lanes, rice, scratch
 from commlab.codecs.base import register
 from commlab.codecs.errors import CodecError
 from commlab.codecs.jit import kernel
 from commlab.codecs.bitmaps import WORD
 from commlab.codecs.qsgd import QSGD, check_params, decode_dense, dense_parts, dense_size
-from commlab.codecs.qsgdz_read import DENSE, MAX_VALUE_PARAMETER, RICE, VALUES, decode_stream
+from commlab.codecs.qsgdz_masks import code_masks, code_signs, decode_masks, mask_words, ones_before_big
+from commlab.codecs.qsgdz_read import DENSE, MASKS, MAX_VALUE_PARAMETER, RICE, VALUES, decode_stream
 
 
 @kernel
@@ -35,22 +36,6 @@ def _level_counts(levels: np.ndarray) -> tuple[int, int, int]:
             for i in range(first, first + WORD):
                 total += np.int64(levels[i]) if levels[i] > 1 else 0
     return nonzero, big, total
-
-
-@kernel(inline="always")
-def _ones_before_big(levels: np.ndarray, start: int, n: int) -> int:
-    """The levels equal to 1 from ``start`` up to the next level above 1 (or to ``n``), 64 at a
-    time (``levels`` zero past n up to a multiple of 64)."""
-    count, block, low = 0, start // WORD, np.uint64(start % WORD)
-    while WORD * block < n:
-        first = WORD * block
-        nonzero = ~lanes.equal_64(levels, first, 0) >> low << low
-        big = ~lanes.below_64(levels, first, 2) >> low << low
-        if big:
-            return count + lanes.popcount(nonzero & ((big & (~big + np.uint64(1))) - np.uint64(1)))
-        count += lanes.popcount(nonzero)
-        block, low = block + 1, np.uint64(0)
-    return count
 
 
 @kernel(inline="always")
@@ -75,7 +60,7 @@ def _code_levels(levels: np.ndarray, negative: np.ndarray, n: int, k_gap: int, k
     64) and the sign bitmap's words ``negative`` into the words ``out``; returns its bits. The
     non-zero levels are found 64 at a time (one compare of 64 bytes, then their set bits); a block
     is cut only at its levels above 1 (few at few levels), which carry two more codes."""
-    acc, used, at = rice.put_code(out, np.uint64(0), 0, 0, _ones_before_big(levels, 0, n), k_run)
+    acc, used, at = rice.put_code(out, np.uint64(0), 0, 0, ones_before_big(levels, 0, n), k_run)
     after = 0  # the position after the last non-zero level
     for block in range(-(-n // WORD)):
         first = WORD * block
@@ -88,7 +73,7 @@ def _code_levels(levels: np.ndarray, negative: np.ndarray, n: int, k_gap: int, k
             nonzero ^= upto
             acc, used, at, after = _put_gaps(out, acc, used, at, after, first, upto, signs, k_gap)
             acc, used, at = rice.put_code(out, acc, used, at, np.int64(levels[after - 1]) - 2, k_level)
-            acc, used, at = rice.put_code(out, acc, used, at, _ones_before_big(levels, after, n), k_run)
+            acc, used, at = rice.put_code(out, acc, used, at, ones_before_big(levels, after, n), k_run)
         acc, used, at, after = _put_gaps(out, acc, used, at, after, first, nonzero, signs, k_gap)
     return rice.flush(out, acc, used, at)
 
@@ -108,8 +93,9 @@ def _code_values(levels: np.ndarray, negative: np.ndarray, n: int, k: int, out: 
 
 @kernel
 def _histogram(levels: np.ndarray, n: int) -> np.ndarray:
-    """The counts of each byte level among the first ``n``, in four tables (to be added up): a
-    run of one level does not wait, value after value, on one counter's store."""
+    """The counts of each byte value among the first ``n`` (levels, or MASKS' bitmap bytes), in
+    four tables (to be added up): a run of one value does not wait, byte after byte, on one
+    counter's store."""
     counts = np.zeros((4, 256), np.int64)
     for i in range(0, n - n % 4, 4):
         for j in range(4):
@@ -119,13 +105,15 @@ def _histogram(levels: np.ndarray, n: int) -> np.ndarray:
     return counts
 
 
-
+# RICE is coded beside MASKS only where the model of its runs puts it this share below: on
+# normal values in buckets of 512 at 3 levels RICE is a little smaller, not worth its time.
+RICE_MARGIN = 0.03
 
 
 @register
 class QSGDZ(QSGD):
     """qsgd<s>'s quantizer with entropy-coded frames. Parameters: levels s, bucket, the layout
-    (RICE, DENSE or VALUES), the count of non-zero levels and three Rice parameters (rice.py),
+    (RICE, DENSE, VALUES or MASKS), the count of non-zero levels and three Rice parameters (rice.py),
     k_gap, k_run and k_level: all four 0 in a DENSE frame, k_gap and k_run 0 in a VALUES frame,
     whose k_level (0..MAX_VALUE_PARAMETER) codes every level.
 
@@ -139,6 +127,18 @@ class QSGDZ(QSGD):
     levels are 0 and most others 1: a non-zero level costs its run of zeros (k_gap + 1 bits or
     so), its sign and about nothing for its level.
 
+    MASKS payload (k_gap 0): the bucket norms; the code lengths of a canonical Huffman code of
+    bytes (huffman.py: 128 bytes, a nibble each); the sign bits of the non-zero levels in order
+    (1: negative), ceil(nonzero / 8) bytes, zero padding bits; then one bit stream as RICE's: the
+    codes of the ceil(numel / 8) bytes of the non-zero bitmap (bit j of byte b: value 8 b + j),
+    then the levels above 1 as RICE codes them (the count of levels 1 before the first, then per
+    level above 1 its level - 2 and the count of levels 1 before the next). Its size is about
+    RICE's where non-zero levels are a few in a hundred or more (both near the bitmap's
+    entropy), and it codes and decodes in passes of fixed steps: a code a byte, the values of 64
+    positions from their bitmap word and sign bits, where RICE's reader follows a chain of codes
+    of varying length, one per non-zero level. Where they are fewer, a byte's code takes at
+    least a bit and RICE's runs are smaller.
+
     DENSE payload: qsgd<s>'s, byte for byte (norms, sign bitmap, levels bit-packed in
     ceil(log2(s+1)) bits). Where most levels are non-zero and near s (few values a bucket), the
     codes of runs and levels cost more than a fixed width. The signs stay a bitmap rather than a
@@ -150,8 +150,13 @@ class QSGDZ(QSGD):
     most levels are non-zero and spread over a range: a code per value near their mean beats
     runs of zeros between them and levels coded apart.
 
-    The encoder sends the smallest payload (DENSE on a tie, then VALUES), so no frame is larger
-    than a DENSE one and ``wire_size`` (inherited) is qsgd<s>'s payload size."""
+    The encoder sends the smallest payload of those it codes (on a tie DENSE, then VALUES, then
+    MASKS), so no frame is larger than a DENSE one and ``wire_size`` (inherited) is qsgd<s>'s
+    payload size. DENSE's and VALUES' sizes are known from counts, MASKS' once its bytes are
+    counted; RICE is coded only where its fewest bits are below the best of those and a
+    geometric model of the runs of zeros (LevelCodes.rice_expected_gap_bits) puts its stream below
+    MASKS' by more than RICE_MARGIN: within it the two are about the same size, and MASKS takes
+    less time."""
     name = "qsgdz"
     codec_id = 12
     sized_by_content = True
@@ -169,14 +174,23 @@ class QSGDZ(QSGD):
         dense = dense_size(n, self.levels, self.bucket) - norms.nbytes
         values = -(-codes.value_bits // 8)
         # Exact, not estimates: DENSE's size is fixed and VALUES' known from the counts (see
-        # LevelCodes), so neither is coded to be compared. RICE's is known only once coded, and
-        # is coded only where its fewest bits under the counts are below the better of the
-        # other two: at 255 levels RICE cannot win, and its pass is skipped.
+        # LevelCodes), so neither is coded to be compared. MASKS is coded where a bit per bitmap
+        # byte would be smaller than the better of them (few levels: most levels 0); RICE where its
+        # fewest bits are below the best so far and, when MASKS is coded, where the model of
+        # its runs puts it ahead (see QSGDZ). At 255 levels neither is coded.
         layout, size = (VALUES, values) if values < dense else (DENSE, dense)
-        if -(-codes.rice_least_bits() // 8) < size:
+        masks, mask_bits = None, 0
+        if codes.masks_least_bytes() < size:
+            params, parts, mask_bits = codes.masks()
+            if sum(part.size for part in parts) < size:
+                layout, size, masks = MASKS, sum(part.size for part in parts), (params, parts)
+        if -(-codes.rice_least_bits() // 8) < size and (
+                masks is None or codes.rice_expected_gap_bits() < (1 - RICE_MARGIN) * mask_bits):
             params, stream = codes.rice()
             if stream.size < size:
                 return (*head, RICE, *params), [norms, stream]
+        if layout == MASKS:
+            return (*head, MASKS, *masks[0]), [norms, *masks[1]]
         if layout == VALUES:
             params, stream = codes.values()
             return (*head, VALUES, *params), [norms, stream]
@@ -190,6 +204,8 @@ class QSGDZ(QSGD):
             if nonzero or any(parameters):
                 raise CodecError(f"{name}: dense frame with Rice parameters {nonzero, *parameters}, not zeros")
             return decode_dense(name, numel, levels, bucket, payload)
+        if layout == MASKS:
+            return decode_masks(name, numel, levels, bucket, nonzero, parameters, payload)
         return decode_stream(name, numel, levels, bucket, layout, nonzero, parameters, payload)
 
 
@@ -232,6 +248,46 @@ class LevelCodes:
         k_gap, k_run, k_level = self._rice_parameters()
         return (rice.least_bits(0, nonzero, k_gap) + nonzero + rice.least_bits(nonzero - big, big + 1, k_run)
                 + rice.least_bits(self.total - 2 * big, big, k_level))
+
+    def rice_expected_gap_bits(self) -> float:
+        """The bits of RICE's codes of the runs of zeros were the runs geometric, of their mean m:
+        each takes k_gap + 1 bits and its quotient, whose mean is r / (1 - r) for r the chance
+        that a run is 2**k_gap or longer, (m / (m + 1)) ** 2**k_gap."""
+        if not self.nonzero:
+            return 0.0
+        k, mean = self._rice_parameters()[0], (self.numel - self.nonzero) / self.nonzero
+        r = (mean / (mean + 1)) ** (1 << k)
+        return self.nonzero * (k + 1 + r / (1 - r))
+
+    def masks_least_bytes(self) -> int:
+        """The fewest bytes of a MASKS payload after the norms: its code lengths, the sign bits,
+        a bit at least per bitmap byte and the fewest bits of the levels above 1 (as RICE's)."""
+        nonzero, big = self.nonzero, self.big
+        _, k_run, k_level = self._rice_parameters()
+        stream = (-(-self.numel // 8) + rice.least_bits(nonzero - big, big + 1, k_run)
+                  + rice.least_bits(self.total - 2 * big, big, k_level))
+        return huffman.TABLE_BYTES + -(-nonzero // 8) + -(-stream // 8)
+
+    def masks(self) -> tuple[tuple, list, int]:
+        """((non-zero levels, 0, k_run, k_level), the payload's parts after the norms (code
+        lengths, sign bits, stream) in scratch arrays of their own, the bits of the stream's
+        bitmap codes with the code lengths' table) of a MASKS frame."""
+        n, nbytes = self.numel, -(-self.numel // 8)
+        words = scratch.buffer("qsgdz.mask_words", -(-n // WORD), np.uint64)
+        mask_words(self.q, words)
+        counts = _histogram(words.view(np.uint8), nbytes).sum(axis=0)
+        lengths = huffman.code_lengths(counts)
+        code_bits = int(counts @ lengths)
+        _, k_run, k_level = self._rice_parameters()
+        out = scratch.buffer("qsgdz.masks_stream", (code_bits + _stream_bits_bound(n, self.levels)) // 64 + 2,
+                             np.uint64)
+        end = code_masks(words.view(np.uint8), nbytes, huffman.codes(lengths), lengths, self.q, n, k_run, k_level,
+                          out)
+        signs = scratch.buffer("qsgdz.signs", self.nonzero // 64 + 2, np.uint64)
+        sign_bits = code_signs(self.negative, words, signs)
+        parts = [huffman.pack_lengths(lengths), signs.view(np.uint8)[: -(-sign_bits // 8)],
+                 out.view(np.uint8)[: -(-end // 8)]]
+        return (self.nonzero, 0, k_run, k_level), parts, code_bits + 8 * huffman.TABLE_BYTES
 
     def rice(self) -> tuple[tuple, np.ndarray]:
         """((non-zero levels, k_gap, k_run, k_level), the stream's bytes in a scratch array) of

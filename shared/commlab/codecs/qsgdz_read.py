@@ -11,8 +11,8 @@ from commlab.codecs.jit import kernel
 from commlab.codecs.qsgd import level_steps, read_norms
 
 # The layouts of a qsgdz frame (its parameters say which).
-RICE, DENSE, VALUES = 0, 1, 2
-_LAYOUTS = f"{RICE} (Rice runs), {DENSE} (dense) or {VALUES} (Rice values)"
+RICE, DENSE, VALUES, MASKS = 0, 1, 2, 3
+LAYOUTS = f"{RICE} (Rice runs), {DENSE} (dense), {VALUES} (Rice values) or {MASKS} (coded bitmap)"
 MAX_VALUE_PARAMETER = 7  # levels are bytes: a larger k only adds zero bits to every code
 
 
@@ -93,7 +93,7 @@ def decode_stream(name: str, numel: int, levels: int, bucket: int, layout: int, 
                   payload: memoryview) -> np.ndarray:
     """The vector of a RICE or VALUES payload, validated (a frame of another layout: CodecError)."""
     if layout not in (RICE, VALUES):
-        raise CodecError(f"{name}: layout {layout}, not {_LAYOUTS}")
+        raise CodecError(f"{name}: layout {layout}, not {LAYOUTS}")
     norm_len = 4 * chunks.count(numel, bucket)
     if len(payload) < norm_len:
         raise CodecError(f"{name}: payload {len(payload)} bytes, shorter than {numel} values' "
@@ -115,11 +115,16 @@ def decode_stream(name: str, numel: int, levels: int, bucket: int, layout: int, 
             raise CodecError(f"{name}: level stream has {found} non-zero levels, the header {nonzero}")
     if end < 0:
         raise CodecError(f"{name}: " + errors[end].format(nonzero=nonzero, numel=numel, levels=levels))
+    check_stream_end(name, stream, end)
+    return out
+
+
+def check_stream_end(name: str, stream: np.ndarray, end: int) -> None:
+    """That a stream's codes, ``end`` bits, fill its bytes, with zero padding bits."""
     if stream.size != -(-end // 8):
         raise CodecError(f"{name}: level stream of {stream.size} bytes, its codes end in byte {-(-end // 8)}")
     if end % 8 and stream[-1] >> (end % 8):
         raise CodecError(f"{name}: level stream has non-zero padding bits")
-    return out
 
 
 def _check_rice_parameters(name: str, layout: int, parameters: list) -> None:

@@ -196,11 +196,11 @@ def get_code_and_bit(words: np.ndarray, bits: np.uint64, held: int, at: int, end
     return value, bit, bits, held, at
 
 
-def padded_words(stream: np.ndarray) -> np.ndarray:
-    """A stream's bytes as little-endian 64-bit words in a scratch array, zero past its end:
-    four words past its last whole one, as far as the reader (``get``) reads."""
+def padded_words(stream: np.ndarray, name: str = "rice.words") -> np.ndarray:
+    """A stream's bytes as little-endian 64-bit words in the scratch array ``name``, zero past
+    its end: four words past its last whole one, as far as the reader (``get``) reads."""
     whole = stream.size // 8
-    words = scratch.buffer("rice.words", whole + 4, np.uint64)
+    words = scratch.buffer(name, whole + 4, np.uint64)
     words[whole:] = 0
     words.view(np.uint8)[: stream.size] = stream
     return words
