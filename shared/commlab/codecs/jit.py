@@ -2,7 +2,10 @@
 
 cache=True: the first process on a machine compiles each loop (about a second each) and stores the
 machine code beside the module, or in the user's cache directory where that is read-only; later
-processes load it. nogil=True: encoders run in threads (FL clients, DDP's exchange) and a compiled
+processes load it. numba tells a cached loop's version by its own file only, so a loop that inlines
+a helper from another file (lanes, rice, draws) kept the machine code of the old helper after that
+file changed: the cache lives in a directory named by a digest of this package's sources
+(``cache_directory``), and a checkout whose codecs changed compiles afresh. nogil=True: encoders run in threads (FL clients, DDP's exchange) and a compiled
 loop holds no Python state. error_model numpy: a division by zero gives inf or NaN, as in
 numpy, instead of a check in every loop. The loops are written over scalars, one pass each, so that LLVM
 vectorises them; reductions numpy already vectorises (max, min) stay numpy's. No fastmath unless a
@@ -12,8 +15,33 @@ PowerSGD's products, signsgd's means where they are sure) say in their docstring
 """
 from __future__ import annotations
 
+import hashlib
+import os
+from pathlib import Path
+
 import numba
 import numpy as np
+from numba.core import config
+from numba.misc.appdirs import AppDirs
+
+
+def cache_directory(package: Path, chosen: str | None) -> Path:
+    """The directory of the compiled loops of ``package``'s sources as they are: under ``chosen``
+    (NUMBA_CACHE_DIR) if given, else beside the modules (__pycache__) where that is writable, else
+    under the user's cache directory; named by a digest of every module's name and bytes."""
+    digest = hashlib.sha256()
+    for path in sorted(package.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    name = f"commlab-codecs-{digest.hexdigest()[:16]}"
+    if chosen:
+        return Path(chosen) / name
+    beside = package / "__pycache__"
+    if os.access(beside if beside.exists() else package, os.W_OK):
+        return beside / name
+    return Path(AppDirs(appname="numba", appauthor=False).user_cache_dir) / name
+
+
+config.CACHE_DIR = str(cache_directory(Path(__file__).parent, config.CACHE_DIR))
 
 
 def kernel(fn=None, **options):
