@@ -95,5 +95,6 @@ def load_expanded(builder, source: ir.Value, mask: ir.Value) -> ir.Value:
 
 
 def _splat(builder, scalar: ir.Value) -> ir.Value:
+    """``scalar`` in 8 lanes: lanes.splat's, which this module cannot import (lanes imports it)."""
     one = builder.insert_element(ir.Constant(_HALF, None), scalar, ir.Constant(_I32, 0))
     return builder.shuffle_vector(one, one, ir.Constant(_HALF, [0] * 8))

@@ -182,8 +182,9 @@ class QSGDZ(QSGD):
         masks, mask_bits = None, 0
         if codes.masks_least_bytes() < size:
             params, parts, mask_bits = codes.masks()
-            if sum(part.size for part in parts) < size:
-                layout, size, masks = MASKS, sum(part.size for part in parts), (params, parts)
+            masks_size = sum(part.size for part in parts)
+            if masks_size < size:
+                layout, size, masks = MASKS, masks_size, (params, parts)
         if -(-codes.rice_least_bits() // 8) < size and (
                 masks is None or codes.rice_expected_gap_bits() < (1 - RICE_MARGIN) * mask_bits):
             params, stream = codes.rice()

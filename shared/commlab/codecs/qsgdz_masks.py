@@ -90,8 +90,8 @@ _ERRORS = {_PAST_END: "stream ends before its {what}", _NO_CODE: "bitmap stream 
 def _decode_masks(words: np.ndarray, end: int, table: np.ndarray, masks: np.ndarray) -> int:
     """The bitmap bytes ``masks`` from the codes at the start of the stream (``end`` bits in
     ``words``, padded as rice.py's reader reads them): a lookup of the next huffman.LIMIT bits
-    gives one byte or two (huffman.decoding_table), four lookups a read of the stream, then one
-    at a time for the last bytes. Returns the bits read, or an error above.
+    gives one byte or two (huffman.decoding_table), four lookups a read of the stream, a read a
+    lookup for the last bytes. Returns the bits read, or an error above.
     Past the end the padding reads as zeros, and a window is read only from before ``end``: a
     forged stream reads no further."""
     window, i, n, at = np.uint64((1 << huffman.LIMIT) - 1), 0, masks.size, 0
@@ -110,29 +110,19 @@ def _decode_masks(words: np.ndarray, end: int, table: np.ndarray, masks: np.ndar
         if bad:
             return _NO_CODE
         at += taken
-    if at > end:
-        return _PAST_END
-    bits, held, at = rice.start(words, at)
-    while i + 1 < n:  # both bytes of an entry are stored; the second is overwritten if not decoded
-        entry = table[np.int64(bits & window)]
-        length = np.int64(entry >> 16) & 255
-        if length == 0:
-            return _NO_CODE
-        masks[i], masks[i + 1] = np.uint8(entry & 255), np.uint8((entry >> 8) & 255)
-        i += 1 + np.int64(entry >> 28)
-        at += length
-        if held - length < 32:
-            if at > end:
-                return _PAST_END
-            bits, held = rice.window(words, at), 64
-        else:
-            bits, held = bits >> np.uint64(length), held - length
-    if i < n:  # the last byte alone
-        entry = table[np.int64(bits & window)]
-        length = np.int64(entry >> 24) & 15
+    while i < n:  # the last bytes, a read of the stream each; the very last one alone
+        if at > end:
+            return _PAST_END
+        entry = table[np.int64(rice.window(words, at) & window)]
+        pair = i + 1 < n
+        length = (np.int64(entry >> 16) & 255) if pair else (np.int64(entry >> 24) & 15)
         if length == 0:
             return _NO_CODE
         masks[i] = np.uint8(entry & 255)
+        if pair:
+            masks[i + 1] = np.uint8((entry >> 8) & 255)
+            i += np.int64(entry >> 28)
+        i += 1
         at += length
     return at if at <= end else _PAST_END
 
