@@ -121,6 +121,17 @@ def test_a_shaped_links_send_window_takes_it_about_four_ms_from_32_kib_up_to_16_
         link_send_window_bytes(-1)
 
 
+def test_a_shaped_links_datagram_takes_it_about_half_a_ms_from_6_up_to_44_frames():
+    from commlab.dds.settings import link_datagram_frames
+    rates = {1e6: 6, 100e6: 6, 300e6: 12, 1e9: 41, 10e9: 44}
+    assert {rate: link_datagram_frames(rate) for rate in rates} == rates
+    assert link_datagram_frames(1e9, mtu=1450) == 43
+    largest = DdsSettings(domain_id=1, loopback_tuned=False, datagram_frames=link_datagram_frames(10e9))
+    assert largest.message_bytes <= 65535 - 20 - 8  # one UDP datagram
+    with pytest.raises(ValueError, match="link rate must be positive"):
+        link_datagram_frames(0)
+
+
 def test_a_shaped_links_ring_block_takes_it_about_eight_ms_from_its_chunk_up_to_1_mib():
     from commlab.dds.settings import link_ring_block_bytes
     rates = {1e6: 64, 10e6: 64, 100e6: 128, 300e6: 512, 1e9: 1024, 10e9: 1024}

@@ -45,7 +45,7 @@ def test_container_config_rewrites_only_transport_paths_and_profile(tmp_path):
     out = container_config(cfg, "client-0", addrs, "10mbit", tmp_path)
     assert out["dds"] == {"domain_id": 7, "interface": "eth0", "loopback_tuned": False, "multicast": "data",
                           "peers": ["198.19.200.10", "198.19.200.12"], "chunk_bytes": 64 * 1024,
-                          "ring_block_bytes": 64 * 1024, "send_window_bytes": 32 * 1024}
+                          "ring_block_bytes": 64 * 1024, "send_window_bytes": 32 * 1024, "datagram_frames": 6}
     keyed = container_config({**cfg, "dds": {**cfg["dds"], "key_file": "/tmp/commlab-keys-x/client-0.key"}},
                              "client-0", addrs, "10mbit", tmp_path)
     assert keyed["dds"]["key_file"] == "/run/secrets/commlab-key"  # the compose secret, not the host path
@@ -57,7 +57,7 @@ def test_container_config_rewrites_only_transport_paths_and_profile(tmp_path):
                                                     "dataset")}
     assert cfg["dds"]["interface"] == "lo"  # the caller's config is left alone
     lossy = container_config(cfg, "client-0", addrs, "10mbit-loss5", tmp_path)
-    assert lossy["dds"] == {**out["dds"], "lossy_link": True}
+    assert lossy["dds"] == {**{k: v for k, v in out["dds"].items() if k != "datagram_frames"}, "lossy_link": True}
 
 
 def test_every_node_of_a_run_gets_the_chunk_and_ring_block_of_the_slowest_link_unless_the_run_chose_them(tmp_path):
@@ -85,6 +85,19 @@ def test_every_node_gets_the_send_window_of_its_own_uplink_unless_the_run_chose_
                                    "client-2": 32 * 1024}}
     chosen = {**cfg, "dds": {**cfg["dds"], "send_window_bytes": 8192}}
     assert container_config(chosen, "client-0", addrs, "1000mbit", tmp_path)["dds"]["send_window_bytes"] == 8192
+
+
+def test_a_node_fills_its_own_fast_uplink_with_large_datagrams_but_not_a_lossy_one(tmp_path):
+    addrs = addresses(fl_roster(3), 200)
+    cfg = fl_cfg(tmp_path)
+    frames = {profile: {node: container_config(cfg, node, addrs, profile, tmp_path)["dds"].get("datagram_frames")
+                        for node in addrs} for profile in ("1000mbit", "100mbit", "1000mbit-loss1", "hetero4")}
+    assert frames == {"1000mbit": dict.fromkeys(addrs, 41), "100mbit": dict.fromkeys(addrs, 6),
+                      "1000mbit-loss1": dict.fromkeys(addrs, None), "hetero4": dict.fromkeys(addrs, 6)}
+    overlay = {**cfg, "dds": {**cfg["dds"], "link_mtu": 1450}}  # frames of a swarm's VXLAN overlay
+    assert container_config(overlay, "client-0", addrs, "1000mbit", tmp_path)["dds"]["datagram_frames"] == 43
+    chosen = {**cfg, "dds": {**cfg["dds"], "datagram_frames": 2}}
+    assert container_config(chosen, "client-0", addrs, "1000mbit", tmp_path)["dds"]["datagram_frames"] == 2
 
 
 def test_container_config_refuses_paths_a_container_cannot_see(tmp_path):

@@ -171,3 +171,36 @@ def test_namespace_lab_comes_up_on_a_machine_without_iptables(tmp_path, monkeypa
         assert set(namespaces) <= set(listed)
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     assert not set(namespaces) & set(left)
+
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_a_labs_bridge_passes_frames_without_iptables_and_leaves_the_hosts_switches_alone():
+    """With br_netfilter loaded (by a Docker engine) a bridge sends every frame through iptables,
+    where conntrack reassembled and fragmented again each DDS datagram: the lab's bridge lives in
+    a namespace of its own whose switches are off, the host's keep their values, and a datagram
+    of many frames crosses it."""
+    from pathlib import Path
+
+    from commlab.links.netns import BRIDGE_NETFILTER, NetnsLab
+
+    host = [Path("/proc/sys/net/bridge", name) for name in BRIDGE_NETFILTER]
+    if not host[0].exists():
+        pytest.skip("br_netfilter is not loaded (no Docker engine has run here): no bridge calls iptables")
+    before = [p.read_text() for p in host]
+    with NetnsLab(["a", "b"]) as lab:
+        inside = subprocess.run(["ip", "netns", "exec", lab.switch, "cat", *map(str, host)],
+                                capture_output=True, text=True, check=True).stdout.split()
+        assert inside == ["0"] * len(host)
+        receiver = lab.popen("b", [sys.executable, "-c", "import socket; s = socket.socket(socket.AF_INET, "
+                                   "socket.SOCK_DGRAM); s.bind(('0.0.0.0', 7400)); print('bound', flush=True); "
+                                   "s.settimeout(30); print(len(s.recv(65535)))"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert receiver.stdout.readline() == "bound\n"
+            subprocess.run([*lab.prefix("a"), sys.executable, "-c", "import socket; socket.socket(socket.AF_INET, "
+                            f"socket.SOCK_DGRAM).sendto(bytes(60000), ('{lab.addresses['b']}', 7400))"], check=True)
+            assert receiver.communicate(timeout=40)[0] == "60000\n"  # 41 frames, reassembled at b only
+        finally:
+            receiver.kill()
+    assert [p.read_text() for p in host] == before

@@ -66,7 +66,7 @@ class DenseAllreduce:
             t1 = time.perf_counter()
             mean = self.group.allreduce(f"{step}/grads", local, op="mean", codec=self.wire)
         t2 = time.perf_counter()
-        load_grads(self.model, mean)
+        load_grads(self.model, mean, share=True)  # the collective's own new vector
         return t1 - t0, time.perf_counter() - t2, 1.0
 
     def _count_exposed_wait(self, blocked_s: float) -> None:

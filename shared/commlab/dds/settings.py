@@ -30,6 +30,16 @@ MTU = 1500  # of a shaped link; dds.link_mtu says when it is smaller (a swarm ov
 # A datagram of k frames: an RTPS message of k * (MTU - 20 IP) - 8 UDP - 16 spare (a piggybacked
 # heartbeat) bytes, carrying a fragment 112 bytes smaller; k = 1 on MTU 1500: 1456 and 1344.
 DATAGRAM_FRAMES = 6
+MAX_DATAGRAM_FRAMES = 44  # frames of 1480 bytes: a UDP datagram's 64 KiB
+# A fast link's datagram (link_datagram_frames): the frames it carries in about LINK_DATAGRAM_S, at
+# least DATAGRAM_FRAMES. Each datagram costs a send call and Cyclone's work on both ends, and at
+# 1 Gbit/s that work, not the link, was what held a ring allreduce back on a 2-core machine; a
+# writer's window (LINK_WINDOW_S) keeps such a link's tbf queue from ever overflowing, so a
+# larger datagram risks nothing there. Lossy links keep DATAGRAM_FRAMES (testbed.compose_file).
+# Measured at 1 Gbit/s, WORLD=2, DDP on the MNIST CNN (benchmarks/bench_crossover.py --rates 1gbit
+# --ddp-cases dense,gloo-none): shorter DDS steps with 44-frame datagrams than with 6-frame ones,
+# and fewer bytes, with gloo's steps the same.
+LINK_DATAGRAM_S = 0.0005
 SEND_WINDOW = 32 * 1024  # bytes a writer runs ahead of acknowledgements on a shaped link, at least
 # A fast link's window (link_send_window_bytes): what it carries in about LINK_WINDOW_S. A writer
 # stops at its window until the reader's acknowledgement of a heartbeat comes back through both
@@ -123,6 +133,14 @@ def link_chunk_bytes(rate_bps: float) -> int:
     return _link_bytes(rate_bps, LINK_CHUNK_S, MTU_CHUNK, FAST_LINK_CHUNK)
 
 
+def link_datagram_frames(rate_bps: float, mtu: int = MTU) -> int:
+    """dds.datagram_frames for a writer on a shaped uplink of `rate_bps` bit/s and `mtu`: the frames
+    it carries in LINK_DATAGRAM_S, from DATAGRAM_FRAMES up to MAX_DATAGRAM_FRAMES."""
+    if not rate_bps > 0:
+        raise ValueError(f"a link rate must be positive, got {rate_bps!r} bit/s")
+    return max(DATAGRAM_FRAMES, min(MAX_DATAGRAM_FRAMES, int(rate_bps / 8 * LINK_DATAGRAM_S // mtu)))
+
+
 def link_send_window_bytes(rate_bps: float) -> int:
     """dds.send_window_bytes for a writer on a shaped uplink of `rate_bps` bit/s: the smallest power
     of two from SEND_WINDOW up that the link takes LINK_WINDOW_S to carry, at most MAX_SEND_WINDOW."""
@@ -210,8 +228,8 @@ class DdsSettings:
             raise ValueError("dds.multicast off needs unicast peers: with none, nothing could be discovered")
         if not 1280 <= self.link_mtu <= 9000:
             raise ValueError(f"dds.link_mtu must be in 1280..9000, got {self.link_mtu}")
-        if not 1 <= self.datagram_frames <= 44:  # 44 frames of 1480 bytes: a UDP datagram's 64 KiB
-            raise ValueError(f"dds.datagram_frames must be in 1..44, got {self.datagram_frames}")
+        if not 1 <= self.datagram_frames <= MAX_DATAGRAM_FRAMES:
+            raise ValueError(f"dds.datagram_frames must be in 1..{MAX_DATAGRAM_FRAMES}, got {self.datagram_frames}")
         for name in ("encrypt", "shared_memory"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"dds.{name} must be true or false, got {getattr(self, name)!r}")

@@ -4,8 +4,8 @@ made is removed on exit. Names carry a lab tag claimed for the lab (commlab.runs
 made at the same time never meet.
 
 `NetnsLab`: a namespace per node, each with an `eth0` (one end of a veth pair; the other end joins
-a private bridge) and an address in 198.19.<net>.0/24. The bridge has no address on the host, so
-nothing is routed anywhere: nodes reach only each other.
+a bridge in the lab's own switch namespace) and an address in 198.19.<net>.0/24. Nothing of the lab
+is on the host, so nothing is routed anywhere: nodes reach only each other.
 
     with NetnsLab(["controller", "client-0", "client-1"]) as lab:
         lab.shape("client-0", link_for("10mbit", "client-0"))
@@ -16,8 +16,8 @@ nothing is routed anywhere: nodes reach only each other.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -27,6 +27,13 @@ from .profiles import apply_link, ingress_drop_rule
 from .spec import LinkSpec
 
 DEFAULT_NET = 250  # 198.19.250.0/24; every lab has its own bridge, so labs never see each other
+BRIDGE = "br0"  # in the lab's switch namespace, where no other bridge is
+# With br_netfilter loaded (a Docker engine loads it) every bridged IPv4 frame goes through
+# iptables: conntrack reassembles each fragmented datagram at the bridge and fragments it again.
+# A switch does nothing of the kind, and the cost fell on UDP (DDS) frame by frame but on TCP
+# (gloo, Flower) only per GSO segment of up to 64 KiB. These switches of the bridge's namespace
+# turn that off there (each namespace has its own; the host's stay as they are).
+BRIDGE_NETFILTER = ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables", "bridge-nf-call-arptables")
 
 
 class NetnsError(RuntimeError):
@@ -43,6 +50,17 @@ def _ip(*args: str) -> None:
         raise NetnsError(f"ip {' '.join(args)}: {out.stderr.strip()}")
 
 
+def _bridge_without_netfilter(netns: str) -> None:
+    """Bridged frames in `netns` skip iptables (without br_netfilter they do anyway: nothing to write).
+    Python writes the switches, inside the namespace: a fresh machine may lack even sysctl."""
+    write = ("import sys\nfor path in sys.argv[1:]:\n    try:\n        open(path, 'w').write('0')\n"
+             "    except FileNotFoundError:\n        pass")
+    out = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", write,
+                          *(f"/proc/sys/net/bridge/{name}" for name in BRIDGE_NETFILTER)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise NetnsError(f"turning off bridge netfilter in {netns}: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
+
+
 def _require_root() -> None:
     if os.geteuid() != 0:
         raise NetnsUnavailable("network namespaces need root")
@@ -55,12 +73,11 @@ class NetnsLab:
             raise NetnsError(f"net {net}: must be 1..254 (198.19.<net>.0/24)")
         self._claim = claim("lab")
         self.tag = self._claim.number
-        self.bridge = f"clbr{self.tag}"[:15]
+        self.switch = f"cl{self.tag}-switch"  # the namespace of the bridge every node's eth0 plugs into
         self.nodes = list(nodes)
         self.namespaces = {n: f"cl{self.tag}-{i}" for i, n in enumerate(self.nodes)}
         self.addresses = {n: f"198.19.{net}.{10 + i}" for i, n in enumerate(self.nodes)}
-        self._created: list[tuple[str, str]] = []
-        self._iptables_rule: list[str] | None = None
+        self._created: list[str] = []  # namespaces; their veths and the bridge go with them
 
     def __enter__(self) -> "NetnsLab":
         try:
@@ -74,32 +91,20 @@ class NetnsLab:
         self.close()
 
     def _create(self) -> None:
-        _ip("link", "add", self.bridge, "type", "bridge")
-        self._created.append(("link", self.bridge))
-        _ip("link", "set", self.bridge, "up")
-        self._allow_bridged_frames()
+        _ip("netns", "add", self.switch)
+        self._created.append(self.switch)
+        _ip("-n", self.switch, "link", "add", BRIDGE, "type", "bridge")
+        _ip("-n", self.switch, "link", "set", BRIDGE, "up")
+        _bridge_without_netfilter(self.switch)
         for i, node in enumerate(self.nodes):
-            ns, host_end = self.namespaces[node], f"clv{self.tag}x{i}"[:15]
+            ns, port = self.namespaces[node], f"port{i}"
             _ip("netns", "add", ns)
-            self._created.append(("netns", ns))
-            _ip("link", "add", host_end, "type", "veth", "peer", "name", f"tmp{self.tag}x{i}"[:15])
-            self._created.append(("link", host_end))
-            _ip("link", "set", f"tmp{self.tag}x{i}"[:15], "netns", ns)
-            self.exec_ip(node, "link", "set", f"tmp{self.tag}x{i}"[:15], "name", "eth0")
+            self._created.append(ns)
+            _ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", port, "netns", self.switch)
             self.exec_ip(node, "addr", "add", f"{self.addresses[node]}/24", "dev", "eth0")
             self.exec_ip(node, "link", "set", "eth0", "up")
             self.exec_ip(node, "link", "set", "lo", "up")
-            _ip("link", "set", host_end, "master", self.bridge, "up")
-
-    def _allow_bridged_frames(self) -> None:
-        # With br_netfilter loaded (a Docker engine does that) bridged frames traverse FORWARD,
-        # whose policy Docker sets to DROP: let this bridge's own frames through. A machine
-        # without iptables (a fresh one, before any Docker engine) has no such rule to pass.
-        if shutil.which("iptables") is None:
-            return
-        rule = ["FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"]
-        if subprocess.run(["iptables", "-w", "-I", *rule], capture_output=True).returncode == 0:
-            self._iptables_rule = rule
+            _ip("-n", self.switch, "link", "set", port, "master", BRIDGE, "up")
 
     def exec_ip(self, node: str, *args: str) -> None:
         _ip("netns", "exec", self.namespaces[node], "ip", *args)
@@ -116,13 +121,9 @@ class NetnsLab:
         return {"node": node, **apply_link(spec, "eth0", prefix=self.prefix(node))}
 
     def close(self) -> None:
-        for kind, name in reversed(self._created):
-            args = ["netns", "del", name] if kind == "netns" else ["link", "del", name]
-            subprocess.run(["ip", *args], capture_output=True)  # veths vanish with their namespace
+        for name in reversed(self._created):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)  # veths vanish with their namespace
         self._created.clear()
-        if self._iptables_rule:
-            subprocess.run(["iptables", "-w", "-D", *self._iptables_rule], capture_output=True)
-            self._iptables_rule = None
         self._claim.release()
 
 

@@ -159,10 +159,12 @@ def flatten_grads(model: nn.Module) -> np.ndarray:
                       for p in model.parameters()]).numpy()  # cat made a new tensor: the array is its own
 
 
-def load_grads(model: nn.Module, vec: np.ndarray) -> None:
-    """Set every parameter's .grad from a vector (e.g. the allreduced mean) before optimizer.step()."""
+def load_grads(model: nn.Module, vec: np.ndarray, share: bool = False) -> None:
+    """Set every parameter's .grad from a vector (e.g. the allreduced mean) before optimizer.step().
+    `share`: each .grad is a view of `vec`, not a copy, for a vector nothing writes to again (a
+    collective's fresh result); that saves allocating and filling the model's size every step."""
     for _, p, piece in list(_pieces(model, _tensors(model, False), vec, "gradient")):
-        p.grad = piece.clone()
+        p.grad = piece if share else piece.clone()
 
 
 def largest_output_bytes(model: nn.Module, sample: np.ndarray) -> int:

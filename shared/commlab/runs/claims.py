@@ -32,10 +32,9 @@ def port_is_free(port: int) -> bool:
 
 
 def lab_is_free(tag: int) -> bool:
-    """No namespace or host link of a lab with this tag is left over (from a process killed mid-run):
-    namespaces cl<tag>-<node>, bridge clbr<tag>, host ends of veth pairs clv<tag>x<i>."""
-    return not (any(Path("/run/netns").glob(f"cl{tag}-*")) or Path(f"/sys/class/net/clbr{tag}").exists()
-                or any(Path("/sys/class/net").glob(f"clv{tag}x*")))
+    """No namespace of a lab with this tag is left over (from a process killed mid-run): cl<tag>-<node>
+    and cl<tag>-switch, which holds the lab's bridge and the veth ends plugged into it."""
+    return not any(Path("/run/netns").glob(f"cl{tag}-*"))
 
 
 @dataclass(frozen=True)

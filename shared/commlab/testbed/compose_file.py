@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..dds.settings import link_chunk_bytes, link_ring_block_bytes, link_send_window_bytes
+from ..dds.settings import MTU, link_chunk_bytes, link_datagram_frames, link_ring_block_bytes, link_send_window_bytes
 from ..links.profiles import link_for, trace_path
 from ..runs.roster import Node
 from .images import node_image
@@ -36,11 +36,13 @@ def networked_dds(dds: dict[str, Any], node: str, addrs: dict[str, str], link_pr
     data multicast unless the run chose otherwise, unicast peers for discovery all the same,
     repair timing for loss when any node's link of the profile loses packets, and the run's chunk
     and ring block sizes (profile_chunk_bytes, profile_ring_block_bytes) and the node's send window
-    (node_send_window_bytes) unless it chose them."""
+    and datagram (node_send_window_bytes, node_datagram_frames) unless it chose them."""
+    lossy = any(link_for(link_profile, name).loss_pct > 0 for name in addrs)
     sizes = {"chunk_bytes": profile_chunk_bytes(link_profile, list(addrs)),
              "ring_block_bytes": profile_ring_block_bytes(link_profile, list(addrs)),
-             "send_window_bytes": node_send_window_bytes(link_profile, node)}
-    lossy = any(link_for(link_profile, name).loss_pct > 0 for name in addrs)
+             "send_window_bytes": node_send_window_bytes(link_profile, node),
+             # a lost frame costs its whole datagram again: lossy links keep the small ones
+             "datagram_frames": None if lossy else node_datagram_frames(link_profile, node, dds.get("link_mtu") or MTU)}
     return {**dds, "interface": "eth0", "loopback_tuned": False, "multicast": dds.get("multicast") or "data",
             "peers": [a for name, a in addrs.items() if name != node],
             **{k: v for k, v in sizes.items() if v is not None and dds.get(k) is None},
@@ -67,6 +69,13 @@ def node_send_window_bytes(link_profile: str, node: str) -> int | None:
     queue; None (the default, the smallest window) for a trace."""
     rate = node_rate_bps(link_profile, node)
     return None if rate is None else link_send_window_bytes(rate)
+
+
+def node_datagram_frames(link_profile: str, node: str, mtu: int) -> int | None:
+    """dds.datagram_frames of `node` on `link_profile`: its own uplink's, whose frames its datagrams
+    fill (commlab.dds.settings.link_datagram_frames); None (the default) for a trace."""
+    rate = node_rate_bps(link_profile, node)
+    return None if rate is None else link_datagram_frames(rate, mtu)
 
 
 def profile_chunk_bytes(link_profile: str, nodes: list[str]) -> int | None:

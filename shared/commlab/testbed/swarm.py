@@ -99,8 +99,9 @@ def peer_names(nodes: list[Node]) -> dict[str, str]:
 def stack_config(cfg: dict[str, Any], node: str, nodes: list[Node], link_profile: str,
                  host_results: Path) -> dict[str, Any]:
     """`cfg` as the node's task must see it: the container's view, peers by name, no multicast."""
-    out = container_config(cfg, node, peer_names(nodes), link_profile, host_results)
-    out["dds"].update(multicast="off", link_mtu=OVERLAY_MTU)
+    overlay = {**cfg, "dds": {**cfg["dds"], "link_mtu": OVERLAY_MTU}}  # before the datagrams are sized to its frames
+    out = container_config(overlay, node, peer_names(nodes), link_profile, host_results)
+    out["dds"].update(multicast="off")
     return out
 
 
