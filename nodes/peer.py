@@ -11,6 +11,7 @@ import sys
 
 from commlab.config.schema import ConfigError, load_from_argv
 from commlab.peers.config import PeerConfig, load_peer_config
+from commlab.runs.process_exit import exit_now
 
 
 def load(path: str) -> tuple[PeerConfig, int]:
@@ -46,10 +47,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Every table and the manifest are closed by now. Skip the interpreter's finalization: gloo's
-    # worker threads (still held by the DDP module after destroy_process_group) can abort it with
-    # `terminate called without an active exception`, turning a finished rank into exit -6 (seen in CI).
-    os._exit(code)
+    exit_now(main(sys.argv[1:]))

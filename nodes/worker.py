@@ -9,6 +9,7 @@ import sys
 
 from commlab.config.schema import ConfigError, load_from_argv
 from commlab.ddp.config import load_worker_config, world_and_rank
+from commlab.runs.process_exit import exit_now
 
 
 def main(argv: list[str]) -> int:
@@ -37,4 +38,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))

@@ -66,14 +66,14 @@ def test_sample_budget_is_the_centralized_peers_only(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 def test_gloo_powersgd_in_shaped_namespaces(tmp_path):
-    """Each rank in its own namespace on a 10 Mbit eth0 (the master is rank 0's 198.19.253.x address);
+    """Each rank in its own namespace on a 100 Mbit eth0 (the master is rank 0's 198.19.253.x address);
     bytes come from eth0's counters: PowerSGD rank 2 sends well under 200 KB a step after start_iter."""
-    out = launch(tmp_path, "--kind", "gloo", "--hook", "powersgd", "--world", "2", "--profile", "10mbit", *SHORT,
+    out = launch(tmp_path, "--kind", "gloo", "--hook", "powersgd", "--world", "2", "--profile", "100mbit", *SHORT,
                  timeout=400)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     run = only_run(tmp_path)
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["link_applied"]["worker-1"]["applied"]["rate"] == "10mbit"
+    assert manifest["link_applied"]["worker-1"]["applied"]["rate"] == "100mbit"
     assert "eth0" in manifest["bytes_measured"]
     steps = pd.read_csv(run / "steps-rank1.csv")
     assert steps["bytes_sent"][:2].min() > 3_000_000  # dense start: about half the 6.65 MB vector (2 ranks)

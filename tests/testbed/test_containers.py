@@ -231,7 +231,7 @@ def read_csv(path: Path) -> list[dict]:
 def test_fl_with_docker_compose_up(engine, tmp_path, claims):
     project = f"cltest{claims.take('project')}"
     # A free 198.19.<net>.0/24, so a default `docker compose up` left on the machine cannot clash.
-    env = {**os.environ, "RESULTS_DIR": str(tmp_path), "ROUNDS": "2", "SAMPLES": "1000", "LINK_PROFILE": "10mbit",
+    env = {**os.environ, "RESULTS_DIR": str(tmp_path), "ROUNDS": "2", "SAMPLES": "1000", "LINK_PROFILE": "100mbit",
            "COMPOSE_NET": str(free_net(project, COMPOSE_NETS))}
     compose = ["docker", "compose", "-f", str(REPO / "compose" / "fl.yaml"), "-p", project]
     try:
@@ -244,7 +244,7 @@ def test_fl_with_docker_compose_up(engine, tmp_path, claims):
     assert sorted(s for s in states if s) == ["client-0 0", "client-1 0", "controller 0", "setup 0"], up.stdout[-3000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["backend"] == "docker" and manifest["link_profile"] == "10mbit"
+    assert manifest["backend"] == "docker" and manifest["link_profile"] == "100mbit"
     rounds = read_csv(run_dir / "rounds.csv")
     assert len(rounds) == 2 and all(int(r["bytes_up"]) > 0 for r in rounds)
     assert float(rounds[-1]["test_accuracy"]) > 0.5
@@ -252,7 +252,7 @@ def test_fl_with_docker_compose_up(engine, tmp_path, claims):
     assert len(clients) == 4 and all(float(r["comm_time_s"]) > 0 for r in clients)
     for node in ("controller", "client-0", "client-1"):
         link = json.loads((run_dir / f"link-{node}.json").read_text())
-        assert link["applied"]["rate"] == "10mbit" and "tbf" in link["tc_show"]
+        assert link["applied"]["rate"] == "100mbit" and "tbf" in link["tc_show"]
 
 
 @pytest.mark.docker
@@ -305,7 +305,7 @@ def test_fl_as_a_stack_on_a_single_node_swarm(engine, tmp_path):
     was = swarm_state()
     try:
         out = subprocess.run([sys.executable, "-m", "commlab.fl.run", "--backend", "swarm", "--clients", "2",
-                              "--rounds", "2", "--samples-per-round", "1000", "--profile", "10mbit",
+                              "--rounds", "2", "--samples-per-round", "1000", "--profile", "100mbit",
                               "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=900)
     finally:
         if was == "inactive":  # a swarm this test made; one the machine had stays
@@ -318,5 +318,5 @@ def test_fl_as_a_stack_on_a_single_node_swarm(engine, tmp_path):
     assert len(rounds) == 2 and rounds[-1]["participants"] == "client-0;client-1"
     for node in ("controller", "client-0", "client-1"):
         link = json.loads((run_dir / f"link-{node}.json").read_text())
-        assert link["applied"]["rate"] == "10mbit" and "tbf" in link["tc_show"]
+        assert link["applied"]["rate"] == "100mbit" and "tbf" in link["tc_show"]
     assert "round 2/2" in (run_dir / "swarm.log").read_text()

@@ -7,7 +7,6 @@ environment; in network namespaces for a shaped profile when root) or one contai
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from commlab.codecs import CodecError
@@ -25,6 +24,7 @@ from commlab.runs.roster import ddp_roster
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_ddp
 from commlab.testbed.netns_run import run_ddp_netns
+from commlab.runs.process_exit import exit_now
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -163,4 +163,4 @@ def plan_run(a: argparse.Namespace) -> Launch:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 from pathlib import Path
 
 from commlab.config.schema import ConfigError, from_dict, to_dict
@@ -26,6 +25,7 @@ from commlab.runs.roster import CONTROLLER, fl_identities_of, fl_roster_of
 from commlab.testbed.backend import choose_backend, run_nodes
 from commlab.testbed.docker_run import run_fl
 from commlab.testbed.netns_run import run_fl_netns
+from commlab.runs.process_exit import exit_now
 
 CLIENT_GRACE_S = 60.0  # how long clients may take to exit after the controller finished
 
@@ -335,4 +335,4 @@ def record_heterogeneity(run_dir: Path, speeds: dict[int, float], link_profile: 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -27,6 +27,7 @@ from commlab.runs.launch import (PEER_GRACE_S, CsvProgress, Launch, NodeProcesse
                                  write_node_config)
 from commlab.runs.roster import Node, worker_name
 from commlab.testbed.backend import choose_backend, run_nodes
+from commlab.runs.process_exit import exit_now
 
 NET = 253            # 198.19.253.0/24 (FL namespaces use 251, DDS workers 252)
 NETNS_PORT = 29500   # every rank has its own namespace: a fixed port is free
@@ -181,4 +182,4 @@ def plan_run(a: argparse.Namespace) -> Launch:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
