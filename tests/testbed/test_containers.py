@@ -282,7 +282,7 @@ def test_gloo_peers_in_containers_train_as_on_loopback(engine, tmp_path):
     short = ["--kind", "gloo", "--hook", "none", "--world", "2", "--epochs", "1", "--train-subset", "320",
              "--test-subset", "200"]
     runs = {}
-    for backend, profile in (("docker", "10mbit"), ("local", "lan")):
+    for backend, profile in (("docker", "100mbit"), ("local", "lan")):
         out = subprocess.run([sys.executable, "-m", "commlab.peers.run", *short, "--backend", backend,
                               "--profile", profile, "--results-dir", str(tmp_path / backend)],
                              cwd=REPO, capture_output=True, text=True, timeout=900)
@@ -290,7 +290,7 @@ def test_gloo_peers_in_containers_train_as_on_loopback(engine, tmp_path):
         (runs[backend],) = [p for p in (tmp_path / backend).iterdir() if (p / "manifest.json").exists()]
     manifest = json.loads((runs["docker"] / "manifest.json").read_text())
     assert {n: link["applied"]["rate"] for n, link in manifest["link_applied"].items()} == \
-        {"worker-0": "10mbit", "worker-1": "10mbit"}
+        {"worker-0": "100mbit", "worker-1": "100mbit"}
     steps = read_csv(runs["docker"] / "steps-rank1.csv")
     assert len(steps) == 5 and all(int(s["bytes_sent"]) > 3_000_000 for s in steps)  # eth0's counters
     final = {b: read_csv(r / "epochs-rank0.csv")[-1] for b, r in runs.items()}
