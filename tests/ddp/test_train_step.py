@@ -21,7 +21,8 @@ from commlab.fl.config import ClientConfig, load_client_config, load_controller_
 from commlab.fl.local_training import local_update
 from commlab.fl.strategy import FitIns
 from commlab.models import build_model, flatten_params
-from commlab.models.train_step import DEFAULT_TRAIN_STEP, batch_loss, cross_entropy_step, load_train_step
+from commlab.config.train_step_spec import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.models.train_step import batch_loss, cross_entropy_step
 from commlab.runs.seeds import SeedTree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +67,8 @@ def test_step_from_a_file_outside_the_library_gives_another_loss(batch, monkeypa
     ("commlab.models.train_step:no_such_function", "train_step: commlab.models.train_step has no function 'no_such_function'"),
     (f"{FIXTURE}:no_such_function", f"train_step: {FIXTURE} has no function 'no_such_function'"),
     (f"{FIXTURE}:NOT_A_FUNCTION", f"train_step: {FIXTURE}:NOT_A_FUNCTION is not callable: it is int 3"),
-    ("commlab.models.train_step:DEFAULT_TRAIN_STEP", "train_step: commlab.models.train_step:DEFAULT_TRAIN_STEP is not callable"),
+    ("commlab.config.train_step_spec:DEFAULT_TRAIN_STEP",
+     "train_step: commlab.config.train_step_spec:DEFAULT_TRAIN_STEP is not callable"),
     ("commlab.models.train_step:batch_loss", "train_step: commlab.models.train_step:batch_loss must take (model, x, y)"),
     ("my-steps:step", "train_step: 'my-steps' is neither a module name nor a .py file"),
 ])

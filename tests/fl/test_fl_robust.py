@@ -14,7 +14,7 @@ from commlab.fl.root_update import RootUpdate
 from commlab.fl.run import build_configs, parse_args
 from commlab.fl.strategy import STRATEGIES, FedAvg, FitIns, FitRes, Krum, Median, NormClip, TrimmedMean
 from commlab.models import build_model, flatten_params
-from commlab.models.train_step import DEFAULT_TRAIN_STEP
+from commlab.config.train_step_spec import DEFAULT_TRAIN_STEP
 from commlab.runs.seeds import SeedTree
 
 COMMON = dict(epochs=1, lr=0.1, batch_size=8, subset_size=10)

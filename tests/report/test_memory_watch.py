@@ -54,10 +54,10 @@ def test_a_phase_inside_another_interrupts_it():
 def test_without_exact_phases_nothing_is_handed_back_and_no_figure_is_held_to_the_target(monkeypatch):
     """The default (config memory_phases false): no malloc_trim and no dropped work arrays at a
     phase boundary, phase peaks still recorded, but as upper bounds with no exchange figures."""
-    import commlab.output.memory_watch as mw
+    import commlab.codecs.scratch as scratch  # memory_watch takes them from there when it uses them
     handed_back = []
-    monkeypatch.setattr(mw, "release_freed_memory", lambda: handed_back.append("trim"))
-    monkeypatch.setattr(mw, "release_buffers", lambda: handed_back.append("buffers"))
+    monkeypatch.setattr(scratch, "release_freed_memory", lambda: handed_back.append("trim"))
+    monkeypatch.setattr(scratch, "release_buffers", lambda: handed_back.append("buffers"))
     watch = MemoryWatch(model_bytes=MIB)
     handed_back.clear()  # once when it is made, either way: what setting up freed is not idle memory
     with watch.phase("train"):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from commlab.config.schema import ConfigError, DdsNodeConfig, existing, load_config, positive
-from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.config.train_step_spec import DEFAULT_TRAIN_STEP, check_train_step
 
 DENSE = "dense"  # the allreduce reference (the fp32 codec's other name); every method is a registered codec
 COLLECTIVES = ("auto", "ring", "naive")  # as commlab.dds.collectives.COLLECTIVES (validation needs no DDS)
@@ -60,7 +60,7 @@ class WorkerConfig(DdsNodeConfig):
 
     def check(self, where: str) -> None:
         existing(where, "resume_from", self.resume_from)
-        load_train_step(self.train_step, f"{where}train_step")
+        check_train_step(self.train_step, f"{where}train_step")
         positive(where, barrier_timeout_s=self.barrier_timeout_s, threads=self.threads,
                   collective_timeout_s=self.collective_timeout_s, peer_return_s=self.peer_return_s,
                   summary_every=self.summary_every,

@@ -17,7 +17,7 @@ from commlab.ddp.config import WorkerConfig, steps_per_epoch
 from commlab.runs.claims import hold
 from commlab.runs.launch import PEER_GRACE_S, CsvProgress, Launch, NodeProcesses, codec_params, launch, write_node_config
 from commlab.links.profiles import profile_arg
-from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
+from commlab.config.train_step_spec import DEFAULT_TRAIN_STEP, resolve_spec_path
 from commlab.output.run_folder import new_run_id, peak_memory_line
 from commlab.runs.keys import run_keys, with_key_file
 from commlab.runs.roster import ddp_roster

@@ -23,7 +23,8 @@ from commlab.ddp.profile import StepProfile
 from commlab.ddp.setup import data_parallel_setup
 from commlab.dds import DdsNode, Group
 from commlab.models import flatten_params, layout_of, num_params, weights_digest
-from commlab.models.train_step import TrainStep, batch_loss, load_train_step
+from commlab.config.train_step_spec import load_train_step
+from commlab.models.train_step import TrainStep, batch_loss
 from commlab.output.run_folder import CsvTable, RunWriter, backend_name, write_transport_totals
 from commlab.output.tables import COLUMNS
 from commlab.runs.fault_points import halt_at

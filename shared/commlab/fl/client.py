@@ -30,7 +30,7 @@ from commlab.fl.secagg_client import SecAggAborted, SecAggSender
 from commlab.fl.strategy import FitIns
 from commlab.models import layout_of
 from commlab.models.storage import share_storage
-from commlab.models.train_step import load_train_step
+from commlab.config.train_step_spec import load_train_step
 from commlab.output.memory_watch import MemoryWatch
 from commlab.output.run_folder import CsvTable
 from commlab.output.tables import COLUMNS

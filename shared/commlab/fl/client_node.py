@@ -11,7 +11,7 @@ from commlab.fl.config import load_client_config
 from commlab.fl.entry import as_config_error, log_to, warm_up_codecs
 from commlab.fl import local_training
 from commlab.models import flatten_params, layout_of
-from commlab.models.train_step import load_train_step
+from commlab.config.train_step_spec import load_train_step
 from commlab.output.memory_watch import MemoryWatch
 from commlab.output.run_folder import write_transport_totals
 from commlab.runs.roster import client_name

@@ -13,15 +13,14 @@ from typing import Any
 import numpy as np
 
 from commlab.config.schema import ConfigError, DdsNodeConfig, NamedSection, existing, load_config, positive, to_dict
+from commlab.config.train_step_spec import DEFAULT_TRAIN_STEP, check_train_step
 from commlab.data import Dataset, partition_dataset
 from commlab.data.partition import SCHEMES as PARTITION_SCHEMES, scheme_params
 from commlab.dds.messages import MAX_TEXT
 from commlab.fl.adaptive.bits import takes_bits
 from commlab.fl.adaptive.section import AdaptiveSection
-from commlab.fl.root_update import RootUpdate
 from commlab.fl.sampling import Availability, load_availability, per_round_count
 from commlab.fl.strategy_config import StrategySection
-from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
 from commlab.privacy.config import PrivacySection
 from commlab.privacy.secagg_config import SecAggSection
 from commlab.runs.roster import client_host_name, client_name, client_node, fl_roster, hosted_clients
@@ -170,7 +169,7 @@ class ControllerConfig(DdsNodeConfig):
     secagg: SecAggSection | None = None    # each round as SecAgg+: the controller sees only the sum (docs/privacy.md)
 
     def check(self, where: str) -> None:
-        load_train_step(self.train_step, f"{where}train_step")
+        check_train_step(self.train_step, f"{where}train_step")
         check_batchnorm(where, self.batchnorm)
         positive(where, bn_calibration_samples=self.bn_calibration_samples)
         if self.procs is not None and not 1 <= self.procs <= self.expected_clients:
@@ -238,6 +237,7 @@ class ControllerConfig(DdsNodeConfig):
         if self.strategy.name == "fedbuff":
             return to_dict(self.fedbuff or FedBuffSection())
         if self.strategy.name == "fltrust":
+            from commlab.fl.root_update import RootUpdate  # torch: here only, not in the launcher's imports
             s = self.strategy
             return {"reference": RootUpdate(self.model, self.dataset, samples=s.root_samples or 100,
                                             seeds=self.seeds.tree,
@@ -315,7 +315,7 @@ class ClientConfig(DdsNodeConfig):
     warm_codec: CodecSection | None = None  # run once at start (the launcher: the run's); TrainCmd names the codec
 
     def check(self, where: str) -> None:
-        load_train_step(self.train_step, f"{where}train_step")
+        check_train_step(self.train_step, f"{where}train_step")
         check_batchnorm(where, self.batchnorm)
         positive(where, num_clients=self.num_clients, idle_timeout_s=self.idle_timeout_s, threads=self.threads,
                  controller_return_s=self.controller_return_s)

@@ -16,7 +16,8 @@ from commlab.config.schema import DatasetSection, ModelSection
 from commlab.data import Dataset
 from commlab.fl.local_training import local_update
 from commlab.fl.strategy import FitIns
-from commlab.models.train_step import TrainStep, load_train_step
+from commlab.config.train_step_spec import load_train_step
+from commlab.models.train_step import TrainStep
 from commlab.runs.seeds import SeedTree
 
 

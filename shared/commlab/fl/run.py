@@ -18,7 +18,7 @@ from commlab.fl.defaults import fill_defaults
 from commlab.runs.claims import hold
 from commlab.runs.launch import CsvProgress, Launch, NodeProcesses, codec_params, launch, write_node_config
 from commlab.links.profiles import profile_arg
-from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
+from commlab.config.train_step_spec import DEFAULT_TRAIN_STEP, resolve_spec_path
 from commlab.output.run_folder import new_run_id, peak_memory_line, write_json_atomic
 from commlab.runs.keys import run_keys, with_key_file
 from commlab.runs.roster import CONTROLLER, fl_identities_of, fl_roster_of

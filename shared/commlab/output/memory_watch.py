@@ -31,8 +31,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from commlab.codecs.scratch import release_buffers, release_freed_memory
-
 EXCHANGE_TARGET_X = 3.0
 WORKLOAD_PHASES = frozenset({"train"})
 OUTSIDE = "receive"  # the time outside every named phase
@@ -72,6 +70,7 @@ class MemoryWatch:
     figures against the target are given."""
 
     def __init__(self, model_bytes: int = 0, exact: bool = False) -> None:
+        from commlab.codecs.scratch import release_freed_memory  # nodes only: the codecs (numba) stay out of launchers
         self.model_bytes, self.exact = model_bytes, exact
         release_freed_memory()  # what setting up the node freed is not part of its idle footprint
         self.idle, self.overall = status_bytes("VmRSS"), status_bytes("VmHWM")
@@ -95,6 +94,7 @@ class MemoryWatch:
             self.peaks[name] = max(self.peaks.get(name, 0), hwm)
             self.rises[name] = max(self.rises.get(name, 0), hwm - self.start)
         if self.exact:
+            from commlab.codecs.scratch import release_buffers, release_freed_memory
             release_buffers()  # the codecs' work arrays: this thread encodes a model once a round
             release_freed_memory()
         if self.resettable:

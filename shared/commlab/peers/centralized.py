@@ -17,7 +17,8 @@ from commlab.config.schema import ConfigError
 from commlab.data import partition
 from commlab.ddp.config import steps_per_epoch as epoch_steps
 from commlab.models import evaluate
-from commlab.models.train_step import batch_loss, load_train_step
+from commlab.config.train_step_spec import load_train_step
+from commlab.models.train_step import batch_loss
 from commlab.output.run_folder import CsvTable
 from commlab.output.tables import COLUMNS
 from commlab.peers.config import PeerConfig

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from commlab.config.schema import ConfigError, DatasetSection, ModelSection, SeedSection, load_config, positive
 from commlab.ddp.config import TrainingSection
-from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step
+from commlab.config.train_step_spec import DEFAULT_TRAIN_STEP, check_train_step
 
 KINDS = ("gloo", "centralized")
 HOOKS = ("none", "fp16", "powersgd")  # torch ddp_comm_hooks: none (allreduce), fp16_compress_hook, powerSGD_hook
@@ -67,7 +67,7 @@ class PeerConfig:
             raise ConfigError(f"{where}max_steps: >= 0 and for kind centralized only, got {self.max_steps}")
         if not 0 < self.master_port < 65536:
             raise ConfigError(f"{where}master_port: must be in 1..65535, got {self.master_port}")
-        load_train_step(self.train_step, f"{where}train_step")
+        check_train_step(self.train_step, f"{where}train_step")
 
     @property
     def method(self) -> str:

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 from commlab.config.schema import (  # noqa: E402
     ConfigError, DatasetSection, ModelSection, SeedSection, load_config, positive, to_dict)
 from commlab.fl.config import OptimizerSection, PartitionSection, TrainingSection  # noqa: E402
-from commlab.models.train_step import DEFAULT_TRAIN_STEP, load_train_step  # noqa: E402
+from commlab.config.train_step_spec import DEFAULT_TRAIN_STEP, check_train_step, load_train_step  # noqa: E402
 from commlab.runs.roster import Node  # noqa: E402
 
 METHOD = "flower-fedavg"  # the manifest's codec: the series name beside the DDS codecs in the report
@@ -73,7 +73,7 @@ class FlowerConfig:
     def check(self, where: str) -> None:
         positive(where, clients=self.clients, rounds=self.rounds, round_timeout_s=self.round_timeout_s,
                  eval_batch_size=self.eval_batch_size, threads=self.threads)
-        load_train_step(self.train_step, f"{where}train_step")
+        check_train_step(self.train_step, f"{where}train_step")
         if self.transport not in TRANSPORTS:
             raise ConfigError(f"{where}transport: must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
         if self.secaggplus and (self.transport != "deployment" or self.clients < 3):

@@ -31,7 +31,7 @@ from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.fl.defaults import fill_defaults
 from commlab.fl.run import add_experiment_args, experiment_sections, training_section
 from commlab.links.profiles import profile_arg
-from commlab.models.train_step import resolve_spec_path
+from commlab.config.train_step_spec import resolve_spec_path
 from commlab.output.progress import echo
 from commlab.output.run_folder import new_run_id
 from commlab.peers.flower import METHOD, TRANSPORTS, FlowerConfig, roster

@@ -23,7 +23,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from commlab.ddp.setup import data_parallel_setup
 from commlab.models import evaluate
-from commlab.models.train_step import batch_loss, load_train_step
+from commlab.config.train_step_spec import load_train_step
+from commlab.models.train_step import batch_loss
 from commlab.output.run_folder import CsvTable
 from commlab.output.tables import COLUMNS
 from commlab.peers.config import PeerConfig

@@ -19,7 +19,7 @@ from commlab.config.schema import ConfigError, from_dict, to_dict
 from commlab.data.dataset import dataset_spec
 from commlab.ddp.config import steps_per_epoch
 from commlab.links.profiles import profile_arg
-from commlab.models.train_step import DEFAULT_TRAIN_STEP, resolve_spec_path
+from commlab.config.train_step_spec import DEFAULT_TRAIN_STEP, resolve_spec_path
 from commlab.output.run_folder import new_run_id
 from commlab.peers.config import HOOKS, KINDS, PeerConfig
 from commlab.runs.claims import hold

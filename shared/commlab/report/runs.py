@@ -9,10 +9,12 @@ import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from commlab.output.tables import ADDED, COLUMNS, OPTIONAL, TEXT  # columns a table must have (extra ones are kept)
+
+if TYPE_CHECKING:  # pandas is imported where tables are read: launchers use the manifest helpers only
+    import pandas as pd
 
 # Per kind: the settings that define a comparable experiment, the series field, the tables.
 KINDS = {
@@ -151,6 +153,7 @@ def read_manifest(path: Path) -> dict:
 def read_table(file: Path, columns: list[str], growing: bool = False) -> pd.DataFrame:
     """Strict CSV read: a short last line (a writer killed mid-row) or a non-number is an error.
     ``growing``: the file of a run still going, whose writer may be mid-row: only whole lines count."""
+    import pandas as pd
     raw = file.read_bytes()
     if growing:
         raw = raw[:raw.rfind(b"\n") + 1]
@@ -185,6 +188,7 @@ def read_table(file: Path, columns: list[str], growing: bool = False) -> pd.Data
 
 def read_tables(path: Path, name: str, growing: bool = False) -> pd.DataFrame | None:
     """`<name>.csv` and every `<name>-*.csv` (one per client or rank) concatenated, or None."""
+    import pandas as pd
     files = sorted({*path.glob(f"{name}.csv"), *path.glob(f"{name}-*.csv")})
     if not files:
         return None
@@ -195,6 +199,7 @@ def read_tables(path: Path, name: str, growing: bool = False) -> pd.DataFrame | 
 def load_run(path: Path, growing: bool = False) -> Run:
     """The run in folder ``path``; ``growing``: a run still going, its tables read up to their
     last whole line (read_table)."""
+    import pandas as pd
     manifest = read_manifest(path)
     run = Run(run_id=str(manifest.get("run_id") or path.name), path=path, manifest=manifest, tables={})
     for name, required in KINDS[manifest["kind"]]["tables"].items():

@@ -25,12 +25,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commlab.output.progress import echo
 from commlab.output.tables import TEXT
 
 from .runs import METRIC_PATTERNS, RunError, read_manifest
+
+if TYPE_CHECKING:
+    from .tb_events import ScalarEvents
 
 EVENTS_DIR = "tensorboard"
 # Per table: the column that numbers its rows (the TensorBoard / MLflow step) and the column that
@@ -186,14 +189,14 @@ class TensorBoardExport:
         self.dir = run_dir / EVENTS_DIR
         shutil.rmtree(self.dir, ignore_errors=True)
         self.followers: dict[Path, CsvFollower] = {}
-        self.writers: dict[str, Any] = {}
+        self.writers: dict[str, ScalarEvents] = {}
         self.hparams_written = False
         self.written = 0  # scalars so far
 
-    def _writer(self, source: str) -> Any:
-        from torch.utils.tensorboard import SummaryWriter
+    def _writer(self, source: str) -> "ScalarEvents":
+        from .tb_events import ScalarEvents  # the tensorboard package: only where it is installed
         if source not in self.writers:
-            self.writers[source] = SummaryWriter(log_dir=str(self.dir / source), max_queue=1000, flush_secs=30)
+            self.writers[source] = ScalarEvents(self.dir / source)
         return self.writers[source]
 
     def update(self) -> int:
@@ -203,7 +206,7 @@ class TensorBoardExport:
         written = 0
         for path in metric_files(self.run_dir):
             for s in self.followers.setdefault(path, CsvFollower(path)).new_scalars():
-                self._writer(s.source).add_scalar(s.tag, s.value, s.step, new_style=True, double_precision=True)
+                self._writer(s.source).add_scalar(s.tag, s.value, s.step)
                 written += 1
         for w in self.writers.values():
             w.flush()
@@ -217,7 +220,7 @@ class TensorBoardExport:
         config = summary_v2.hparams_config_pb([summary_v2.HParam(k) for k in values], metrics)
         hparams_summary = summary_v2.hparams_pb(values, trial_id=str(manifest.get("run_id", self.run_dir.name)),
                                                  start_time_secs=manifest_time(manifest, "started_at"))
-        writer = self._writer("").file_writer
+        writer = self._writer("")
         writer.add_summary(config)
         writer.add_summary(hparams_summary)
         self.hparams_written = True
