@@ -4,7 +4,10 @@ Every module of this package is imported here, so a compressor registers itself 
 adding one is one file (a registered Codec subclass) plus its tests.
 """
 import importlib
+import multiprocessing
+import os
 import pkgutil
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
@@ -19,14 +22,27 @@ for _module in pkgutil.iter_modules(__path__):
 
 
 
-def warm() -> None:
+def warm(jobs: int | None = None) -> None:
     """Compile every codec's loops into numba's cache (jit.py): one small frame of each codec
-    encoded and decoded. The node images run it when they are built, so that no node spends its
-    first frames compiling (seconds per codec)."""
+    encoded and decoded, in `jobs` processes at once (default: one a core; each compile runs on one
+    core, and the slowest codecs take tens of seconds). The node images run it when they are built,
+    and `make test` before the tests, so that no node spends its first frames compiling."""
+    ids = sorted({cls.codec_id for cls in base._BY_ID.values()})
+    jobs = min(len(ids), jobs or os.cpu_count() or 1)
+    if jobs == 1:
+        for codec_id in ids:
+            _warm_one(codec_id)
+        return
+    # spawn: the caller may have threads (a fork would copy their locks); numba writes each cache
+    # file under a temporary name and renames it, so processes compiling one loop at once agree
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(_warm_one, ids))
+
+
+def _warm_one(codec_id: int) -> None:
     vec = np.random.default_rng(0).standard_normal(10_000).astype(np.float32)
-    for cls in set(base._BY_ID.values()):
-        codec = cls.create({}, [("warm", (100, 100))])
-        codec.decode(codec.encode(vec))
+    codec = base._BY_ID[codec_id].create({}, [("warm", (100, 100))])
+    codec.decode(codec.encode(vec))
 
 
 __all__ = ["Codec", "CodecError", "Compression", "DgcMemory", "ErrorFeedback", "Memory", "NoMemory",
