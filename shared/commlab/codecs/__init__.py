@@ -26,7 +26,8 @@ def warm(jobs: int | None = None) -> None:
     """Compile every codec's loops into numba's cache (jit.py): one small frame of each codec
     encoded and decoded, in `jobs` processes at once (default: one a core; each compile runs on one
     core, and the slowest codecs take tens of seconds). The node images run it when they are built,
-    and `make test` before the tests, so that no node spends its first frames compiling."""
+    and the test session before its first test that starts nodes, so that no node spends its first
+    frames compiling."""
     ids = sorted({cls.codec_id for cls in base._BY_ID.values()})
     jobs = min(len(ids), jobs or os.cpu_count() or 1)
     if jobs == 1:

@@ -70,7 +70,8 @@ class MemoryWatch:
     figures against the target are given."""
 
     def __init__(self, model_bytes: int = 0, exact: bool = False) -> None:
-        from commlab.codecs.scratch import release_freed_memory  # nodes only: the codecs (numba) stay out of launchers
+        # imported here: the processes that only write a run folder (the peer launchers) load no codecs (numba)
+        from commlab.codecs.scratch import release_freed_memory
         self.model_bytes, self.exact = model_bytes, exact
         release_freed_memory()  # what setting up the node freed is not part of its idle footprint
         self.idle, self.overall = status_bytes("VmRSS"), status_bytes("VmHWM")
