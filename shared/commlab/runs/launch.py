@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from ..output.progress import echo, watch_csv
 from .roster import Node
+from .zygote import ForkedProcess, shared_zygote
 
 NODES_DIR = Path(__file__).resolve().parents[3] / "nodes"
 END_GRACE_S = 15.0  # how long a node may take to exit after SIGTERM
@@ -33,6 +34,8 @@ def end_nodes_on_sigterm() -> None:
 
 
 T = TypeVar("T")
+Process = subprocess.Popen | ForkedProcess  # a node forked by the zygote, or any other program
+P = TypeVar("P", subprocess.Popen, ForkedProcess)
 
 
 def config_or_report(prog: str, build: Callable[[], T], errors: tuple[type[Exception], ...] = ()) -> T | None:
@@ -123,23 +126,27 @@ class NodeProcesses:
     """The node processes of one run by name; use as a context manager so they are always ended."""
 
     def __init__(self) -> None:
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, Process] = {}
         self._relays: list[threading.Thread] = []
 
-    def start(self, node: Node, config: Path, prefix: Sequence[str] = ()) -> subprocess.Popen:
+    def start(self, node: Node, config: Path, prefix: Sequence[str] = ()) -> Process:
         """Run the node's program nodes/<role>.py CONFIG with its environment (through `prefix`, e.g.
         ip netns exec NS); the manifest records backend local (COMMLAB_BACKEND) whatever interface
-        the node's DDS uses."""
-        return self.start_command(node.name, [sys.executable, str(NODES_DIR / node.script), str(config)],
-                                  prefix, dict(node.env))
+        the node's DDS uses. Without a prefix the node is forked from this process's zygote, its
+        libraries already imported (zygote.py)."""
+        argv = [sys.executable, str(NODES_DIR / node.script), str(config)]
+        if prefix:
+            return self.start_command(node.name, argv, prefix, dict(node.env))
+        return self._track(node.name, shared_zygote().spawn_piped(argv, _node_env(dict(node.env))))
 
     def start_command(self, name: str, argv: Sequence[str], prefix: Sequence[str] = (),
                       env: dict[str, str] | None = None) -> subprocess.Popen:
         """Run any program of the run (e.g. a Flower SuperLink) under `name`, its output relayed,
         ended with the nodes."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "COMMLAB_BACKEND": "local", **(env or {})}
-        proc = subprocess.Popen([*prefix, *argv], env=env, text=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)
+        return self._track(name, subprocess.Popen([*prefix, *argv], env=_node_env(env), text=True,
+                                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+
+    def _track(self, name: str, proc: P) -> P:
         self.procs[name] = proc
         self._relays.append(threading.Thread(target=_relay, args=(proc,), daemon=True))
         self._relays[-1].start()
@@ -181,6 +188,10 @@ class NodeProcesses:
         self.end()
 
 
-def _relay(proc: subprocess.Popen) -> None:
+def _node_env(env: dict[str, str] | None) -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "COMMLAB_BACKEND": "local", **(env or {})}
+
+
+def _relay(proc: Process) -> None:
     for line in proc.stdout:
         echo(line)

@@ -26,6 +26,7 @@ from commlab.links.netns import NetnsLab
 from commlab.runs.fault_points import HALT_ENV
 from commlab.runs.launch import NODES_DIR
 from commlab.runs.roster import ddp_roster, fl_roster_of
+from commlab.runs.zygote import forkable, shared_zygote
 from commlab.testbed.compose_file import networked_dds
 from commlab.testbed.engine import REPO
 
@@ -43,8 +44,11 @@ class NodeProcess:
         if halt_at:
             full_env[HALT_ENV] = halt_at
         with open(self.log, "w") as log:
-            prefix = lab.prefix(name) if lab else []
-            self.proc = subprocess.Popen([*prefix, *argv], stdout=log, stderr=subprocess.STDOUT, env=full_env)
+            if lab or not forkable(argv):
+                self.proc = subprocess.Popen([*(lab.prefix(name) if lab else []), *argv], stdout=log, stderr=subprocess.STDOUT,
+                                             env=full_env)
+            else:  # forked with its libraries imported (commlab.runs.zygote)
+                self.proc = shared_zygote().spawn(argv, full_env, log)
 
     def text(self) -> str:
         return self.log.read_text()
