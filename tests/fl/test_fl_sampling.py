@@ -18,6 +18,7 @@ from commlab.runs.fault_points import HALT_ENV
 from commlab.fl.sampling import (Availability, diurnal_trace, load_availability, per_round_count, sample_clients,
                                  select_round, write_trace)
 from commlab.runs.roster import fl_roster
+from commlab.runs.zygote import ForkedProcess, shared_zygote
 from commlab.runs.seeds import SeedTree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,7 +165,7 @@ def test_run_ends_early_at_its_round_time_budget(tmp_path, domain):
     assert "run over after round 1" in log_of(tmp_path, "client-0")
 
 
-def start_nodes(tmp_path: Path, cfgs: list[dict]) -> dict[str, subprocess.Popen]:
+def start_nodes(tmp_path: Path, cfgs: list[dict]) -> dict[str, ForkedProcess]:
     """Controller first, then the clients, as node processes (output in <name>.log)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop(HALT_ENV, None)
@@ -172,9 +173,9 @@ def start_nodes(tmp_path: Path, cfgs: list[dict]) -> dict[str, subprocess.Popen]
     for node, cfg in zip(fl_roster(len(cfgs) - 1), cfgs):
         path = tmp_path / f"{node.name}.json"
         path.write_text(json.dumps(cfg))
-        procs[node.name] = subprocess.Popen([sys.executable, str(ROOT / "nodes" / node.script), str(path)],
-                                            stdout=open(tmp_path / f"{node.name}.log", "w"),
-                                            stderr=subprocess.STDOUT, env=env)
+        with open(tmp_path / f"{node.name}.log", "w") as log:
+            procs[node.name] = shared_zygote().spawn([sys.executable, str(ROOT / "nodes" / node.script), str(path)],
+                                                     env, log)
     return procs
 
 

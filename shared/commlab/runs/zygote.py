@@ -38,8 +38,6 @@ from .process_exit import exit_now
 # What every node program imports; anything else a node imports it imports itself after the fork.
 PRELOAD = ("torch", "numpy", "numba", "cyclonedds.domain", "cyclonedds.pub", "cyclonedds.sub",
            "commlab.fl.client_node", "commlab.fl.controller_node", "commlab.ddp.train", "commlab.peers.gloo")
-
-
 MAX_MESSAGE = 1 << 20  # a request: argv, the environment and a folder
 
 
@@ -145,7 +143,7 @@ class Zygote:
         with self._cond:
             if pid not in self._exits and self._ended and not _alive(pid):
                 raise ZygoteError(f"{self._ended}; node pid {pid} ended with an unknown exit code")
-            return self._exits.get(pid)
+            return self._exits.pop(pid, None)  # the handle keeps it; the pid may be reused
 
     def wait_exit(self, pid: int, timeout: float | None, args: Sequence[str]) -> int:
         end = None if timeout is None else time.monotonic() + timeout
@@ -238,7 +236,11 @@ def _serve(sock: socket.socket) -> None:
             data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 2)
             if not data:
                 return  # the launcher ended
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError as e:  # out of processes or memory: this node fails, the launcher says why
+                pid = -1
+                _report(sock, {"error": f"the node zygote could not fork {json.loads(data)['argv'][1]}: {e}"})
             if pid == 0:
                 sel.close()
                 signal.set_wakeup_fd(-1)
@@ -252,7 +254,7 @@ def _serve(sock: socket.socket) -> None:
                 raise _Fork(request)
             for fd in fds:
                 os.close(fd)
-            if not _report(sock, {"pid": pid}):
+            if pid > 0 and not _report(sock, {"pid": pid}):
                 return
         while True:
             try:

@@ -122,7 +122,7 @@ def start_ddp(out_dir: Path, method: str, domain: int, world: int = 3, halt: dic
     cfg["training"].update(epochs=epochs)
     procs = []
     for rank, node in enumerate(ddp_roster(world)):
-        path = out_dir / (f"{node.name}.json" if lab else "worker.json")
+        path = out_dir / f"{node.name}.json"  # each its own file: a started rank may be reading it already
         if lab:  # unicast, as on loopback: the ring (two directions here, one on loopback: last bits differ)
             cfg = {**cfg, "dds": networked_dds({**cfg["dds"], "multicast": "off"}, node.name, lab.addresses, "lan")}
         path.write_text(json.dumps(cfg))
