@@ -38,12 +38,30 @@ def backward(model: nn.Module) -> None:
 def test_the_flat_vector_is_flatten_grads_to_the_bit():
     model = small_model()
     reducer = Reducer(model)
-    reducer.flat[:] = np.nan  # what the hooks and the unused parameter's zeros must overwrite
+    for flat in reducer.flats:
+        flat[:] = np.nan  # what the hooks and the unused parameter's zeros must overwrite
     with reducer.filling():
         backward(model)
     assert reducer.ready(0, reducer.flat.size)
     expected = flatten_grads(model)
     assert reducer.flat.tobytes() == expected.tobytes() and not expected[-6:].any()
+
+
+def test_steps_take_turns_with_two_vectors_so_a_step_leaves_the_last_ones_values_alone():
+    """The ring keeps step k's vector for a resend until step k+1's allreduce has finished
+    (Group.allreduce_async kept): step k+1 must fill the other one."""
+    model = small_model()
+    reducer = Reducer(model)
+    filled = []
+    for step in range(3):
+        model.zero_grad()
+        with reducer.filling():
+            backward(model)
+        filled.append(reducer.flat)
+        if step == 1:  # step 0's values are still there while step 1's vector is in use
+            assert filled[0].tobytes() == flatten_grads(model).tobytes()
+            assert not np.shares_memory(filled[0], filled[1])
+    assert filled[2] is filled[0]
 
 
 def test_the_last_layer_is_in_before_backward_reaches_the_first():

@@ -2,7 +2,6 @@
 and generator, their config checks, and one multi-process run in which only the sampled clients train."""
 import csv
 import json
-import os
 import re
 import subprocess
 import sys
@@ -14,12 +13,11 @@ from commlab.config.schema import ConfigError, from_dict
 from commlab.fl.config import ControllerConfig
 from commlab.fl.messages import TrainCmd
 from commlab.fl.run import build_configs, parse_args
-from commlab.runs.fault_points import HALT_ENV
 from commlab.fl.sampling import (Availability, diurnal_trace, load_availability, per_round_count, sample_clients,
                                  select_round, write_trace)
 from commlab.runs.roster import fl_roster
-from commlab.runs.zygote import ForkedProcess, shared_zygote
 from commlab.runs.seeds import SeedTree
+from commlab.testbed.node_procs import NodeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = [f"client-{i}" for i in range(10)]
@@ -165,32 +163,21 @@ def test_run_ends_early_at_its_round_time_budget(tmp_path, domain):
     assert "run over after round 1" in log_of(tmp_path, "client-0")
 
 
-def start_nodes(tmp_path: Path, cfgs: list[dict]) -> dict[str, ForkedProcess]:
-    """Controller first, then the clients, as node processes (output in <name>.log)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop(HALT_ENV, None)
-    procs = {}
-    for node, cfg in zip(fl_roster(len(cfgs) - 1), cfgs):
-        path = tmp_path / f"{node.name}.json"
-        path.write_text(json.dumps(cfg))
-        with open(tmp_path / f"{node.name}.log", "w") as log:
-            procs[node.name] = shared_zygote().spawn([sys.executable, str(ROOT / "nodes" / node.script), str(path)],
-                                                     env, log)
-    return procs
-
-
 def run_to_completion(tmp_path: Path, cfgs: list[dict]) -> None:
-    """Start the nodes and wait until every one exited 0 (its log in the failure message)."""
-    procs = start_nodes(tmp_path, cfgs)
+    """Controller first, then the clients, as node processes (output in <name>.log); every one
+    must exit 0 (its log in the failure message)."""
+    procs = {}
     try:
-        assert procs["controller"].wait(300) == 0, log_of(tmp_path, "controller")
+        for node, cfg in zip(fl_roster(len(cfgs) - 1), cfgs):
+            path = tmp_path / f"{node.name}.json"
+            path.write_text(json.dumps(cfg))
+            procs[node.name] = NodeProcess(tmp_path, node.name, [sys.executable, str(ROOT / "nodes" / node.script), str(path)])
+        assert procs["controller"].finish(300) == 0, log_of(tmp_path, "controller")
         for name, p in procs.items():
-            assert p.wait(120) == 0, log_of(tmp_path, name)
+            assert p.finish(120) == 0, log_of(tmp_path, name)
     finally:
         for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            p.stop()
 
 
 def log_of(tmp_path: Path, name: str) -> str:

@@ -48,7 +48,7 @@ class DenseAllreduce:
         self._waited = self.group.node.stats.wait_s
         with self.reducer.filling():
             handle = self.group.allreduce_async(f"{step}/grads", self.reducer.flat, op="mean",
-                                                ready=self.reducer.ready)
+                                                ready=self.reducer.ready, kept=True)
             self._pending = Pending(handle.wait, f"allreduce {step}/grads")
             yield
 

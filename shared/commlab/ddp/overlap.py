@@ -1,16 +1,20 @@
 """The dense ring allreduce overlapped with backward, as torch DDP's Reducer does with its buckets.
 
-Each parameter's gradient is copied into one preallocated flat float32 vector (flatten_grads order)
-by a post-accumulate-grad hook the moment backward has produced it. The ring allreduce starts before
-backward, in a thread of its own, and reads this rank's values of each block only once every
+Each parameter's gradient is copied into a preallocated flat float32 vector (flatten_grads order)
+by a post-accumulate-grad hook the moment backward has produced it. The ring allreduce starts
+before backward, in a thread of its own, and reads this rank's values of each block only once every
 parameter overlapping that block is in (Group.allreduce_async `ready`); until then it runs the
 blocks that can go. The last layers' gradients, ready first, cross the network while the first
-layers' backward still runs. Every element is summed
-in the same order as without overlap, so the bytes on the wire and the trained models are the same.
+layers' backward still runs. Every element is summed in the same order as without overlap, so the
+bytes on the wire and the trained models are the same.
+
+Steps take turns with two such vectors: the one step k fills is filled again at step k+2, after
+step k+1's allreduce has finished, when the ring no longer keeps step k's blocks for a resend. So
+the ring keeps them by reference instead of copying them (Group.allreduce_async `kept`).
 
     reducer = Reducer(model, node.announcer.directory.changed)
     with reducer.filling():                  # the hooks copy gradients into reducer.flat
-        pending = Pending(group.allreduce_async("7/grads", reducer.flat, ready=reducer.ready).wait)
+        pending = Pending(group.allreduce_async("7/grads", reducer.flat, ready=reducer.ready, kept=True).wait)
         loss.backward()
     mean = pending.result()                  # raises the ring's PeerLost here, in the training thread
 
@@ -37,8 +41,9 @@ class Reducer:
         self.params = list(model.parameters())
         sizes = [p.numel() for p in self.params]
         self.starts = [0, *np.cumsum(sizes).tolist()]  # parameter i is flat[starts[i]:starts[i + 1]]
-        self.flat = np.empty(self.starts[-1], dtype=np.float32)
-        self._flat = torch.from_numpy(self.flat)  # the same memory, for copy_ from a gradient
+        self.flats = (np.empty(self.starts[-1], dtype=np.float32), np.empty(self.starts[-1], dtype=np.float32))
+        self._tensors = tuple(torch.from_numpy(f) for f in self.flats)  # the same memory, for copy_ from a gradient
+        self._turn = 0  # which of the two vectors filling() fills
         self._in = [False] * len(self.params)
         self._filling = False
         self._cancelled: str | None = None
@@ -47,9 +52,14 @@ class Reducer:
             if p.requires_grad:  # a frozen parameter never has a gradient: complete() writes its zeros
                 p.register_post_accumulate_grad_hook(lambda p, i=i: self._on_grad(i))
 
+    @property
+    def flat(self) -> np.ndarray:
+        """The vector the current (else the last) filling() fills."""
+        return self.flats[self._turn]
+
     def _copy(self, i: int) -> None:
         grad = self.params[i].grad
-        piece = self._flat[self.starts[i]:self.starts[i + 1]]
+        piece = self._tensors[self._turn][self.starts[i]:self.starts[i + 1]]
         if grad is None:
             piece.zero_()
         else:
@@ -71,6 +81,7 @@ class Reducer:
         with self._cond:
             self._in = [False] * len(self.params)
             self._cancelled = None
+            self._turn ^= 1
         self._filling = True
         try:
             yield

@@ -261,10 +261,13 @@ class Group:
         return self._start(key, data)
 
     def allreduce_async(self, key: str, vec: np.ndarray, op: str = "mean", collective: str | None = None,
-                        codec: FrameCodec | None = None, ready: Ready | None = None) -> "Handle | RingsHandle":
+                        codec: FrameCodec | None = None, ready: Ready | None = None,
+                        kept: bool = False) -> "Handle | RingsHandle":
         """Start an allreduce (collective: see schedule(); codec: the values' wire, raw float32 if
         None); ring handles progress in wait(), so wait for them in the same order on every rank.
-        ready: the ring may start before `vec` (float32, contiguous) is final (ring.py, overlap)."""
+        ready: the ring may start before `vec` (float32, contiguous) is final (ring.py, overlap).
+        kept: the caller leaves `vec` unchanged until the group's next allreduce has finished, so the
+        ring keeps no copy of it for a resend (RingHandle)."""
         collective = self.schedule(collective)
         if op not in ("sum", "mean"):
             raise ValueError(f"allreduce op must be 'sum' or 'mean', got {op!r}")
@@ -276,7 +279,7 @@ class Group:
                              "and only a contiguous float32 one (not a copy)")
         codec = FLOAT32 if codec is None else codec
         if collective == "ring" and self._ring is not None:
-            return self._ring.start(key, dense, op, codec, ready)
+            return self._ring.start(key, dense, op, codec, ready, kept)
         handle = self._start(key, codec.encode(dense))
         handle.reduce = (op, dense.size, codec)
         return handle

@@ -182,12 +182,13 @@ class Ring:
             log.info("group %s: abort of %r not passed on: %s", self.group.name, key, e)
 
     def start(self, key: str, vec: np.ndarray, codec: "FrameCodec", out: np.ndarray,
-              ready: Ready | None = None) -> "RingHandle":
-        """Claim `key`; every step runs in the handle's wait(), which writes the sum to `out`."""
+              ready: Ready | None = None, divisor: int = 1, kept: bool = False) -> "RingHandle":
+        """Claim `key`; every step runs in the handle's wait(), which writes the sum (over
+        `divisor`) to `out`."""
         with self._cond:
             if key in self._active or key in self._finished:
                 raise DdsError(f"group {self.group.name!r}: key {key!r} was already used")
-            handle = self._active[key] = RingHandle(self, key, vec, codec, out, ready)
+            handle = self._active[key] = RingHandle(self, key, vec, codec, out, ready, divisor, kept)
             for k, step, block in list(self._blocks):  # blocks of ranks that started it before this one
                 if k == key:
                     handle.arrived(step, block)

@@ -31,9 +31,13 @@ class RingHandle:
     costs the blocks still waiting for values, not every block of the allreduce."""
 
     def __init__(self, ring: Ring, key: str, vec: np.ndarray, codec: "FrameCodec", out: np.ndarray,
-                 ready: Ready | None = None):
+                 ready: Ready | None = None, divisor: int = 1, kept: bool = False):
+        """`out` gets the sum divided by `divisor` (a mean: each block as it completes, so no pass
+        over the whole vector follows the last one). `kept`: the caller leaves `vec` unchanged until
+        the ring's next allreduce has finished, when the ring forgets what it wrote for this one
+        (resend.KEEP_FINISHED), so this rank's own blocks are kept for a resend without a copy."""
         self.ring, self.key, self.vec, self.codec, self.out = ring, key, vec, codec, out
-        self.ready = ready
+        self.ready, self.divisor, self.kept = ready, divisor, kept
         self.sibling: Ring | None = None  # the rank's other ring, told first if this one fails
         world, n = ring.group.world, vec.size
         self.edges = [j * n // world for j in range(world + 1)]
@@ -98,8 +102,8 @@ class RingHandle:
         fields = {"key": self.key, "step": step, "block": block, "numel": self.vec.size}
         meta = json.dumps(fields)
         # Kept for a resend (which always travels inline); step 0's raw frame is a view of the
-        # caller's vector, which may be reused once this allreduce returns.
-        payload = bytes(frame) if (step == 0 or lent) and not isinstance(frame, bytes) else frame
+        # caller's vector, which may be reused once this allreduce returns unless it is kept.
+        payload = bytes(frame) if ((step == 0 and not self.kept) or lent) and not isinstance(frame, bytes) else frame
         self.ring.sent.add(self.key, meta, payload)
         place = self.ring.put_shared(frame)
         try:
@@ -150,7 +154,10 @@ class RingHandle:
             if step == world - 1:  # the complete sum as every other rank will decode it
                 got = self.codec.decode(frame, hi - lo)
             if step >= world - 1:  # complete: this rank's own sum, then the allgather's
-                out[lo:hi] = got
+                if self.divisor == 1:
+                    out[lo:hi] = got
+                else:
+                    np.divide(got, np.float32(self.divisor), out=out[lo:hi])
             if step < 2 * world - 2:
                 self.send(step, block, frame, lent=step >= world and isinstance(received, SharedBlock))
         finally:

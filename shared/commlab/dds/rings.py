@@ -37,27 +37,28 @@ class Rings:
                    if ring.next == rank and ring.tag == ask.topic)
 
     def start(self, key: str, vec: np.ndarray, op: str, codec: "FrameCodec",
-              ready: Ready | None = None) -> "RingsHandle":
+              ready: Ready | None = None, kept: bool = False) -> "RingsHandle":
         """The whole of `vec` round the one ring, or its halves (the second the longer) round the two."""
         out = np.empty(vec.size, dtype=np.float32)  # each ring fills its part in place
         edges = [0, vec.size // 2, vec.size] if len(self.rings) == 2 else [0, vec.size]
+        divisor = self.group.world if op == "mean" else 1
         parts: list[RingHandle] = []
         try:
             for ring, lo, hi in zip(self.rings, edges, edges[1:]):
                 part_ready = None if ready is None else (lambda a, b, lo=lo: ready(lo + a, lo + b))
-                parts.append(ring.start(key, vec[lo:hi], codec, out[lo:hi], part_ready))
+                parts.append(ring.start(key, vec[lo:hi], codec, out[lo:hi], part_ready, divisor, kept))
         except BaseException:
             for part in parts:
                 part.ring.finish(key)
             raise
         if len(parts) == 2:
             parts[0].sibling, parts[1].sibling = parts[1].ring, parts[0].ring
-        return RingsHandle(self.group, tuple(parts), op, out)
+        return RingsHandle(self.group, tuple(parts), out)
 
 
 class RingsHandle:
-    def __init__(self, group: "Group", parts: tuple[RingHandle, ...], op: str, out: np.ndarray):
-        self.group, self.parts, self.op, self.out = group, parts, op, out
+    def __init__(self, group: "Group", parts: tuple[RingHandle, ...], out: np.ndarray):
+        self.group, self.parts, self.out = group, parts, out
 
     def wait(self) -> np.ndarray:
         """Every part at once (the first in this thread, any other in a thread of its own); the
@@ -84,6 +85,4 @@ class RingsHandle:
             stats.add(wait_s=-excess)
         if errors:
             raise errors[0]
-        if self.op == "mean":
-            self.out /= np.float32(self.group.world)
         return self.out

@@ -48,8 +48,9 @@ class ZygoteError(RuntimeError):
 class ForkedProcess:
     """A node forked by the zygote, used as a subprocess.Popen is."""
 
-    def __init__(self, zygote: Zygote, pid: int, args: Sequence[str], stdout: IO[str] | None):
-        self.zygote, self.pid, self.args, self.stdout = zygote, pid, list(args), stdout
+    def __init__(self, zygote: Zygote, pid: int, args: Sequence[str]):
+        self.zygote, self.pid, self.args = zygote, pid, list(args)
+        self.stdout: IO[str] | None = None  # the output pipe's reading end (spawn_piped)
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -124,7 +125,7 @@ class Zygote:
                 reply = self._replies.pop(0)
         if "error" in reply:
             raise ZygoteError(reply["error"])
-        return ForkedProcess(self, reply["pid"], argv, None)
+        return ForkedProcess(self, reply["pid"], argv)
 
     def spawn_piped(self, argv: Sequence[str], env: dict[str, str], cwd: str | None = None) -> ForkedProcess:
         """As spawn, with output (stdout and stderr) to a text pipe read from the handle's .stdout."""
