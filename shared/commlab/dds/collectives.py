@@ -266,8 +266,8 @@ class Group:
         """Start an allreduce (collective: see schedule(); codec: the values' wire, raw float32 if
         None); ring handles progress in wait(), so wait for them in the same order on every rank.
         ready: the ring may start before `vec` (float32, contiguous) is final (ring.py, overlap).
-        kept: the caller leaves `vec` unchanged until the group's next allreduce has finished, so the
-        ring keeps no copy of it for a resend (RingHandle)."""
+        kept: the caller leaves `vec` unchanged until the group's next ring allreduce has finished, so
+        the ring keeps no copy of it for a resend (RingHandle)."""
         collective = self.schedule(collective)
         if op not in ("sum", "mean"):
             raise ValueError(f"allreduce op must be 'sum' or 'mean', got {op!r}")
